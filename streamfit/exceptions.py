@@ -1,0 +1,73 @@
+"""streamfit's exception tree: every error a user can meet derives from :class:`StreamfitError`.
+
+Third-party errors (onnxruntime, pyarrow, Kafka clients) are translated at the boundary and
+chained with ``raise ... from exc`` so the original cause stays visible.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "StreamfitError",
+    "ModelError",
+    "NonFiniteError",
+    "BadInputError",
+    "SourceError",
+    "CheckpointError",
+    "CorruptCheckpointError",
+    "DivergenceError",
+]
+
+
+class StreamfitError(Exception):
+    """Base class of every streamfit error."""
+
+
+class ModelError(StreamfitError, ValueError):
+    """The ONNX model cannot be trained as asked (unknown weight, nothing to train, unloadable)."""
+
+
+class NonFiniteError(StreamfitError, FloatingPointError):
+    """A training step produced a non-finite loss, gradient or weight; the step was not applied."""
+
+    def __init__(self, message: str, *, step: int | None = None, what: str | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+        self.what = what
+
+
+class BadInputError(StreamfitError, ValueError):
+    """Input data does not match what the model expects.
+
+    ``column``, ``position`` and ``reason`` say where and why, so the caller can find the bad rows.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "bad_input",
+        column: str | None = None,
+        position: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.column = column
+        self.position = position
+
+
+class SourceError(StreamfitError):
+    """A data source failed (file unreadable, socket closed, broker unreachable)."""
+
+
+class CheckpointError(StreamfitError):
+    """A checkpoint cannot be written or read."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint is incomplete, fails its checksums or contains forbidden content (pickle)."""
+
+
+class DivergenceError(StreamfitError):
+    """Training kept diverging after the allowed number of rollbacks."""
