@@ -1,0 +1,86 @@
+"""The one interface every source implements: an async iterator of record batches with positions.
+
+A *position* is a small JSON-serializable mapping that says where the stream can be restarted so that
+every row already consumed is skipped and no row is lost (Parquet: file + row; Kafka: per partition the
+message offset + row inside the message).  Checkpoints store positions; ``Source.seek`` restarts there.
+"""
+
+from __future__ import annotations
+
+import abc
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import pyarrow as pa
+
+from streamfit.exceptions import BadInputError
+
+__all__ = ["Position", "SourceBatch", "Source"]
+
+#: A JSON-serializable mapping (str keys; values str/int/float/bool/None, lists or nested mappings).
+Position = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """One record batch read from a source, or one message that could not be decoded.
+
+    ``position_at(r)`` is the position meaning "the first ``r`` rows of this batch are consumed"
+    (``position_at(0)`` = before the batch, ``position_at(batch.num_rows)`` = after it), as a full
+    snapshot for the whole source (all partitions), not just this batch's partition.
+    When ``error`` is set, ``batch`` is ``None``: the bytes at that position could not be decoded;
+    ``position_at(0)`` is the position after the bad message (it is skipped as a whole).
+    """
+
+    batch: pa.RecordBatch | None
+    position_at: Callable[[int], Position]
+    error: BadInputError | None = None
+    #: human-readable place for messages ("part-3.parquet row 4096", "partition 1 offset 17").
+    where: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        return 0 if self.batch is None else self.batch.num_rows
+
+
+class Source(abc.ABC):
+    """Async iterator of :class:`SourceBatch`; usable with ``async with``; ``aclose()`` is idempotent.
+
+    Sources validate their arguments in ``__init__`` and open lazily on the first ``__anext__``.
+    """
+
+    _closed: bool = False
+    _opened: bool = False
+
+    def __aiter__(self) -> "Source":
+        return self
+
+    @abc.abstractmethod
+    async def __anext__(self) -> SourceBatch:
+        """Next batch; ``StopAsyncIteration`` at the end of a finite source."""
+
+    def seek(self, position: Position) -> None:
+        """Restart at ``position`` (from a checkpoint). Must be called before iteration starts."""
+        raise NotImplementedError(f"{type(self).__name__} cannot seek")
+
+    async def commit(self, position: Position) -> None:
+        """Tell the source that everything before ``position`` is durably trained (Kafka commits offsets).
+
+        Sources without an external notion of progress ignore it.
+        """
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> "Source":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:  # pragma: no cover - depends on GC timing
+        if self._opened and not self._closed:
+            warnings.warn(f"{type(self).__name__} was not closed; use 'async with' or aclose()",
+                          ResourceWarning, stacklevel=1)
