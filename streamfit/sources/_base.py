@@ -80,7 +80,26 @@ class Source(abc.ABC):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def _mark_opened(self) -> None:
+        """Called by subclasses when iteration starts: a closed source cannot be iterated again."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        self._opened = True
+
+    def _check_seek_allowed(self) -> None:
+        """Seeking after iteration started would silently drop or repeat rows: refuse it."""
+        if self._opened or self._closed:
+            raise RuntimeError(f"{type(self).__name__}.seek() must be called before iteration starts")
+
     def __del__(self) -> None:  # pragma: no cover - depends on GC timing
         if self._opened and not self._closed:
             warnings.warn(f"{type(self).__name__} was not closed; use 'async with' or aclose()",
                           ResourceWarning, stacklevel=1)
+
+
+def position_int(position: Position, key: str, owner: str, expected: str) -> int:
+    """Read a non-negative int from a position, with an error naming the expected format."""
+    value = position.get(key) if isinstance(position, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{owner}: invalid position {position!r}, expected {expected}")
+    return value

@@ -1,0 +1,247 @@
+"""Building the training graphs from the prepared model, the loss, the penalty and the optimizer.
+
+One gradient graph comes from ORT's ``OrtModuleGraphBuilder`` (forward + backward, with a ``YieldOp``
+where dL/dY enters).  The forward/backward strategy runs it through a ``TrainingAgent`` and adds a
+separate loss graph and update graph.  The fused strategy replaces the ``YieldOp`` with the loss
+nodes and appends the update nodes, so forward, loss, backward and update are one session run.
+Both use the same loss/penalty/optimizer emitters, hence the same arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import ModelProto, TensorProto, helper
+from onnxruntime.capi import _pybind_state as C
+
+from streamfit._engine.graph import GraphBuilder, onnx_dtype
+from streamfit._engine.model import PreparedModel
+from streamfit.exceptions import ModelError
+from streamfit.losses.base import Loss
+from streamfit.optim.base import Optimizer
+from streamfit.penalties import Penalty
+
+__all__ = ["Names", "GradientGraphs", "build_gradient_graphs", "build_fused", "build_loss_model",
+           "build_update_model"]
+
+_OPSET = 17
+_IR = 8
+
+
+class Names:
+    """Names of the inputs and outputs streamfit adds to a graph."""
+
+    target = "sf_target"
+    sample_weight = "sf_sample_weight"
+    inv_n = "sf_inv_n"
+    loss = "sf_loss"
+    check = "sf_check"
+
+    @staticmethod
+    def scalar(name: str) -> str:
+        return f"sf_{name}"
+
+    @staticmethod
+    def slot(weight: str, slot: str) -> str:
+        return f"{weight}__{slot}"
+
+    @staticmethod
+    def new(name: str) -> str:
+        return f"{name}__new"
+
+
+@dataclass
+class GradientGraphs:
+    """What ``OrtModuleGraphBuilder`` returns: forward model (weights as inputs), gradient model, info."""
+
+    forward: ModelProto
+    gradient: ModelProto
+    grad_names: list[str]
+    info: Any
+
+
+def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
+    """Forward and gradient graphs of ``pm`` with respect to its trained weights."""
+    config = C.OrtModuleGraphBuilderConfiguration()
+    config.initializer_names = list(pm.weights)
+    config.initializer_names_to_train = list(pm.weights)
+    config.input_names_require_grad = []
+    config.build_gradient_graph = True
+    builder = C.OrtModuleGraphBuilder()
+    try:
+        builder.initialize(pm.model.SerializeToString(), config)
+        builder.build(C.TrainingGraphTransformerConfiguration())
+    except Exception as exc:
+        raise ModelError(f"onnxruntime-training cannot build the gradient of this model: {exc}") from exc
+    info = builder.get_graph_info()
+    order = list(info.initializer_names_to_train)
+    grads = dict(zip(order, info.initializer_grad_names_to_train))
+    return GradientGraphs(onnx.load_from_string(builder.get_forward_model()),
+                          onnx.load_from_string(builder.get_gradient_model()),
+                          [grads[w] for w in pm.weights], info)
+
+
+def _value_info(name: str, elem: int, shape: list[Any]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _label_input(loss: Loss, dtype: np.dtype, y_rank: int) -> onnx.ValueInfoProto:
+    if loss.integer_labels:
+        return _value_info(Names.target, TensorProto.INT64, ["N"])
+    return _value_info(Names.target, onnx_dtype(dtype), ["N"] + [f"d{i}" for i in range(1, y_rank)])
+
+
+def sample_weight_shape(n: int, y_rank: int) -> tuple[int, ...]:
+    """Sample weights broadcast against per-row losses: (N,) for 1-D outputs, (N, 1) otherwise."""
+    return (n,) if y_rank <= 1 else (n, 1)
+
+
+def _rename_output(b: GraphBuilder, old: str, new: str, graph_inputs: set[str]) -> None:
+    """Give the node that produces ``old`` the output name ``new`` (Identity when ``old`` is an input)."""
+    if old in graph_inputs:
+        b.op("Identity", old, out=new)
+        return
+    for node in b.nodes:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        for i, name in enumerate(node.output):
+            if name == old:
+                node.output[i] = new
+
+
+def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer: Optimizer,
+                 penalty: Penalty | None, loss: str | None, graph_inputs: set[str]
+                 ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """Append penalty + optimizer nodes for every weight and the finiteness check.
+
+    Returns (new inputs: state slots and scalars, new outputs: updated weights/state and the check).
+    """
+    elem = onnx_dtype(pm.dtype)
+    scalars = {s: Names.scalar(s) for s in optimizer.scalar_names}
+    inputs = [_value_info(name, elem, []) for name in scalars.values()]
+    outputs: list[onnx.ValueInfoProto] = []
+    sums: list[str] = [] if loss is None else [loss]
+    for w, g in zip(pm.weights, grads):
+        shape = list(pm.initial[w].shape)
+        use_penalty = penalty is not None and w in pm.penalized
+        if use_penalty:
+            g = penalty.gradient(b, w, g)
+        state = {slot: Names.slot(w, slot) for slot in optimizer.slots}
+        inputs += [_value_info(name, elem, shape) for name in state.values()]
+        w_new, new_state = optimizer.update(b, w, g, state, scalars)
+        if use_penalty:
+            w_new = penalty.proximal(b, w_new, scalars["lr"])
+        produced = {**{slot: v for slot, v in new_state.items()}, "": w_new}
+        for slot, value in produced.items():
+            target = Names.new(state[slot] if slot else w)
+            _rename_output(b, value, target, graph_inputs | set(scalars.values()) | set(state.values()))
+            outputs.append(_value_info(target, elem, shape))
+            sums.append(b.op("ReduceSum", target, keepdims=0))
+    check = b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
+    outputs.append(_value_info(check, elem, []))
+    return inputs, outputs
+
+
+def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
+    versions = {imp.domain: imp.version for imp in model.opset_import}
+    versions[""] = max(versions.get("", 0), versions.pop("ai.onnx", 0), 13)
+    versions.setdefault("com.microsoft", 1)
+    return [helper.make_opsetid(d, v) for d, v in versions.items()]
+
+
+def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
+                penalty: Penalty | None, y_rank: int) -> ModelProto:
+    """One graph: forward, loss and dL/dY (in place of the YieldOp), backward, update and check."""
+    grad_model = ModelProto()
+    grad_model.CopyFrom(graphs.gradient)
+    graph = grad_model.graph
+    yields = [n for n in graph.node if n.op_type == "YieldOp"]
+    if len(yields) != 1:
+        raise ModelError(f"expected one YieldOp in the gradient graph, found {len(yields)}")
+    yield_node = yields[0]
+    y_name, dy_name = yield_node.input[0], yield_node.output[0]
+    b = GraphBuilder(pm.dtype, prefix="sf_f_")
+    sw_shape = ["N"] if y_rank <= 1 else ["N", 1]
+    new_inputs = [_label_input(loss, pm.dtype, y_rank), _value_info(Names.sample_weight, onnx_dtype(pm.dtype), sw_shape),
+                  _value_info(Names.inv_n, onnx_dtype(pm.dtype), [])]
+    loss_out, dy = loss.graph(b, y_name, Names.target, Names.sample_weight, Names.inv_n)
+    existing = {i.name for i in graph.input}
+    _rename_output(b, loss_out, Names.loss, existing)
+    _rename_output(b, dy, dy_name, existing)
+    upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
+    position = list(graph.node).index(yield_node)
+    nodes = list(graph.node)
+    nodes[position:position + 1] = []
+    # loss nodes right where the YieldOp was; update nodes after the backward (topological order kept)
+    loss_nodes = [n for n in b.nodes]
+    del graph.node[:]
+    graph.node.extend(nodes[:position] + loss_nodes + nodes[position:])
+    graph.initializer.extend(b.initializers)
+    graph.input.extend(new_inputs + upd_inputs)
+    del graph.output[:]
+    graph.output.extend([_value_info(Names.loss, onnx_dtype(pm.dtype), [])] + upd_outputs)
+    del grad_model.opset_import[:]
+    grad_model.opset_import.extend(_opsets(graphs.gradient))
+    grad_model.ir_version = min(grad_model.ir_version or 10, 10)
+    return _toposort(grad_model)
+
+
+def _toposort(model: ModelProto) -> ModelProto:
+    """Reorder nodes topologically (the update nodes consume gradients produced after the YieldOp)."""
+    graph = model.graph
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending = list(graph.node)
+    ordered = []
+    while pending:
+        rest = []
+        for node in pending:
+            if all(name in available for name in node.input):
+                ordered.append(node)
+                available.update(node.output)
+            else:
+                rest.append(node)
+        if len(rest) == len(pending):
+            missing = sorted({n for node in rest for n in node.input if n not in available})
+            raise ModelError(f"cannot order the training graph; unresolved inputs {missing[:5]}")
+        pending = rest
+    del graph.node[:]
+    graph.node.extend(ordered)
+    return model
+
+
+def build_loss_model(loss: Loss, dtype: np.dtype, y_rank: int) -> ModelProto:
+    """The forward/backward strategy's loss graph: (Y, target, sample weight, 1/N) -> (loss, dL/dY)."""
+    b = GraphBuilder(dtype, prefix="sf_l_")
+    y = "sf_y"
+    loss_out, dy = loss.graph(b, y, Names.target, Names.sample_weight, Names.inv_n)
+    _rename_output(b, loss_out, Names.loss, set())
+    _rename_output(b, dy, "sf_dy", set())
+    elem = onnx_dtype(dtype)
+    y_shape = ["N"] + [f"d{i}" for i in range(1, y_rank)]
+    sw_shape = ["N"] if y_rank <= 1 else ["N", 1]
+    graph = helper.make_graph(
+        b.nodes, "streamfit_loss",
+        [_value_info(y, elem, y_shape), _label_input(loss, dtype, y_rank),
+         _value_info(Names.sample_weight, elem, sw_shape), _value_info(Names.inv_n, elem, [])],
+        [_value_info(Names.loss, elem, []), _value_info("sf_dy", elem, y_shape)], b.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
+
+
+def build_update_model(pm: PreparedModel, optimizer: Optimizer, penalty: Penalty | None) -> ModelProto:
+    """The forward/backward strategy's update graph: (weights, gradients, state, scalars) -> new ones."""
+    b = GraphBuilder(pm.dtype, prefix="sf_u_")
+    elem = onnx_dtype(pm.dtype)
+    grads = [f"{w}__grad" for w in pm.weights]
+    base_inputs = []
+    for w, g in zip(pm.weights, grads):
+        shape = list(pm.initial[w].shape)
+        base_inputs += [_value_info(w, elem, shape), _value_info(g, elem, shape)]
+    names = {vi.name for vi in base_inputs}
+    inputs, outputs = emit_updates(b, pm, grads, optimizer, penalty, None, names)
+    graph = helper.make_graph(b.nodes, "streamfit_update", base_inputs + inputs, outputs, b.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
+    return _toposort(model)

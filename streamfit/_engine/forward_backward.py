@@ -1,0 +1,127 @@
+"""The forward/backward step (the seed's design): TrainingAgent forward, loss graph, backward, update graph.
+
+Slower than the fused step (three sessions, per-step gradient binding) but usable piece by piece: a
+caller may run :meth:`forward`, compute dL/dY however it likes, then :meth:`backward` and
+:meth:`apply`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi import _pybind_state as C
+
+from streamfit._engine.buffers import HostScalars, PingPong
+from streamfit._engine.build import (GradientGraphs, Names, build_loss_model, build_update_model,
+                                     sample_weight_shape)
+from streamfit._engine.device import Device
+from streamfit._engine.model import PreparedModel
+from streamfit._engine.staging import Staging, StagingCache
+from streamfit.exceptions import StreamfitError
+from streamfit.losses.base import Loss
+from streamfit.optim.base import Optimizer
+from streamfit.penalties import Penalty
+
+__all__ = ["ForwardBackwardStep"]
+
+
+class ForwardBackwardStep:
+    """TrainingAgent over ORT's gradient graph, plus a loss session and a ping-pong update session."""
+
+    name = "forward_backward"
+
+    def __init__(self, pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
+                 penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
+                 params: PingPong, scalars: HostScalars) -> None:
+        self.pm = pm
+        self.device = device
+        self.params = params
+        self.scalars = scalars
+        self.y_rank = y_rank
+        providers = device.providers
+        self.session = ort.InferenceSession(graphs.gradient.SerializeToString(), options, providers=providers)
+        self.feed_names = [i.name for i in self.session.get_inputs()]
+        expected = [pm.input_name] + list(pm.weights)
+        if sorted(self.feed_names) != sorted(expected):
+            raise StreamfitError(f"unexpected gradient-graph inputs {self.feed_names}, expected {expected}")
+        dev = device.ort_device()
+        n_fw = len(graphs.info.user_output_names) + len(graphs.info.frontier_node_arg_map)
+        self.agent = C.TrainingAgent(self.session._sess, self.feed_names, [dev] * n_fw, graphs.grad_names,
+                                     [dev] * len(graphs.grad_names), 0)
+        self.loss_session = ort.InferenceSession(build_loss_model(loss, pm.dtype, y_rank).SerializeToString(),
+                                                 options, providers=providers)
+        self.update_session = ort.InferenceSession(build_update_model(pm, optimizer, penalty).SerializeToString(),
+                                                   options, providers=providers)
+        self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
+        self._state: Any = None
+        self.cache = StagingCache(device, self._bindings)
+
+    def _bindings(self, staging: Staging) -> dict[str, Any]:
+        io = C.SessionIOBinding(self.loss_session._sess)
+        io.bind_ortvalue_input(Names.target, staging.t_value)
+        io.bind_ortvalue_input(Names.sample_weight, staging.sw_value)
+        io.bind_ortvalue_input(Names.inv_n, self.scalars.values[Names.inv_n])
+        io.bind_ortvalue_output(Names.loss, self.outputs.values[Names.loss])
+        io.bind_output("sf_dy", self.device.ort_device())
+        return {"loss_io": io}
+
+    # -- pieces -------------------------------------------------------------------------------------
+    def forward(self, x_value: C.OrtValue) -> C.OrtValue:
+        """Run the forward pass, keeping what the backward needs; return Y (device OrtValue)."""
+        live = self.params.live()
+        feeds = C.OrtValueVector()
+        for name in self.feed_names:
+            feeds.push_back(x_value if name == self.pm.input_name else live[name])
+        fetches = C.OrtValueVector()
+        self._state = C.PartialGraphExecutionState()
+        self.agent.run_forward(feeds, fetches, self._state, None)
+        return fetches[0]
+
+    def backward(self, dy_value: C.OrtValue) -> list[C.OrtValue]:
+        """Gradients of the trained weights given dL/dY, in the order of ``pm.weights``."""
+        if self._state is None:
+            raise StreamfitError("backward() needs a forward() first")
+        grads_in = C.OrtValueVector()
+        grads_in.push_back(dy_value)
+        grads = C.OrtValueVector()
+        self.agent.run_backward(grads_in, grads, self._state)
+        self._state = None
+        return [grads[i] for i in range(len(grads))]
+
+    def apply(self, grads: Sequence[C.OrtValue]) -> bool:
+        """Update weights and state from ``grads``; swap only if every new value is finite."""
+        io = C.SessionIOBinding(self.update_session._sess)
+        src, dst = self.params.live(), self.params.spare()
+        for w, g in zip(self.pm.weights, grads):
+            io.bind_ortvalue_input(f"{w}__grad", g)
+        for name, value in self.scalars.values.items():
+            if name != Names.inv_n:
+                io.bind_ortvalue_input(name, value)
+        for name in self.params.names:
+            io.bind_ortvalue_input(name, src[name])
+            io.bind_ortvalue_output(Names.new(name), dst[name])
+        io.bind_ortvalue_output(Names.check, self.outputs.values[Names.check])
+        self.update_session._sess.run_with_iobinding(io, None)
+        ok = bool(np.isfinite(self.outputs.arrays[Names.check]))
+        if ok:
+            self.params.swap()
+        return ok
+
+    # -- whole step ---------------------------------------------------------------------------------
+    def run(self, staging: Staging) -> tuple[float, bool]:
+        y = self.forward(staging.x_value)
+        io = staging.extra["loss_io"]
+        io.bind_ortvalue_input("sf_y", y)
+        self.loss_session._sess.run_with_iobinding(io, None)
+        loss = float(self.outputs.arrays[Names.loss])
+        if not np.isfinite(loss):
+            self._state = None
+            return loss, False
+        dy = io.get_outputs()[1]  # bound second, after the loss
+        grads = self.backward(dy)
+        return loss, self.apply(grads)
+
+    def sample_weight_shape(self, n: int) -> tuple[int, ...]:
+        return sample_weight_shape(n, self.y_rank)

@@ -1,0 +1,66 @@
+"""The fused step: forward, loss, backward and update in one session run per batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi import _pybind_state as C
+
+from streamfit._engine.buffers import HostScalars, PingPong
+from streamfit._engine.build import GradientGraphs, Names, build_fused
+from streamfit._engine.device import Device
+from streamfit._engine.model import PreparedModel
+from streamfit._engine.staging import Staging, StagingCache
+from streamfit.losses.base import Loss
+from streamfit.optim.base import Optimizer
+from streamfit.penalties import Penalty
+
+__all__ = ["FusedStep"]
+
+
+class FusedStep:
+    """Runs the fused graph through two IOBindings per batch shape (A->B and B->A), bound once."""
+
+    name = "fused"
+
+    def __init__(self, pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
+                 penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
+                 params: PingPong, scalars: HostScalars) -> None:
+        self.pm = pm
+        self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank)
+        self.session = ort.InferenceSession(self.model.SerializeToString(), options, providers=device.providers)
+        self.device = device
+        self.params = params
+        self.scalars = scalars
+        out = HostScalars([Names.loss, Names.check], pm.dtype)
+        self.outputs = out
+        self.cache = StagingCache(device, self._bindings)
+
+    def _bindings(self, staging: Staging) -> dict[str, Any]:
+        bindings = []
+        for src, dst in ((0, 1), (1, 0)):
+            io = C.SessionIOBinding(self.session._sess)
+            io.bind_ortvalue_input(self.pm.input_name, staging.x_value)
+            io.bind_ortvalue_input(Names.target, staging.t_value)
+            io.bind_ortvalue_input(Names.sample_weight, staging.sw_value)
+            for name, value in self.scalars.values.items():
+                io.bind_ortvalue_input(name, value)
+            for name in self.params.names:
+                io.bind_ortvalue_input(name, self.params.sets[src][name])
+                io.bind_ortvalue_output(Names.new(name), self.params.sets[dst][name])
+            for name, value in self.outputs.values.items():
+                io.bind_ortvalue_output(name, value)
+            bindings.append(io)
+        return {"io": bindings}
+
+    def run(self, staging: Staging) -> tuple[float, bool]:
+        """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
+        io = staging.extra["io"][self.params.current]
+        self.session._sess.run_with_iobinding(io, None)
+        loss = float(self.outputs.arrays[Names.loss])
+        ok = bool(np.isfinite(loss) and np.isfinite(self.outputs.arrays[Names.check]))
+        if ok:
+            self.params.swap()
+        return loss, ok

@@ -1,0 +1,57 @@
+"""A tiny ONNX node builder: unique names under a prefix and typed constants.
+
+Losses, penalties and optimizers emit their small graphs through it, so one piece of code serves the
+separate loss/update sessions (forward/backward strategy) and the single fused graph alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import NodeProto, TensorProto, helper, numpy_helper
+
+__all__ = ["GraphBuilder", "onnx_dtype"]
+
+_ONNX_DTYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
+
+
+def onnx_dtype(dtype: Any) -> int:
+    """ONNX element type of a float numpy dtype."""
+    try:
+        return _ONNX_DTYPES[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"only float32 and float64 are trained, got {np.dtype(dtype)}") from None
+
+
+class GraphBuilder:
+    """Collects nodes and initializers; every name it makes starts with ``prefix``."""
+
+    def __init__(self, dtype: Any, prefix: str = "sf_") -> None:
+        self.dtype = np.dtype(dtype)
+        self.prefix = prefix
+        self.nodes: list[NodeProto] = []
+        self.initializers: list[TensorProto] = []
+        self._count = 0
+        self._consts: dict[tuple[Any, ...], str] = {}
+
+    def name(self, hint: str) -> str:
+        self._count += 1
+        return f"{self.prefix}{hint}_{self._count}"
+
+    def op(self, op_type: str, *inputs: str, out: str | None = None, domain: str = "", **attrs: Any) -> str:
+        """Add one single-output node and return its output name."""
+        output = out or self.name(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=self.name(op_type),
+                                           domain=domain, **attrs))
+        return output
+
+    def const(self, value: Any, dtype: Any = None) -> str:
+        """A constant initializer (float constants take the builder's dtype); equal constants are shared."""
+        arr = np.asarray(value, dtype=self.dtype if dtype is None else dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            name = self.name("c")
+            self.initializers.append(numpy_helper.from_array(arr, name))
+            self._consts[key] = name
+        return self._consts[key]

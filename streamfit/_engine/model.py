@@ -1,0 +1,197 @@
+"""Model preparation: load an ONNX model, make it loadable by onnxruntime 1.19, pick what to train."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import onnx
+from onnx import ModelProto, TensorProto, numpy_helper
+
+from streamfit.exceptions import ModelError
+
+__all__ = ["PreparedModel", "prepare_model", "load_model"]
+
+#: Highest IR version and default-domain opset onnxruntime 1.19 loads.
+MAX_IR_VERSION = 10
+MAX_OPSET = 21
+#: Lowest default-domain opset our loss/update nodes are written for (ReduceSum with an axes input).
+MIN_OPSET = 13
+
+# (op_type, input index) pairs where an initializer is a shape, axis, index, bound or statistic, not a weight.
+_STRUCTURAL = {
+    ("Reshape", 1), ("Expand", 1), ("Tile", 1), ("Squeeze", 1), ("Unsqueeze", 1), ("Pad", 1), ("Pad", 2),
+    ("Pad", 3), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4), ("Resize", 1), ("Resize", 2),
+    ("Resize", 3), ("Upsample", 1), ("Clip", 1), ("Clip", 2), ("OneHot", 1), ("OneHot", 2),
+    ("ConstantOfShape", 0), ("Range", 0), ("Range", 1), ("Range", 2), ("TopK", 1), ("Split", 1),
+    ("Gather", 1), ("GatherElements", 1), ("GatherND", 1), ("ScatterElements", 1), ("ScatterND", 1),
+    ("BatchNormalization", 3), ("BatchNormalization", 4), ("Dropout", 1), ("Dropout", 2), ("Pow", 1),
+    ("CumSum", 1), ("Trilu", 1), ("ReduceSum", 1), ("ReduceMean", 1), ("ReduceMax", 1), ("ReduceMin", 1),
+    ("ReduceProd", 1), ("ReduceL2", 1), ("ReduceL1", 1), ("ReduceLogSumExp", 1), ("ReduceSumSquare", 1),
+}
+# (op_type, input index) pairs where a weight multiplies: these get the penalty; biases (Add, Gemm C) do not.
+_MULTIPLICATIVE = {("MatMul", 0), ("MatMul", 1), ("Gemm", 0), ("Gemm", 1), ("Conv", 1), ("ConvTranspose", 1),
+                   ("Gather", 0), ("Mul", 0), ("Mul", 1), ("Einsum", 0), ("Einsum", 1)}
+_FLOATS = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64)}
+_ANY_FLOAT = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+# Element types an IR-10 model may hold (IR 11+ adds FLOAT4E2M1 and later types).
+_IR10_TYPES = set(range(0, 23))
+
+
+@dataclass
+class PreparedModel:
+    """A model ready for training: loadable by ORT 1.19, one output, what to train and penalize."""
+
+    model: ModelProto
+    input_name: str
+    output_name: str
+    weights: list[str]
+    penalized: set[str]
+    dtype: np.dtype
+    initial: dict[str, np.ndarray] = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+
+    def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
+        """A copy of the model with ``values`` as its initializers (what ``to_onnx`` returns)."""
+        out = ModelProto()
+        out.CopyFrom(self.model)
+        for init in out.graph.initializer:
+            if init.name in values:
+                init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
+        return out
+
+
+def load_model(model: "str | os.PathLike[str] | bytes | ModelProto") -> ModelProto:
+    """Load a model from a path, serialized bytes or a ModelProto (copied: the caller's is untouched)."""
+    if isinstance(model, ModelProto):
+        out = ModelProto()
+        out.CopyFrom(model)
+        return out
+    if not isinstance(model, (bytes, bytearray, str, os.PathLike)):
+        raise ModelError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(model))
+        return onnx.load(os.fspath(model))
+    except Exception as exc:  # onnx raises DecodeError, OSError, ...: all mean "not a model we can read"
+        raise ModelError(f"cannot load the ONNX model: {exc}") from exc
+
+
+def _default_opset(model: ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    return 0
+
+
+def _used_element_types(model: ModelProto) -> set[int]:
+    types = {init.data_type for init in model.graph.initializer}
+    for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
+        if vi.type.HasField("tensor_type"):
+            types.add(vi.type.tensor_type.elem_type)
+    return types
+
+
+def _make_loadable(model: ModelProto, notes: list[str]) -> ModelProto:
+    """Lower the IR version and convert the opset into what ORT 1.19 accepts, or say why not."""
+    opset = _default_opset(model)
+    if opset and not MIN_OPSET <= opset <= MAX_OPSET:
+        target = min(max(opset, MIN_OPSET), MAX_OPSET)
+        try:
+            model = onnx.version_converter.convert_version(model, target)
+        except Exception as exc:
+            raise ModelError(f"the model uses opset {opset}; onnxruntime-training 1.19 needs an opset in "
+                             f"[{MIN_OPSET}, {MAX_OPSET}] and the conversion to {target} failed: {exc}") from exc
+        notes.append(f"converted opset {opset} -> {target}")
+    if model.ir_version > MAX_IR_VERSION:
+        newer = _used_element_types(model) - _IR10_TYPES
+        if newer:
+            raise ModelError(f"the model has IR version {model.ir_version} and uses element types {sorted(newer)} "
+                             f"that IR {MAX_IR_VERSION} (the highest onnxruntime 1.19 loads) cannot express")
+        notes.append(f"lowered IR version {model.ir_version} -> {MAX_IR_VERSION}")
+        model.ir_version = MAX_IR_VERSION
+    return model
+
+
+def _uses(model: ModelProto) -> dict[str, set[tuple[str, int]]]:
+    uses: dict[str, set[tuple[str, int]]] = {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}:{node.op_type}"
+            uses.setdefault(name, set()).add((op, i))
+    return uses
+
+
+def _is_trainable_use(use: tuple[str, int]) -> bool:
+    return use not in _STRUCTURAL and ":" not in use[0]
+
+
+def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights: Sequence[str] | None = None,
+                  input_name: str | None = None, output_name: str | None = None) -> PreparedModel:
+    """Load ``model`` and decide what to train.
+
+    ``weights=None`` trains every float initializer that feeds computation (not ones used as shapes,
+    axes, indices, bounds or normalization statistics, nor inputs of non-differentiable ML-domain ops);
+    an explicit list is taken in the caller's order.  Other initializers stay frozen.
+    """
+    notes: list[str] = []
+    proto = _make_loadable(load_model(model), notes)
+    graph = proto.graph
+    inits = {init.name: init for init in graph.initializer}
+    init_names = set(inits)
+    inputs = [i.name for i in graph.input if i.name not in init_names]
+    if not inputs or not graph.output:
+        raise ModelError("the model must have at least one input and one output")
+    input_name = input_name or inputs[0]
+    if input_name not in inputs:
+        raise ModelError(f"unknown input {input_name!r}; the model's inputs are {inputs}")
+    outputs = [o.name for o in graph.output]
+    output_name = output_name or outputs[0]
+    if output_name not in outputs:
+        raise ModelError(f"unknown output {output_name!r}; the model's outputs are {outputs}")
+    if len(inputs) > 1:
+        raise ModelError(f"the model has several inputs {inputs}; streamfit trains models with one input")
+    # Train through one output: the others would need gradients nobody provides.
+    kept = [o for o in graph.output if o.name == output_name]
+    del graph.output[:]
+    graph.output.extend(kept)
+    # Initializers also listed as graph inputs (IR < 4 style) are plain initializers for us.
+    real_inputs = [i for i in graph.input if i.name not in init_names]
+    del graph.input[:]
+    graph.input.extend(real_inputs)
+
+    uses = _uses(proto)
+    if weights is None:
+        weights = [name for name, init in inits.items()
+                   if init.data_type in _ANY_FLOAT and name in uses and all(map(_is_trainable_use, uses[name]))]
+        if not weights:
+            raise ModelError("the model has nothing to train: no float initializer feeds computation "
+                             f"(initializers: {sorted(inits) or 'none'})")
+    else:
+        weights = list(weights)
+        if not weights:
+            raise ModelError("weights=[] leaves nothing to train")
+        for name in weights:
+            if name not in inits:
+                raise ModelError(f"unknown weight {name!r}; the model's initializers are {sorted(inits)}")
+            if inits[name].data_type not in _FLOATS:
+                kind = TensorProto.DataType.Name(inits[name].data_type).lower()
+                raise ModelError(f"weight {name!r} is {kind}; only float32 and float64 weights can be trained")
+        if len(set(weights)) != len(weights):
+            raise ModelError(f"weights lists a name twice: {weights}")
+    dtypes = {inits[w].data_type for w in weights}
+    if len(dtypes) > 1 or not dtypes <= set(_FLOATS):
+        kinds = sorted(TensorProto.DataType.Name(d).lower() for d in dtypes)
+        raise ModelError(f"trained weights must all be float32 or all float64, got {kinds}")
+    penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
+    initial = {w: numpy_helper.to_array(inits[w]).copy() for w in weights}
+    return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
+                         initial, notes)
+
+
+def ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
+    """``names`` sorted by their position in ``order``."""
+    rank = {n: i for i, n in enumerate(order)}
+    return sorted(names, key=rank.__getitem__)

@@ -1,0 +1,260 @@
+"""The Trainer: trains the weights of one ONNX model, batch by batch, on one device."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+from onnx import ModelProto
+from onnxruntime.capi import _pybind_state as C
+
+from streamfit._engine.buffers import HostScalars, PingPong
+from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
+from streamfit._engine.device import Device, parse_device, session_options
+from streamfit._engine.forward_backward import ForwardBackwardStep
+from streamfit._engine.fused import FusedStep
+from streamfit._engine.model import prepare_model
+from streamfit._engine.staging import Staging
+from streamfit.exceptions import BadInputError, NonFiniteError, StreamfitError
+from streamfit.losses import Loss, get_loss
+from streamfit.optim import Optimizer, get_optimizer
+from streamfit.penalties import Penalty
+from streamfit.schedules import Schedule, as_schedule, schedule_from_state_dict
+
+__all__ = ["Trainer"]
+
+StepKind = Literal["fused", "forward_backward"]
+_STRATEGIES = {"fused": FusedStep, "forward_backward": ForwardBackwardStep}
+
+
+class Trainer:
+    """Online training of an ONNX model's weights with onnxruntime-training.
+
+    Weights and optimizer state stay on the device between steps; a batch is copied into a staging
+    buffer bound once per batch shape, then one step runs (one session run with ``step="fused"``).
+    A step whose loss, gradients or new weights are not finite is never applied: it raises
+    :class:`~streamfit.exceptions.NonFiniteError` (``on_nonfinite="raise"``) or is counted in
+    ``n_skipped`` (``"skip"``).
+
+    >>> import numpy as np
+    >>> from streamfit._engine.testing import linear_model
+    >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32); y = np.array([2.0, -1.0], np.float32)
+    >>> for _ in range(200):
+    ...     loss = trainer.step(X, y)
+    >>> trainer.predict(X).ravel().round(3)
+    array([ 2., -1.], dtype=float32)
+    """
+
+    def __init__(self, model: "str | os.PathLike[str] | bytes | ModelProto", *, weights: Sequence[str] | None = None,
+                 input_name: str | None = None, output_name: str | None = None, loss: "str | Loss" = "squared_error",
+                 optimizer: "str | Optimizer" = "sgd", learning_rate: "float | Schedule" = 0.01,
+                 penalty: Penalty | None = None, device: "str | Device" = "cpu", step: StepKind = "fused",
+                 on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
+                 spinning: bool = True) -> None:
+        if step not in _STRATEGIES:
+            raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
+        if on_nonfinite not in ("raise", "skip"):
+            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        self.device = parse_device(device)
+        self.prepared = prepare_model(model, weights, input_name, output_name)
+        self.loss = get_loss(loss)
+        self.optimizer = get_optimizer(optimizer)
+        self.penalty = penalty
+        self.schedule = (as_schedule(learning_rate) if not isinstance(learning_rate, Schedule)
+                         else learning_rate)
+        self.step_kind: StepKind = step
+        self.on_nonfinite = on_nonfinite
+        self.options = session_options(threads, spinning)
+        self.graphs = build_gradient_graphs(self.prepared)
+        self._predict_session = ort.InferenceSession(self.graphs.forward.SerializeToString(), self.options,
+                                                     providers=self.device.providers)
+        values: dict[str, np.ndarray] = {}
+        for w in self.prepared.weights:
+            values[w] = self.prepared.initial[w]
+            for slot, arr in self.optimizer.init_state(self.prepared.initial[w]).items():
+                values[Names.slot(w, slot)] = arr
+        self.params = PingPong(self.device, values)
+        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.inv_n],
+                                   self.prepared.dtype)
+        self._strategy: FusedStep | ForwardBackwardStep | None = None
+        self._y_tail: tuple[int, ...] | None = None
+        self.n_steps = 0  # applied steps (the optimizer's t)
+        self.n_skipped = 0
+        self.last_loss = float("nan")
+
+    # -- properties ---------------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        return self.prepared.dtype
+
+    @property
+    def weight_names(self) -> list[str]:
+        return list(self.prepared.weights)
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.schedule.lr)
+
+    # -- inputs -------------------------------------------------------------------------------------
+    def _features(self, X: Any) -> np.ndarray:
+        X = np.asarray(X)
+        if X.ndim == 0 or X.shape[0] == 0:
+            raise BadInputError(f"expected a non-empty batch of rows, got shape {X.shape}", reason="empty_batch")
+        if X.dtype.kind not in "fiub":
+            raise BadInputError(f"features are {X.dtype}, expected numbers ({self.dtype})", reason="wrong_type")
+        return X
+
+    def _ensure_strategy(self, X: np.ndarray) -> None:
+        if self._strategy is not None:
+            return
+        y = self.predict(X[:1])
+        self._y_tail = tuple(y.shape[1:])
+        y_rank = y.ndim
+        cls = _STRATEGIES[self.step_kind]
+        self._strategy = cls(self.prepared, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
+                             self.options, y_rank, self.params, self.scalars)
+
+    def _targets(self, y: Any, n: int) -> np.ndarray:
+        y = np.asarray(y)
+        if y.shape[0] != n:
+            raise BadInputError(f"got {n} rows of features but {y.shape[0]} labels", reason="shape_mismatch")
+        if self.loss.integer_labels:
+            if y.dtype.kind not in "iub" and not (y.dtype.kind == "f" and np.all(y == np.round(y))):
+                raise BadInputError(f"labels must be integer class indices, got {y.dtype}", reason="wrong_type")
+            return y.reshape(n)
+        assert self._y_tail is not None
+        size = int(np.prod(self._y_tail)) if self._y_tail else 1
+        if y.size != n * size:
+            raise BadInputError(f"labels of shape {y.shape} do not fit the model output (N, *{self._y_tail})",
+                                reason="shape_mismatch")
+        return y.reshape((n,) + self._y_tail)
+
+    def _stage(self, X: np.ndarray, y: Any, sample_weight: Any) -> Staging:
+        assert self._strategy is not None
+        n = X.shape[0]
+        T = self._targets(y, n)
+        t_dtype = np.int64 if self.loss.integer_labels else self.dtype
+        rank = len(self._y_tail or ()) + 1
+        sw_shape = sample_weight_shape(n, rank)
+        staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape)
+        sw = None if sample_weight is None else np.asarray(sample_weight)
+        if sw is not None and sw.size != n:
+            raise BadInputError(f"got {sw.size} sample weights for {n} rows", reason="shape_mismatch")
+        staging.load(X, T, sw)
+        return staging
+
+    # -- training -----------------------------------------------------------------------------------
+    def _set_scalars(self, n: int) -> None:
+        for name, value in zip(self.optimizer.scalar_names, self.optimizer.scalars(self.schedule.lr, self.n_steps)):
+            self.scalars.set(Names.scalar(name), value)
+        self.scalars.set(Names.inv_n, 1.0 / n)
+
+    def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Train on one batch; return its mean loss (computed before the update)."""
+        X = self._features(X)
+        self._ensure_strategy(X)
+        staging = self._stage(X, y, sample_weight)
+        self._set_scalars(X.shape[0])
+        loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
+        return self._finish(loss, ok)
+
+    def _finish(self, loss: float, ok: bool) -> float:
+        self.last_loss = loss
+        if not ok:
+            self.n_skipped += 1
+            if self.on_nonfinite == "raise":
+                what = "loss" if not np.isfinite(loss) else "gradients or updated weights"
+                raise NonFiniteError(f"step {self.n_steps + 1}: non-finite {what} (loss={loss}); the step was "
+                                     "not applied and the weights are unchanged", step=self.n_steps + 1, what=what)
+            return loss
+        self.n_steps += 1
+        self.schedule.step(loss if np.isfinite(loss) else None)
+        return loss
+
+    # -- piece by piece (forward/backward strategy) -------------------------------------------------
+    def _fb(self) -> ForwardBackwardStep:
+        if not isinstance(self._strategy, ForwardBackwardStep):
+            raise StreamfitError("forward()/backward()/apply_gradients() need step='forward_backward'")
+        return self._strategy
+
+    def forward(self, X: Any) -> np.ndarray:
+        """Forward pass that remembers what :meth:`backward` needs; returns the model output."""
+        X = self._features(X)
+        self._ensure_strategy(X)
+        fb = self._fb()
+        self._fb_x = np.ascontiguousarray(X, dtype=self.dtype)  # kept alive until backward
+        self._fb_n = X.shape[0]
+        y = fb.forward(self.device.resident(self._fb_x))
+        return self.device.to_numpy(y)
+
+    def backward(self, dy: Any) -> dict[str, np.ndarray]:
+        """Gradients of the trained weights for a caller-computed dL/dY of the last :meth:`forward`."""
+        fb = self._fb()
+        dy = np.ascontiguousarray(dy, dtype=self.dtype)
+        grads = fb.backward(self.device.resident(dy))
+        return {w: self.device.to_numpy(g) for w, g in zip(self.prepared.weights, grads)}
+
+    def apply_gradients(self, grads: Mapping[str, Any], loss: float | None = None) -> bool:
+        """Apply gradients (penalty, optimizer, schedule step) as a normal step would."""
+        fb = self._fb()
+        missing = [w for w in self.prepared.weights if w not in grads]
+        if missing:
+            raise KeyError(f"gradients missing for {missing}")
+        arrays = [np.ascontiguousarray(grads[w], dtype=self.dtype) for w in self.prepared.weights]
+        self._set_scalars(getattr(self, "_fb_n", 1))
+        ok = fb.apply([self.device.resident(a) for a in arrays])
+        self._finish(float("nan") if loss is None else float(loss), ok)
+        return ok
+
+    # -- inference ----------------------------------------------------------------------------------
+    def predict(self, X: Any) -> np.ndarray:
+        """The model's output for ``X`` with the current weights."""
+        X = np.ascontiguousarray(self._features(X), dtype=self.dtype)
+        io = C.SessionIOBinding(self._predict_session._sess)
+        io.bind_ortvalue_input(self.prepared.input_name, self.device.resident(X))
+        for name, value in self.params.live().items():
+            if name in self.prepared.initial:
+                io.bind_ortvalue_input(name, value)
+        io.bind_output(self.prepared.output_name, C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0))
+        self._predict_session._sess.run_with_iobinding(io, None)
+        return io.get_outputs()[0].numpy()
+
+    # -- state --------------------------------------------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Host copies of the trained weights."""
+        return self.params.read(self.prepared.weights)
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        unknown = set(weights) - set(self.prepared.weights)
+        if unknown:
+            raise KeyError(f"unknown weights {sorted(unknown)}; trained weights are {self.prepared.weights}")
+        self.params.write({k: np.asarray(v, self.dtype) for k, v in weights.items()})
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's per-weight state as named arrays (``<weight>__<slot>``)."""
+        names = [n for n in self.params.names if n not in self.prepared.initial]
+        return self.params.read(names)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimizer state, schedule, counters."""
+        return {"weights": self.get_weights(), "optimizer": self.optimizer_state(),
+                "schedule": self.schedule.state_dict(), "n_steps": self.n_steps, "n_skipped": self.n_skipped}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.set_weights(state["weights"])
+        expected = {n for n in self.params.names if n not in self.prepared.initial}
+        given = set(state.get("optimizer", {}))
+        if given != expected:
+            raise KeyError(f"optimizer state has {sorted(given)}, expected {sorted(expected)}")
+        self.params.write(state["optimizer"])
+        if "schedule" in state:
+            self.schedule = schedule_from_state_dict(state["schedule"])
+        self.n_steps = int(state.get("n_steps", 0))
+        self.n_skipped = int(state.get("n_skipped", 0))
+
+    def to_onnx(self) -> ModelProto:
+        """The inference model with the trained weights; plain onnxruntime runs it."""
+        return self.prepared.inference_model(self.get_weights())

@@ -1,0 +1,184 @@
+"""Column plan: which Arrow columns feed ``X``, ``y`` and the weights, checked against each schema.
+
+Type policy (nothing is coerced silently):
+
+* features, a regression label and weights must be floating columns (float16/32/64); they are converted
+  to the training ``dtype`` (a change of float precision, not of kind).  Integer, bool and decimal
+  columns are refused ("column 'x3' is int64, expected float32") unless ``cast=True`` is given.
+* a feature may also be one vector column: ``FixedSizeList<float, d>`` or ``fixed_shape_tensor``
+  (width = product of the shape); it is taken zero-copy when a training batch lies inside one record batch.
+* a classification label must be an integer column (converted to int64).  With ``cast=True`` bool and
+  float columns are accepted; float rows that are not whole numbers are bad rows (``non_integer_label``).
+* strings, nested lists, timestamps... are always refused (``wrong_type``), even with ``cast=True``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["ColumnProblem", "FeatureColumn", "ColumnPlan", "make_plan"]
+
+
+class ColumnProblem(Exception):
+    """A schema does not match the column spec; the rebatcher adds the position and policy."""
+
+    def __init__(self, reason: str, column: str | None, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.column = column
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FeatureColumn:
+    name: str
+    index: int          # index in the record batch
+    width: int          # 1 for a scalar column, d for a vector column
+    offset: int         # first column of X it fills
+    vector: bool
+    cast: bool          # needs an explicit (cast=True) conversion to float64 first
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How one schema maps to ``X`` (n, n_features), ``y`` and ``sample_weight``."""
+
+    features: tuple[FeatureColumn, ...]
+    label_index: int
+    label_cast: bool
+    weight_index: int | None
+    weight_cast: bool
+    n_features: int
+    #: one vector column whose values already have the training dtype: X can be a view of Arrow memory.
+    zero_copy: bool
+
+
+def _kind(t: pa.DataType) -> str:
+    if isinstance(t, pa.BaseExtensionType):
+        t = t.storage_type
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    if pa.types.is_fixed_size_list(t):
+        return "vector"
+    return "other"
+
+
+def vector_storage_type(t: pa.DataType) -> pa.FixedSizeListType:
+    return t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+
+
+def _type_name(t: pa.DataType) -> str:
+    if isinstance(t, pa.FixedShapeTensorType):
+        return f"fixed_shape_tensor<{t.value_type}>{list(t.shape)}"
+    return str(t)
+
+
+def _find(schema: pa.Schema, name: str, role: str, expected: str) -> int:
+    idx = schema.get_all_field_indices(name)
+    if not idx:
+        present = ", ".join(repr(n) for n in schema.names[:10])
+        more = ", ..." if len(schema.names) > 10 else ""
+        raise ColumnProblem("missing_column", name,
+                            f"{role}column '{name}' is missing, expected {expected} "
+                            f"(columns present: {present}{more})")
+    return idx[0]
+
+
+def _scalar_float(schema: pa.Schema, name: str, role: str, expected: str, cast: bool) -> tuple[int, bool]:
+    i = _find(schema, name, role, expected)
+    t = schema.field(i).type
+    kind = _kind(t)
+    if kind == "float":
+        return i, False
+    if kind in ("int", "bool", "decimal"):
+        if cast:
+            return i, True
+        raise ColumnProblem("wrong_type", name, f"{role}column '{name}' is {_type_name(t)}, expected {expected} "
+                                                f"(pass cast=True to convert {kind} columns)")
+    raise ColumnProblem("wrong_type", name, f"{role}column '{name}' is {_type_name(t)}, expected {expected}")
+
+
+def make_plan(
+    schema: pa.Schema,
+    *,
+    features: Sequence[str],
+    widths: Sequence[int] | None,
+    label: str,
+    weight: str | None,
+    task: str,
+    dtype: np.dtype,
+    cast: bool,
+) -> ColumnPlan:
+    """Check ``schema`` against the spec; ``widths`` are the feature widths fixed by the first batch.
+
+    Raises :class:`ColumnProblem` (reason ``missing_column`` or ``wrong_type``).
+    """
+    fname = dtype.name
+    cols: list[FeatureColumn] = []
+    offset = 0
+    for j, name in enumerate(features):
+        i = _find(schema, name, "", fname)
+        t = schema.field(i).type
+        kind = _kind(t)
+        if kind == "vector":
+            st = vector_storage_type(t)
+            vkind = _kind(st.value_type)
+            width = st.list_size
+            if isinstance(t, pa.FixedShapeTensorType):
+                width = int(np.prod(t.shape))
+            expected = f"fixed_size_list<{fname}>[{width if widths is None else widths[j]}]"
+            if vkind not in ("float", "int", "bool", "decimal") or (vkind != "float" and not cast):
+                hint = " (pass cast=True to convert integer values)" if vkind in ("int", "bool", "decimal") else ""
+                raise ColumnProblem("wrong_type", name, f"column '{name}' is {_type_name(t)}, expected {expected}{hint}")
+            if widths is not None and width != widths[j]:
+                raise ColumnProblem("wrong_type", name, f"column '{name}' is {_type_name(t)}, expected {expected}")
+            needs_cast = vkind != "float"
+            cols.append(FeatureColumn(name, i, width, offset, True, needs_cast))
+        else:
+            i, needs_cast = _scalar_float(schema, name, "", fname, cast)
+            width = 1
+            if widths is not None and widths[j] != 1:
+                raise ColumnProblem("wrong_type", name, f"column '{name}' is {_type_name(t)}, "
+                                                        f"expected fixed_size_list<{fname}>[{widths[j]}]")
+            cols.append(FeatureColumn(name, i, 1, offset, False, needs_cast))
+        offset += width
+    if not cols:
+        raise ColumnProblem("missing_column", None,
+                            f"no feature columns: the batch has only the label/weight columns {schema.names}")
+
+    if task == "classification":
+        li = _find(schema, label, "label ", "int64 class labels")
+        lt = schema.field(li).type
+        lkind = _kind(lt)
+        if lkind == "int":
+            label_cast = False
+        elif lkind in ("float", "bool") and cast:
+            label_cast = True
+        elif lkind in ("float", "bool"):
+            raise ColumnProblem("wrong_type", label, f"label column '{label}' is {_type_name(lt)}, expected int64 "
+                                                     f"class labels (pass cast=True to convert {lkind} labels)")
+        else:
+            raise ColumnProblem("wrong_type", label,
+                                f"label column '{label}' is {_type_name(lt)}, expected int64 class labels")
+    else:
+        li, label_cast = _scalar_float(schema, label, "label ", fname, cast)
+
+    wi, weight_cast = (None, False)
+    if weight is not None:
+        wi, weight_cast = _scalar_float(schema, weight, "weight ", fname, cast)
+
+    zero_copy = False
+    if len(cols) == 1 and cols[0].vector and not cols[0].cast:
+        vt = vector_storage_type(schema.field(cols[0].index).type).value_type
+        zero_copy = vt.to_pandas_dtype() == dtype
+    return ColumnPlan(tuple(cols), li, label_cast, wi, weight_cast, offset, zero_copy)

@@ -1,0 +1,20 @@
+"""On-disk checkpoints: atomic, checksummed directories of model bytes, named arrays and JSON meta.
+
+The format knows nothing of the training engine: it stores what it is given, refuses pickle, and
+survives a crash at any instant (see :class:`CheckpointStore`).
+"""
+
+from streamfit.checkpoint._async import AsyncCheckpointWriter, WriteResult
+from streamfit.checkpoint._format import FORMAT_VERSION, Checkpoint
+from streamfit.checkpoint._fs import publish
+from streamfit.checkpoint._store import CheckpointInfo, CheckpointStore
+
+__all__ = [
+    "AsyncCheckpointWriter",
+    "Checkpoint",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "FORMAT_VERSION",
+    "WriteResult",
+    "publish",
+]

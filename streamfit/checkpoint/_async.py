@@ -1,0 +1,185 @@
+"""Checkpoint writes off the training thread: one worker, at most one write in flight.
+
+Writing a checkpoint (hashing, fsync) can take seconds; the training loop hands over snapshotted
+host arrays and keeps going.  Bounding the backlog to one write bounds the memory held by snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from streamfit.checkpoint._store import CheckpointStore
+from streamfit.exceptions import CheckpointError
+
+__all__ = ["AsyncCheckpointWriter", "WriteResult"]
+
+logger = logging.getLogger("streamfit.checkpoint")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """A finished background write: which step, where, and how long ``save`` took (seconds)."""
+
+    step: int
+    path: Path
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Job:
+    step: int
+    model: bytes
+    arrays: Mapping[str, np.ndarray]
+    meta: Mapping[str, Any] | None
+
+
+class AsyncCheckpointWriter:
+    """Run :meth:`CheckpointStore.save` on one background thread, one write at a time.
+
+    ``submit`` returns at once while the writer is idle.  While a write is queued or running, it
+    waits for it (``wait=True``) or skips the new one and returns ``False`` (``wait=False``); check
+    :attr:`busy` first to avoid snapshotting for nothing.  A failed write is raised as
+    :class:`CheckpointError` by the next ``submit``/``flush``/``close``, never lost.  Arrays handed
+    in must be copies the caller no longer mutates: the worker reads them later.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> with AsyncCheckpointWriter(CheckpointStore(tempfile.mkdtemp())) as writer:
+    ...     writer.submit(1, b"model", {"w": np.zeros(2)}, {"rows": 64})
+    ...     writer.flush()
+    ...     writer.last_result.step
+    True
+    1
+    """
+
+    def __init__(self, store: CheckpointStore) -> None:
+        if not isinstance(store, CheckpointStore):
+            raise CheckpointError(f"store must be a CheckpointStore, got {type(store).__name__}")
+        self.store = store
+        self._cond = threading.Condition()
+        self._pending: _Job | None = None
+        self._running = False
+        self._closed = False
+        self._error: tuple[int, Exception] | None = None
+        self._last: WriteResult | None = None
+        self._skipped = 0
+        self._thread = threading.Thread(target=self._run, name="streamfit-checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("busy" if self.busy else "idle")
+        return f"AsyncCheckpointWriter({self.store!r}, {state})"
+
+    @property
+    def busy(self) -> bool:
+        """A write is queued or running (a ``submit(..., wait=False)`` now would be skipped)."""
+        with self._cond:
+            return self._pending is not None or self._running
+
+    @property
+    def last_result(self) -> WriteResult | None:
+        """The last successful write, with its duration."""
+        return self._last
+
+    @property
+    def skipped(self) -> int:
+        """How many submits were skipped because a write was in flight."""
+        return self._skipped
+
+    def submit(
+        self,
+        step: int,
+        model: bytes,
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> bool:
+        """Queue a checkpoint write; ``True`` if queued, ``False`` if skipped (``wait=False`` and busy).
+
+        Raises :class:`CheckpointError` if an earlier write failed, if the writer is closed, or if
+        ``timeout`` seconds pass while waiting for the write in flight.
+        """
+        with self._cond:
+            self._raise_error()
+            if self._closed:
+                raise CheckpointError("AsyncCheckpointWriter is closed")
+            if self._pending is not None or self._running:
+                if not wait:
+                    self._skipped += 1
+                    logger.info("checkpoint of step %d skipped: a write is still in flight", step)
+                    return False
+                if not self._cond.wait_for(self._idle, timeout):
+                    raise CheckpointError(f"checkpoint of step {step}: previous write still running after {timeout} s")
+                self._raise_error()
+            self._pending = _Job(step, model, arrays, meta)
+            self._cond.notify_all()
+            return True
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until no write is queued or running; raise the error of a failed one."""
+        with self._cond:
+            if not self._cond.wait_for(self._idle, timeout):
+                raise CheckpointError(f"checkpoint write still running after {timeout} s")
+            self._raise_error()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the pending write, stop the worker; idempotent.  Raises a failed write's error."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise CheckpointError(f"checkpoint write still running after {timeout} s")
+        with self._cond:
+            self._raise_error()
+
+    def __enter__(self) -> "AsyncCheckpointWriter":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _idle(self) -> bool:
+        return self._pending is None and not self._running
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            step, exc = self._error
+            self._error = None
+            raise CheckpointError(f"background checkpoint write of step {step} failed: {exc}") from exc
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending is not None or self._closed)
+                job = self._pending
+                if job is None:  # closed, nothing left to write
+                    return
+                self._pending = None
+                self._running = True
+            start = time.perf_counter()
+            try:
+                path = self.store.save(job.step, job.model, job.arrays, job.meta)
+            except Exception as exc:
+                logger.error("background checkpoint write of step %d failed: %s", job.step, exc)
+                with self._cond:
+                    self._error = (job.step, exc)
+            else:
+                seconds = time.perf_counter() - start
+                self._last = WriteResult(job.step, path, seconds)
+                logger.info("checkpoint of step %d written to %s in %.3f s", job.step, path, seconds)
+            finally:
+                del job  # drop the snapshot before waiting for the next one
+                with self._cond:
+                    self._running = False
+                    self._cond.notify_all()

@@ -1,0 +1,321 @@
+"""The layout of one checkpoint directory, its manifest, and every check a reader makes.
+
+A checkpoint directory ``ckpt-<step:012d>`` holds ``model.onnx`` (opaque bytes), ``state.npz``
+(named numpy arrays, never pickled) and ``manifest.json`` (versions, time, caller ``meta``, and the
+SHA-256 and size of the two other files).  Anything that does not match is refused, so a torn,
+truncated or tampered checkpoint is never mistaken for a good one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from numpy.lib.npyio import NpzFile
+
+from streamfit.exceptions import CheckpointError, CorruptCheckpointError
+
+__all__ = ["Checkpoint", "FORMAT", "FORMAT_VERSION", "MODEL_FILE", "STATE_FILE", "MANIFEST_FILE"]
+
+FORMAT = "streamfit-checkpoint"
+FORMAT_VERSION = 1
+MODEL_FILE = "model.onnx"
+STATE_FILE = "state.npz"
+MANIFEST_FILE = "manifest.json"
+DATA_FILES = (MODEL_FILE, STATE_FILE)
+MAX_STEP = 10**12 - 1  # the directory name has 12 digits
+_DIR_RE = re.compile(r"ckpt-([0-9]{12})")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+#: ``np.savez(file, *args, allow_pickle=..., **arrays)`` would swallow these names.
+_RESERVED_ARRAY_NAMES = frozenset({"file", "allow_pickle"})
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """One verified checkpoint: every file matched its checksum and no pickle was found."""
+
+    path: Path
+    step: int
+    manifest: dict[str, Any]
+    meta: dict[str, Any]
+    model_bytes: bytes
+    arrays: dict[str, np.ndarray]
+
+    def __repr__(self) -> str:
+        return (
+            f"Checkpoint(path={str(self.path)!r}, step={self.step}, "
+            f"model_bytes=<{len(self.model_bytes)} bytes>, arrays={sorted(self.arrays)})"
+        )
+
+
+def dir_name(step: int) -> str:
+    return f"ckpt-{step:012d}"
+
+
+def parse_dir_name(name: str) -> int | None:
+    """The step of a checkpoint directory name, or ``None`` if ``name`` is not one."""
+    m = _DIR_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def check_step(step: object) -> int:
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+        raise CheckpointError(f"Invalid checkpoint step: {step!r}, expected an int")
+    if not 0 <= int(step) <= MAX_STEP:
+        raise CheckpointError(f"Invalid checkpoint step: {step}, expected 0 <= step <= {MAX_STEP}")
+    return int(step)
+
+
+def check_model(model: object) -> memoryview:
+    if not isinstance(model, (bytes, bytearray, memoryview)):
+        raise CheckpointError(f"model must be bytes (the serialized ONNX model), got {type(model).__name__}")
+    return memoryview(model).cast("B")
+
+
+def check_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Validate the named arrays to store; refuse anything that would need pickle."""
+    if not isinstance(arrays, Mapping):
+        raise CheckpointError(f"arrays must be a mapping of name -> numpy array, got {type(arrays).__name__}")
+    out: dict[str, np.ndarray] = {}
+    for name, value in arrays.items():
+        if not isinstance(name, str) or not name:
+            raise CheckpointError(f"array name {name!r} is invalid, expected a non-empty str")
+        if name in _RESERVED_ARRAY_NAMES:
+            raise CheckpointError(f"array name {name!r} is reserved by np.savez, choose another name")
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        if not isinstance(value, np.ndarray):
+            raise CheckpointError(
+                f"array {name!r} is {type(value).__name__}, expected a numpy array "
+                "(put plain numbers in meta instead)"
+            )
+        if value.dtype.hasobject:
+            raise CheckpointError(
+                f"array {name!r} has dtype {value.dtype}, which holds Python objects; "
+                "checkpoints refuse pickle, store numeric/bool/str arrays only"
+            )
+        out[name] = value
+    return out
+
+
+def json_copy(value: Any, where: str = "meta") -> Any:
+    """A plain dict/list copy of ``value``; refuse what JSON would reject or silently change.
+
+    Mappings become dicts and tuples lists; non-str keys and non-JSON values (numpy scalars,
+    sets, objects) raise :class:`CheckpointError` naming where they are.  NaN/inf are kept
+    (Python's ``json`` round-trips them) so a diverged metric never blocks a save.
+    """
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CheckpointError(
+                    f"{where} has key {key!r} of type {type(key).__name__}, expected str "
+                    "(JSON would turn it into a string)"
+                )
+            out[key] = json_copy(item, f"{where}[{key!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [json_copy(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    raise CheckpointError(
+        f"{where} is {type(value).__name__} ({value!r:.60}), expected a JSON value "
+        "(str, int, float, bool, None, list, or dict with str keys)"
+    )
+
+
+def array_entry(arr: np.ndarray) -> dict[str, Any]:
+    """The manifest's description of one array: JSON-normalized dtype descr and shape."""
+    descr = json.loads(json.dumps(np.lib.format.dtype_to_descr(arr.dtype)))
+    return {"dtype": descr, "shape": list(arr.shape)}
+
+
+def streamfit_version() -> str:
+    pkg = sys.modules.get("streamfit")
+    version = getattr(pkg, "__version__", None)
+    return version if isinstance(version, str) else "0.0.0"
+
+
+def build_manifest(
+    step: int,
+    meta: Mapping[str, Any],
+    files: Mapping[str, Mapping[str, Any]],
+    arrays: Mapping[str, np.ndarray],
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "streamfit_version": streamfit_version(),
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds"),
+        "step": step,
+        "files": {name: dict(entry) for name, entry in files.items()},
+        "arrays": {name: array_entry(arr) for name, arr in arrays.items()},
+        "meta": dict(meta),
+    }
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """SHA-256 and size of a file, read back from disk in chunks."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return {"sha256": h.hexdigest(), "size": size}
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_manifest(manifest: Any, path: Path) -> str | None:
+    """Reason why ``manifest`` is not a usable version-1 manifest, or ``None``."""
+    if not isinstance(manifest, dict):
+        return f"manifest.json holds a {type(manifest).__name__}, expected an object"
+    if manifest.get("format") != FORMAT:
+        return f"manifest.json has format {manifest.get('format')!r}, expected {FORMAT!r}"
+    version = manifest.get("format_version")
+    if not _is_int(version):
+        return f"manifest.json has format_version {version!r}, expected an int"
+    if version > FORMAT_VERSION:
+        return (
+            f"unknown format version {version}: written by a newer streamfit "
+            f"({manifest.get('streamfit_version')}), this one reads version {FORMAT_VERSION}"
+        )
+    if version != FORMAT_VERSION:
+        return f"unknown format version {version}, expected {FORMAT_VERSION}"
+    step = manifest.get("step")
+    if not _is_int(step) or step < 0:
+        return f"manifest.json has step {step!r}, expected an int >= 0"
+    dir_step = parse_dir_name(path.name)
+    if dir_step is not None and dir_step != step:
+        return f"manifest.json says step {step} but the directory name says {dir_step}"
+    if not isinstance(manifest.get("meta"), dict):
+        return "manifest.json has no 'meta' object"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return "manifest.json has no 'files' object"
+    for name in files:
+        if name not in DATA_FILES:
+            return f"manifest.json lists unexpected file {name!r} (a checkpoint holds only {', '.join(DATA_FILES)})"
+    for name in DATA_FILES:
+        entry = files.get(name)
+        if entry is None:
+            return f"manifest.json does not list {name}"
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sha256"), str)
+            or not _SHA256_RE.fullmatch(entry["sha256"])
+            or not _is_int(entry.get("size"))
+            or entry["size"] < 0
+        ):
+            return f"manifest.json entry for {name} is {entry!r}, expected {{'sha256': <64 hex>, 'size': <int>}}"
+    arrays = manifest.get("arrays")
+    if not isinstance(arrays, dict) or not all(
+        isinstance(e, dict) and "dtype" in e and isinstance(e.get("shape"), list) for e in arrays.values()
+    ):
+        return "manifest.json has no valid 'arrays' object"
+    return None
+
+
+def _load_state(blob: bytes, listing: Mapping[str, Any]) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """Parse ``state.npz`` bytes without pickle; return (arrays, None) or (None, reason)."""
+    try:
+        npz = np.load(io.BytesIO(blob), allow_pickle=False)
+    except Exception as exc:  # ValueError for pickle, BadZipFile, EOFError...
+        return None, f"{STATE_FILE} is not a readable .npz archive ({exc})"
+    if not isinstance(npz, NpzFile):
+        return None, f"{STATE_FILE} is a single .npy array, expected an .npz archive"
+    arrays: dict[str, np.ndarray] = {}
+    with npz:
+        for key in npz.files:
+            try:
+                value = npz[key]
+            except ValueError as exc:
+                if "allow_pickle" in str(exc):
+                    return None, f"{STATE_FILE} member {key!r} is a pickled object array; pickle is refused"
+                return None, f"{STATE_FILE} member {key!r} is unreadable ({exc})"
+            except Exception as exc:
+                return None, f"{STATE_FILE} member {key!r} is unreadable ({exc})"
+            if not isinstance(value, np.ndarray):
+                return None, f"{STATE_FILE} member {key!r} is not a .npy array; refused"
+            if value.dtype.hasobject:
+                return None, f"{STATE_FILE} member {key!r} has object dtype; pickle is refused"
+            arrays[key] = value
+    if set(arrays) != set(listing):
+        return None, (
+            f"{STATE_FILE} holds arrays {sorted(arrays)} but manifest.json lists {sorted(listing)}"
+        )
+    for key, arr in arrays.items():
+        got = array_entry(arr)
+        want = {"dtype": listing[key].get("dtype"), "shape": listing[key].get("shape")}
+        if got != want:
+            return None, f"{STATE_FILE} array {key!r} is {got}, manifest.json says {want}"
+    return arrays, None
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """Read and fully verify the checkpoint directory at ``path``.
+
+    Raises :class:`CorruptCheckpointError` naming the directory and the reason when the checkpoint
+    is incomplete, fails a check or holds forbidden content; :class:`CheckpointError` on other I/O
+    errors (permissions, EIO), which say nothing about the checkpoint itself.
+    """
+
+    def corrupt(reason: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"checkpoint {os.fspath(path)}: {reason}")
+
+    try:
+        if not path.is_dir():
+            raise corrupt("does not exist" if not path.exists() else "is not a directory")
+        try:
+            raw = (path / MANIFEST_FILE).read_bytes()
+        except FileNotFoundError:
+            raise corrupt(f"{MANIFEST_FILE} is missing") from None
+        try:
+            manifest = json.loads(raw)
+        except ValueError as exc:
+            raise corrupt(f"{MANIFEST_FILE} is not valid JSON ({exc})") from exc
+        reason = _check_manifest(manifest, path)
+        if reason:
+            raise corrupt(reason)
+        extra = sorted(set(os.listdir(path)) - {MANIFEST_FILE, *DATA_FILES})
+        if extra:
+            raise corrupt(f"unexpected file {extra[0]!r} in the directory")
+        blobs: dict[str, bytes] = {}
+        for name in DATA_FILES:
+            want = manifest["files"][name]
+            try:
+                blob = (path / name).read_bytes()
+            except FileNotFoundError:
+                raise corrupt(f"{name} is missing") from None
+            if len(blob) != want["size"]:
+                raise corrupt(f"{name} is {len(blob)} bytes, manifest.json says {want['size']} (truncated?)")
+            digest = hashlib.sha256(blob).hexdigest()
+            if digest != want["sha256"]:
+                raise corrupt(f"{name} fails its SHA-256 check (got {digest[:12]}…, expected {want['sha256'][:12]}…)")
+            blobs[name] = blob
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {os.fspath(path)}: cannot read: {exc}") from exc
+    arrays, reason = _load_state(blobs[STATE_FILE], manifest["arrays"])
+    if arrays is None:
+        raise corrupt(reason or "unreadable state")
+    return Checkpoint(
+        path=path,
+        step=manifest["step"],
+        manifest=manifest,
+        meta=manifest["meta"],
+        model_bytes=blobs[MODEL_FILE],
+        arrays=arrays,
+    )

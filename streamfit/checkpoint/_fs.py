@@ -1,0 +1,94 @@
+"""Durable file-system primitives: fsynced writes, directory fsync, atomic single-file replace.
+
+A rename is only durable once the directory holding it is fsynced, and a file's bytes only once the
+file is; every helper here does both so that a crash leaves either the old or the new content.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Union
+
+from streamfit.exceptions import CheckpointError
+
+__all__ = ["publish", "fsync_dir", "write_durably", "atomic_write", "tmp_name", "test_pause"]
+
+StrPath = Union[str, "os.PathLike[str]"]
+
+#: Test hook: ``"<point>:<marker file>"`` makes the process write the point name to the marker
+#: file and sleep when it reaches that named point, so a test can SIGKILL it exactly there.
+PAUSE_ENV = "STREAMFIT_CHECKPOINT_TEST_PAUSE"
+
+
+def test_pause(point: str) -> None:
+    """Pause at ``point`` if the test hook in ``$STREAMFIT_CHECKPOINT_TEST_PAUSE`` asks for it."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec:
+        return
+    name, _, marker = spec.partition(":")
+    if name != point:
+        return
+    Path(marker).write_text(point)
+    time.sleep(600)  # the test kills us here
+
+
+test_pause.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite the name
+
+
+def tmp_name(purpose: str) -> str:
+    """Name of a temporary entry: hidden, ``.tmp-`` prefixed, unique per process and call."""
+    return f".tmp-{os.getpid()}-{secrets.token_hex(4)}-{purpose}"
+
+
+def fsync_dir(path: StrPath) -> None:
+    """Fsync a directory so that entries created, renamed or removed in it survive a crash."""
+    if os.name == "nt":  # directories cannot be opened (nor fsynced) on Windows
+        return
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: StrPath, data: bytes | bytearray | memoryview) -> None:
+    """Create ``path`` (which must not exist), write ``data`` and fsync the file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def atomic_write(path: StrPath, data: bytes | bytearray | memoryview, *, pause: str = "") -> Path:
+    """Replace ``path`` with ``data`` atomically: temp file + fsync, ``os.replace``, dir fsync."""
+    path = Path(path)
+    tmp = path.with_name(tmp_name(path.name))
+    try:
+        write_durably(tmp, data)
+        if pause:
+            test_pause(pause)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(path.parent)
+    return path
+
+
+def publish(model_bytes: bytes | bytearray | memoryview, path: StrPath) -> Path:
+    """Atomically expose ``model_bytes`` at ``path`` (e.g. the latest model for a serving process).
+
+    A reader opening ``path`` sees either the previous complete file or the new one, never a
+    partial write; after return the new content survives a crash.  Returns ``path`` as a ``Path``.
+    """
+    try:
+        return atomic_write(path, model_bytes)
+    except OSError as exc:
+        raise CheckpointError(f"cannot publish model to {os.fspath(path)!r}: {exc}") from exc

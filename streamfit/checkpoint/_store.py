@@ -1,0 +1,326 @@
+"""A directory of checkpoints written atomically, with a ``latest`` pointer and retention.
+
+The ``latest`` pointer is the commit record: a checkpoint directory only counts once ``latest``
+names it (or a later one).  So a crash at any instant leaves the previous checkpoints and pointer
+intact; at worst a ``.tmp-*`` entry or an uncommitted directory remains, which readers ignore and
+the next :meth:`CheckpointStore.save` removes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from streamfit.checkpoint._format import (
+    MANIFEST_FILE,
+    MODEL_FILE,
+    STATE_FILE,
+    Checkpoint,
+    build_manifest,
+    check_arrays,
+    json_copy,
+    check_model,
+    check_step,
+    dir_name,
+    file_digest,
+    parse_dir_name,
+    read_checkpoint,
+)
+from streamfit.checkpoint._fs import StrPath, atomic_write, fsync_dir, test_pause, tmp_name, write_durably
+from streamfit.exceptions import CheckpointError, CorruptCheckpointError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["CheckpointInfo", "CheckpointStore"]
+
+logger = logging.getLogger("streamfit.checkpoint")
+
+LATEST_FILE = "latest"
+LOCK_FILE = ".lock"
+_NO_CHECKPOINT = "none"  # pointer content after discard_after() removed every checkpoint
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A committed checkpoint directory, as listed (not yet verified: use :meth:`CheckpointStore.load`)."""
+
+    step: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class _Scan:
+    committed: list[CheckpointInfo]
+    uncommitted: list[CheckpointInfo]
+    pointer: str | None  # directory name the pointer holds, "none", or None when missing/garbage
+    problem: str | None  # why the pointer was ignored
+
+
+class CheckpointStore:
+    """Checkpoints of one training run under ``root``: atomic ``save``, verified ``load``, last ``keep`` kept.
+
+    Each checkpoint is a directory ``ckpt-<step:012d>`` holding ``model.onnx``, ``state.npz`` and
+    ``manifest.json``; ``latest`` names the newest.  The store does not know the training engine: it
+    stores the model bytes, named arrays and JSON ``meta`` it is given.  One writer per root (saves
+    are serialized by a lock file); any number of readers.
+
+    Parameters
+    ----------
+    root
+        Directory holding the checkpoints; created on the first save.
+    keep
+        How many checkpoints to keep; older ones are deleted once a new one is durable.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> root = tempfile.mkdtemp()
+    >>> store = CheckpointStore(root, keep=2)
+    >>> for step in (10, 20, 30):
+    ...     _ = store.save(step, b"onnx-bytes", {"m": np.full(3, step, np.float32)}, {"rows": step * 8})
+    >>> [info.step for info in store.list()]
+    [20, 30]
+    >>> ckpt = store.load_latest()
+    >>> ckpt.step, ckpt.meta, ckpt.model_bytes, ckpt.arrays["m"]
+    (30, {'rows': 240}, b'onnx-bytes', array([30., 30., 30.], dtype=float32))
+    """
+
+    def __init__(self, root: StrPath, keep: int = 3) -> None:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise CheckpointError(f"Invalid keep: {keep!r}, expected an int >= 1")
+        self.root = Path(root)
+        self.keep = keep
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({str(self.root)!r}, keep={self.keep})"
+
+    # ----------------------------------------------------------------------------------- writing
+
+    def save(
+        self,
+        step: int,
+        model: bytes,
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write checkpoint ``step`` durably and atomically, make it ``latest``, apply retention.
+
+        ``arrays`` must be snapshots (copies) the caller no longer mutates; object dtypes are
+        refused.  ``meta`` must be JSON (str keys; tuples come back as lists).  ``step`` must be
+        greater than every committed checkpoint's step; after a rollback, :meth:`discard_after`
+        first.  Returns the checkpoint directory.
+        """
+        step = check_step(step)
+        model_view = check_model(model)
+        snap = check_arrays(arrays)
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, Mapping):
+            raise CheckpointError(f"meta must be a mapping, got {type(meta).__name__}")
+        meta_copy = json_copy(meta)
+        name = dir_name(step)
+        with self._writing():
+            self._remove_leftovers()
+            committed = self._scan().committed
+            if committed and step <= committed[-1].step:
+                raise CheckpointError(
+                    f"cannot save step {step}: checkpoint {committed[-1].path.name} (step "
+                    f"{committed[-1].step}) already exists and steps must increase; after a "
+                    "rollback call discard_after(step) first"
+                )
+            final = self.root / name
+            tmp = self.root / tmp_name(name)
+            try:
+                os.mkdir(tmp)
+                write_durably(tmp / MODEL_FILE, model_view)
+                test_pause("model_written")
+                with open(tmp / STATE_FILE, "xb") as f:
+                    np.savez(f, **snap)
+                    f.flush()
+                    os.fsync(f.fileno())
+                files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}
+                manifest = build_manifest(step, meta_copy, files, snap)
+                write_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
+                fsync_dir(tmp)
+                test_pause("files_written")
+                os.rename(tmp, final)
+            except BaseException as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                if isinstance(exc, OSError):
+                    raise CheckpointError(f"cannot write checkpoint step {step} under {self.root}: {exc}") from exc
+                raise
+            try:
+                fsync_dir(self.root)
+                test_pause("renamed")
+                self._write_pointer(name)
+            except OSError as exc:
+                raise CheckpointError(f"checkpoint {final} written but not committed: {exc}") from exc
+            test_pause("latest_updated")
+            self._apply_retention()
+        return final
+
+    def discard_after(self, step: int) -> list[Path]:
+        """Delete every checkpoint with a step greater than ``step`` (after a rollback); return them.
+
+        ``latest`` is moved back first, so a crash midway never resurrects a discarded checkpoint.
+        """
+        step = check_step(step)
+        with self._writing():
+            scan = self._scan()
+            kept = [i for i in scan.committed if i.step <= step]
+            dropped = [i for i in scan.committed if i.step > step]
+            if dropped:
+                self._write_pointer(kept[-1].path.name if kept else None)
+                self._delete([i.path for i in dropped + scan.uncommitted])
+        return [i.path for i in dropped]
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Serialize writers: a thread lock, and an exclusive ``flock`` on ``root/.lock``."""
+        with self._lock:
+            try:
+                if not self.root.is_dir():
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    fsync_dir(self.root.parent)
+                fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise CheckpointError(f"cannot open checkpoint directory {self.root}: {exc}") from exc
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+
+    def _write_pointer(self, name: str | None) -> None:
+        text = (name if name is not None else _NO_CHECKPOINT) + "\n"
+        atomic_write(self.root / LATEST_FILE, text.encode(), pause="latest_tmp_written")
+
+    def _remove_leftovers(self) -> None:
+        """Remove what crashed writers left: ``.tmp-*`` entries and uncommitted directories.
+
+        Only called with the writer lock held, so no other writer is using them.
+        """
+        stale = [self.root / n for n in os.listdir(self.root) if n.startswith(".tmp-")]
+        for path in stale:
+            logger.info("removing leftover of an interrupted checkpoint write: %s", path)
+            _remove(path)
+        uncommitted = self._scan().uncommitted
+        for info in uncommitted:
+            logger.warning("removing uncommitted checkpoint %s (a writer crashed before updating latest)", info.path)
+        self._delete([i.path for i in uncommitted])
+
+    def _apply_retention(self) -> None:
+        old = self._scan().committed[: -self.keep]
+        try:
+            self._delete([i.path for i in old])
+        except OSError as exc:  # the new checkpoint is durable; an old one lingering is harmless
+            logger.warning("retention: cannot delete old checkpoints under %s: %s", self.root, exc)
+
+    def _delete(self, paths: list[Path]) -> None:
+        """Delete checkpoint directories: rename all to ``.tmp-*`` (atomic), fsync root, then rmtree."""
+        if not paths:
+            return
+        trash = []
+        for path in paths:
+            target = self.root / tmp_name("discard")
+            os.rename(path, target)
+            trash.append(target)
+            test_pause("retention")
+        fsync_dir(self.root)
+        for target in trash:
+            _remove(target)
+
+    # ----------------------------------------------------------------------------------- reading
+
+    def _read_pointer(self) -> tuple[str | None, str | None]:
+        try:
+            text = (self.root / LATEST_FILE).read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            return None, f"{self.root / LATEST_FILE} is missing"
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, f"{self.root / LATEST_FILE} is unreadable ({exc})"
+        if text == _NO_CHECKPOINT or parse_dir_name(text) is not None:
+            return text, None
+        return None, f"{self.root / LATEST_FILE} holds {text[:40]!r}, expected a checkpoint directory name"
+
+    def _scan(self) -> _Scan:
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return _Scan([], [], None, None)
+        infos = sorted(
+            (CheckpointInfo(step, self.root / n) for n in names if (step := parse_dir_name(n)) is not None),
+            key=lambda i: i.step,
+        )
+        infos = [i for i in infos if i.path.is_dir()]
+        pointer, problem = self._read_pointer()
+        if pointer is None:  # no usable commit record: every complete directory counts
+            return _Scan(infos, [], None, problem if infos else None)
+        limit = -1 if pointer == _NO_CHECKPOINT else parse_dir_name(pointer)
+        assert limit is not None
+        return _Scan(
+            [i for i in infos if i.step <= limit], [i for i in infos if i.step > limit], pointer, None
+        )
+
+    def list(self) -> builtins.list[CheckpointInfo]:
+        """Committed checkpoints, oldest first (directory names only; nothing is verified)."""
+        return self._scan().committed
+
+    def load(self, path: StrPath) -> Checkpoint:
+        """Read and verify one checkpoint: a directory path, or a directory name under ``root``.
+
+        Raises :class:`CorruptCheckpointError` with the reason if it is incomplete or fails a check.
+        """
+        p = Path(path)
+        if not p.is_absolute() and len(p.parts) == 1:
+            p = self.root / p
+        return read_checkpoint(p)
+
+    def load_latest(self) -> Checkpoint | None:
+        """The newest valid committed checkpoint, or ``None`` if there is none.
+
+        A corrupt one (checksum or size mismatch, missing file, bad manifest, unknown version, pickle)
+        is logged as a warning naming the directory and the reason, and the previous one is tried.
+        Raises :class:`CorruptCheckpointError` if checkpoints exist but none is valid, rather than
+        letting training silently restart from scratch.
+        """
+        scan = self._scan()
+        if scan.problem:
+            logger.warning("%s; using the newest valid checkpoint directory", scan.problem)
+        if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir():
+            logger.warning("latest names %s, which is missing; falling back to an older checkpoint", scan.pointer)
+        reasons = []
+        for info in reversed(scan.committed):
+            try:
+                return read_checkpoint(info.path)
+            except CorruptCheckpointError as exc:
+                logger.warning("skipping corrupt checkpoint %s: %s", info.path, exc)
+                reasons.append(str(exc))
+        if reasons:
+            raise CorruptCheckpointError(f"no valid checkpoint under {self.root}: " + "; ".join(reasons))
+        if scan.pointer not in (None, _NO_CHECKPOINT):
+            raise CorruptCheckpointError(f"no valid checkpoint under {self.root}: latest names missing {scan.pointer}")
+        return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

@@ -1,0 +1,36 @@
+"""Losses: each a small ONNX graph giving the batch loss and dL/dY, with an optional per-row weight."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamfit.losses.absolute import AbsoluteError
+from streamfit.losses.base import Loss
+from streamfit.losses.elastic import ElasticError
+from streamfit.losses.huber import Huber
+from streamfit.losses.log import BinaryLogLoss
+from streamfit.losses.softmax import SoftmaxCrossEntropy
+from streamfit.losses.squared import SquaredError
+
+__all__ = ["Loss", "SquaredError", "AbsoluteError", "Huber", "ElasticError", "BinaryLogLoss",
+           "SoftmaxCrossEntropy", "get_loss"]
+
+_BY_NAME: dict[str, type[Loss]] = {cls.name: cls for cls in
+                                    (SquaredError, AbsoluteError, Huber, ElasticError, BinaryLogLoss,
+                                     SoftmaxCrossEntropy)}
+_ALIASES = {"mse": "squared_error", "l2": "squared_error", "mae": "absolute_error", "l1": "absolute_error",
+            "log": "log_loss", "binary_log_loss": "log_loss", "cross_entropy": "softmax_cross_entropy"}
+
+
+def get_loss(loss: "str | Loss", **params: Any) -> Loss:
+    """A loss object from an instance or a name (``"squared_error"``, ``"huber"``, ...).
+
+    >>> get_loss("huber", delta=2.0)
+    Huber(delta=2.0)
+    """
+    if isinstance(loss, Loss):
+        return loss
+    key = _ALIASES.get(loss, loss)
+    if key not in _BY_NAME:
+        raise ValueError(f"unknown loss {loss!r}; expected one of {sorted(_BY_NAME)}")
+    return _BY_NAME[key](**params)

@@ -1,0 +1,66 @@
+"""The loss interface: a small ONNX graph giving the batch loss and dL/dY, plus its numpy twin."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+
+__all__ = ["Loss"]
+
+
+class Loss(abc.ABC):
+    """Mean over the batch of ``sample_weight * l(y, t)``, and its gradient with respect to ``y``.
+
+    A subclass writes only the per-element terms, once in ONNX (:meth:`_terms`) and once in numpy
+    (:meth:`_np_terms`); the weighting and the mean are shared.  ``inv_n`` (1/rows) is fed as a scalar
+    input, which keeps Shape/Size/Div chains out of the training graph (they dominate at batch 1).
+    """
+
+    name: ClassVar[str]
+    #: True when labels are integer class indices (softmax cross-entropy).
+    integer_labels: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+        """Per-row (or per-element) loss and dl/dy, broadcastable with a (N, 1) sample weight."""
+
+    @abc.abstractmethod
+    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """numpy twin of :meth:`_terms` (the reference the tests check the graph against)."""
+
+    def graph(self, b: GraphBuilder, y: str, t: str, sw: str, inv_n: str) -> tuple[str, str]:
+        """Emit the nodes; return the names of the scalar loss and of dL/dY (shape of ``y``)."""
+        per_row, dl = self._terms(b, y, t)
+        scale = b.op("Mul", sw, inv_n)
+        loss = b.op("Mul", b.op("ReduceSum", b.op("Mul", per_row, sw), keepdims=0), inv_n)
+        return loss, b.op("Mul", dl, scale)
+
+    def numpy(self, y: np.ndarray, t: np.ndarray, sw: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Loss and dL/dY in numpy, for tests and for progressive validation without a session."""
+        y = np.asarray(y)
+        n = y.shape[0]
+        sw = np.ones((n, 1), y.dtype) if sw is None else np.asarray(sw, y.dtype).reshape(n, 1)
+        per_row, dl = self._np_terms(y, np.asarray(t))
+        return float((per_row * sw).sum() / n), dl * sw / n
+
+    def dloss(self, p: float, y: float) -> float:
+        """Derivative of the loss of one sample wrt a scalar prediction (learning-rate heuristics)."""
+        _, d = self._np_terms(np.array([[p]], np.float64), np.array([[y]], np.float64))
+        return float(d.ravel()[0])
+
+    def get_params(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.get_params() == other.get_params()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(sorted(self.get_params().items()))))

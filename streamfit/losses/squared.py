@@ -1,0 +1,27 @@
+"""Squared error, ``0.5 * (y - t)**2``: the 1/2 makes dL/dY = y - t, as scikit-learn's SGD and MLP use."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+from streamfit.losses.base import Loss
+
+
+class SquaredError(Loss):
+    """Half squared error, summed over outputs, averaged over rows.
+
+    >>> import numpy as np
+    >>> SquaredError().numpy(np.array([[3.0]]), np.array([[1.0]]))[0]
+    2.0
+    """
+
+    name = "squared_error"
+
+    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+        r = b.op("Sub", y, t)
+        return b.op("Mul", b.op("Mul", r, r), b.const(0.5)), r
+
+    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = y - t
+        return 0.5 * r * r, r

@@ -1,0 +1,30 @@
+"""Optimizers: update rules emitted as ONNX nodes, with device-resident per-weight state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamfit.optim.adagrad import AdaGrad
+from streamfit.optim.adam import Adam
+from streamfit.optim.adamw import AdamW
+from streamfit.optim.base import Optimizer
+from streamfit.optim.momentum import Momentum
+from streamfit.optim.nesterov import Nesterov
+from streamfit.optim.sgd import SGD
+
+__all__ = ["Optimizer", "SGD", "Momentum", "Nesterov", "Adam", "AdamW", "AdaGrad", "get_optimizer"]
+
+_BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Momentum, Nesterov, Adam, AdamW, AdaGrad)}
+
+
+def get_optimizer(optimizer: "str | Optimizer", **params: Any) -> Optimizer:
+    """An optimizer from an instance or a name (``"sgd"``, ``"adam"``, ...); ``params`` go to its constructor.
+
+    >>> get_optimizer("nesterov", momentum=0.5)
+    Nesterov(momentum=0.5)
+    """
+    if isinstance(optimizer, Optimizer):
+        return optimizer
+    if optimizer not in _BY_NAME:
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(_BY_NAME)}")
+    return _BY_NAME[optimizer](**params)

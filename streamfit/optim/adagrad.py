@@ -1,0 +1,45 @@
+"""AdaGrad: step sizes shrink with the sum of past squared gradients (good for sparse features)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+from streamfit.optim.base import Optimizer, check_range
+
+
+class AdaGrad(Optimizer):
+    """``s <- s + g**2; w <- w - lr * g / (sqrt(s) + eps)`` (PyTorch's Adagrad without lr decay).
+
+    >>> import numpy as np
+    >>> opt = AdaGrad()
+    >>> opt.numpy_update(np.array([1.0]), np.array([2.0]), opt.init_state(np.zeros(1)), {"lr": 0.1})[0]
+    array([0.9])
+    """
+
+    name = "adagrad"
+    slots = ("sum_sq",)
+
+    def __init__(self, eps: float = 1e-10, initial_accumulator_value: float = 0.0) -> None:
+        self.eps = check_range("eps", eps, 0.0)
+        self.initial_accumulator_value = check_range("initial_accumulator_value",
+                                                     initial_accumulator_value, 0.0)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"eps": self.eps, "initial_accumulator_value": self.initial_accumulator_value}
+
+    def init_state(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        return {"sum_sq": np.full_like(w, self.initial_accumulator_value)}
+
+    def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
+               s: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+        acc = b.op("Add", state["sum_sq"], b.op("Mul", g, g))
+        step = b.op("Div", b.op("Mul", g, s["lr"]), b.op("Add", b.op("Sqrt", acc), b.const(self.eps)))
+        return b.op("Sub", w, step), {"sum_sq": acc}
+
+    def numpy_update(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
+                     s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        acc = state["sum_sq"] + g * g
+        return w - s["lr"] * g / (np.sqrt(acc) + self.eps), {"sum_sq": acc}

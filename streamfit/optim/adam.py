@@ -1,0 +1,68 @@
+"""Adam (Kingma & Ba, Algorithm 1, as PyTorch computes it): per-weight adaptive step sizes."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+from streamfit.optim.base import Optimizer, check_range
+
+
+class Adam(Optimizer):
+    """``m, v`` moving averages of g and g**2; ``w -= lr * m_hat / (sqrt(v_hat) + eps)``.
+
+    The bias corrections are folded into two scalars fed each step (``step_size = lr / (1 - b1**t)``
+    and ``inv_sqrt_bc2 = 1 / sqrt(1 - b2**t)``), so the graph has no power or step counter.
+
+    >>> import numpy as np
+    >>> opt = Adam()
+    >>> s = dict(zip(opt.scalar_names, opt.scalars(0.1, 0)))
+    >>> opt.numpy_update(np.array([1.0]), np.array([3.0]), opt.init_state(np.zeros(1)), s)[0].round(6)
+    array([0.9])
+    """
+
+    name = "adam"
+    slots = ("exp_avg", "exp_avg_sq")
+    scalar_names = ("lr", "step_size", "inv_sqrt_bc2")
+
+    def __init__(self, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
+        self.beta1 = check_range("beta1", beta1, 0.0, 1.0)
+        self.beta2 = check_range("beta2", beta2, 0.0, 1.0)
+        self.eps = check_range("eps", eps, 0.0)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
+
+    def scalars(self, lr: float, t: int) -> tuple[float, ...]:
+        step = t + 1
+        return lr, lr / (1.0 - self.beta1 ** step), 1.0 / math.sqrt(1.0 - self.beta2 ** step)
+
+    def _moments(self, b: GraphBuilder, g: str, state: Mapping[str, str]) -> tuple[str, str]:
+        m = b.op("Add", b.op("Mul", state["exp_avg"], b.const(self.beta1)),
+                 b.op("Mul", g, b.const(1.0 - self.beta1)))
+        v = b.op("Add", b.op("Mul", state["exp_avg_sq"], b.const(self.beta2)),
+                 b.op("Mul", b.op("Mul", g, g), b.const(1.0 - self.beta2)))
+        return m, v
+
+    def _step(self, b: GraphBuilder, w: str, m: str, v: str, s: Mapping[str, str]) -> str:
+        denom = b.op("Add", b.op("Mul", b.op("Sqrt", v), s["inv_sqrt_bc2"]), b.const(self.eps))
+        return b.op("Sub", w, b.op("Mul", b.op("Div", m, denom), s["step_size"]))
+
+    def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
+               s: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+        m, v = self._moments(b, g, state)
+        return self._step(b, w, m, v, s), {"exp_avg": m, "exp_avg_sq": v}
+
+    def _np_step(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
+                 s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        m = self.beta1 * state["exp_avg"] + (1 - self.beta1) * g
+        v = self.beta2 * state["exp_avg_sq"] + (1 - self.beta2) * g * g
+        w_new = w - s["step_size"] * m / (np.sqrt(v) * s["inv_sqrt_bc2"] + self.eps)
+        return w_new, {"exp_avg": m, "exp_avg_sq": v}
+
+    def numpy_update(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
+                     s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        return self._np_step(w, g, state, s)

@@ -1,0 +1,61 @@
+"""The optimizer interface: an update rule emitted as ONNX nodes, with per-weight device-resident state.
+
+An optimizer never runs anything itself.  The engine asks it for the update nodes of each weight
+(built once, into the fused graph or into the separate update graph), for the per-weight state
+slots to allocate on the device, and, once per step, for the scalar inputs of the rule (learning
+rate, bias corrections).  ``numpy_update`` is the same rule in numpy: the reference the tests use.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+
+__all__ = ["Optimizer"]
+
+
+class Optimizer(abc.ABC):
+    """Base class: subclasses write ``update``/``numpy_update`` and, if needed, ``scalars``."""
+
+    name: ClassVar[str]
+    #: Names of the per-weight state slots (each the shape of its weight, zero-initialized).
+    slots: ClassVar[tuple[str, ...]] = ()
+    #: Names of the scalar inputs fed at every step; ``"lr"`` always comes first.
+    scalar_names: ClassVar[tuple[str, ...]] = ("lr",)
+
+    def scalars(self, lr: float, t: int) -> tuple[float, ...]:
+        """Scalar inputs for the step that follows ``t`` completed steps."""
+        return (lr,)
+
+    @abc.abstractmethod
+    def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
+               s: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+        """Emit the nodes of one weight's update; return the new weight and new state names."""
+
+    @abc.abstractmethod
+    def numpy_update(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
+                     s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The same rule in numpy (reference for tests and documentation)."""
+
+    def init_state(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        return {slot: np.zeros_like(w) for slot in self.slots}
+
+    def get_params(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+
+def check_range(name: str, value: float, low: float, high: float | None = None) -> float:
+    """Validate a hyper-parameter: ``low <= value`` (``< high`` when given), with a clear message."""
+    value = float(value)
+    if not (value >= low and (high is None or value < high)):
+        bound = f"in [{low}, {high})" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    return value

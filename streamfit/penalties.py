@@ -1,0 +1,81 @@
+"""Weight penalties with scikit-learn SGD's meaning of ``alpha`` and ``l1_ratio``.
+
+The L2 part enters the gradient (``g + alpha * (1 - l1_ratio) * w``), so with plain SGD a step is
+scikit-learn's ``w *= 1 - lr * alpha * (1 - l1_ratio)`` followed by the loss step.  The L1 part is a
+proximal (soft-threshold) step after the update, ``lr * alpha * l1_ratio`` wide, which, like
+scikit-learn's truncated gradient, drives weights to exact zeros.  Both scale with the learning rate:
+a decay that ignores it (onnxcustom's) shrinks the weights to zero within a few thousand steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+
+__all__ = ["Penalty", "get_penalty"]
+
+
+class Penalty:
+    """Elastic-net penalty ``alpha * (l1_ratio * |w|_1 + (1 - l1_ratio) / 2 * |w|_2^2)``.
+
+    >>> import numpy as np
+    >>> p = Penalty(alpha=0.1, l1_ratio=0.0)
+    >>> p.numpy_gradient(np.array([2.0]), np.array([0.0]))
+    array([0.2])
+    """
+
+    def __init__(self, alpha: float = 1e-4, l1_ratio: float = 0.0) -> None:
+        if not alpha >= 0:
+            raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+        if not 0.0 <= l1_ratio <= 1.0:
+            raise ValueError(f"l1_ratio must be in [0, 1], got {l1_ratio!r}")
+        self.alpha = float(alpha)
+        self.l1_ratio = float(l1_ratio)
+
+    @property
+    def l2(self) -> float:
+        return self.alpha * (1.0 - self.l1_ratio)
+
+    @property
+    def l1(self) -> float:
+        return self.alpha * self.l1_ratio
+
+    def gradient(self, b: GraphBuilder, w: str, g: str) -> str:
+        """Gradient with the L2 term added (unchanged when there is none)."""
+        return g if self.l2 == 0 else b.op("Add", g, b.op("Mul", w, b.const(self.l2)))
+
+    def proximal(self, b: GraphBuilder, w: str, lr: str) -> str:
+        """Soft-threshold ``w`` by ``lr * l1`` (unchanged when there is no L1 term)."""
+        if self.l1 == 0:
+            return w
+        shrunk = b.op("Relu", b.op("Sub", b.op("Abs", w), b.op("Mul", lr, b.const(self.l1))))
+        return b.op("Mul", b.op("Sign", w), shrunk)
+
+    def numpy_gradient(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return g + self.l2 * w
+
+    def numpy_proximal(self, w: np.ndarray, lr: float) -> np.ndarray:
+        return np.sign(w) * np.maximum(np.abs(w) - lr * self.l1, 0.0) if self.l1 else w
+
+    def get_params(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "l1_ratio": self.l1_ratio}
+
+    def __repr__(self) -> str:
+        return f"Penalty(alpha={self.alpha!r}, l1_ratio={self.l1_ratio!r})"
+
+
+def get_penalty(penalty: "str | Penalty | None", alpha: float = 1e-4, l1_ratio: float = 0.15) -> Penalty | None:
+    """scikit-learn's ``penalty`` argument: ``None``, ``"l2"``, ``"l1"`` or ``"elasticnet"`` (uses ``l1_ratio``).
+
+    >>> get_penalty("l1", alpha=0.01)
+    Penalty(alpha=0.01, l1_ratio=1.0)
+    """
+    if penalty is None or isinstance(penalty, Penalty):
+        return penalty
+    ratios = {"l2": 0.0, "l1": 1.0, "elasticnet": l1_ratio}
+    if penalty not in ratios:
+        raise ValueError(f"unknown penalty {penalty!r}; expected None, 'l2', 'l1' or 'elasticnet'")
+    return None if alpha == 0 else Penalty(alpha, ratios[penalty])

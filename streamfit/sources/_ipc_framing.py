@@ -1,0 +1,125 @@
+"""Incremental reader of the Arrow IPC stream format over any async byte reader (file thread or socket).
+
+pyarrow only reads IPC streams with blocking calls; reading the framing here lets a socket be read with
+anyio's own non-blocking streams, and lets a file skip record-batch bodies on seek without decoding them.
+Format: each message is ``0xFFFFFFFF``, int32 metadata length, a flatbuffer ``Message``, then its body.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Awaitable, Callable, TypeVar
+
+import pyarrow as pa
+
+__all__ = ["Undecodable", "Truncated", "IpcStreamReader", "SKIPPED"]
+
+#: Reads up to n bytes; returns fewer only at the end of the stream.
+ReadFn = Callable[[int], Awaitable[bytes]]
+SkipFn = Callable[[int], Awaitable[None]]
+
+T = TypeVar("T")
+_CONTINUATION = 0xFFFFFFFF
+_SCHEMA, _DICTIONARY_BATCH, _RECORD_BATCH = 1, 2, 3
+_MAX_METADATA = 64 << 20
+_MAX_BODY = 1 << 40
+#: returned instead of a batch when the caller asked to skip it undecoded.
+SKIPPED = object()
+
+
+class Undecodable(Exception):
+    """The bytes are not a valid Arrow IPC stream."""
+
+
+class Truncated(Undecodable):
+    """The stream ended in the middle of a message."""
+
+
+def _message_header(meta: bytes) -> tuple[int, int]:
+    """(header type, body length) of a flatbuffer ``Message``: union type = field 1, bodyLength = field 3."""
+    size = len(meta)
+    table = int.from_bytes(meta[0:4], "little")
+    if table + 4 > size:
+        raise Undecodable("bad IPC message metadata")
+    vtable = table - int.from_bytes(meta[table:table + 4], "little", signed=True)
+    if vtable < 0 or vtable + 4 > size:
+        raise Undecodable("bad IPC message metadata")
+    vtable_size = int.from_bytes(meta[vtable:vtable + 2], "little")
+
+    def field(i: int) -> int:
+        slot = 4 + 2 * i
+        return int.from_bytes(meta[vtable + slot:vtable + slot + 2], "little") if slot + 2 <= vtable_size else 0
+
+    type_at, body_at = field(1), field(3)
+    if table + max(type_at + 1, body_at + 8) > size:
+        raise Undecodable("bad IPC message metadata")
+    kind = meta[table + type_at] if type_at else 0
+    body = int.from_bytes(meta[table + body_at:table + body_at + 8], "little", signed=True) if body_at else 0
+    if not 0 <= body <= _MAX_BODY:
+        raise Undecodable(f"bad IPC body length {body}")
+    return kind, body
+
+
+class IpcStreamReader:
+    """Reads one Arrow IPC stream message by message and decodes its record batches."""
+
+    def __init__(self, read: ReadFn, skip: SkipFn | None = None) -> None:
+        self._read = read
+        self._skip = skip
+        self.schema: pa.Schema | None = None
+        self._schema_message = b""
+        self._dictionaries: list[bytes] = []
+
+    async def _exactly(self, n: int, what: str) -> bytes:
+        data = await self._read(n)
+        if len(data) < n:
+            raise Truncated(f"IPC stream ends inside a message ({what}: {len(data)} of {n} bytes)")
+        return data
+
+    async def next_batch(self, decode: bool = True) -> pa.RecordBatch | object | None:
+        """Next record batch, ``None`` at the end, ``SKIPPED`` if ``decode`` is false (body not decoded)."""
+        while True:
+            head = await self._read(8)
+            if not head:
+                return None  # closed at a message boundary without the end-of-stream marker: also an end
+            if len(head) < 8:
+                raise Truncated("IPC stream ends inside a message header")
+            marker, length = struct.unpack("<Ii", head)
+            if marker != _CONTINUATION:
+                raise Undecodable("not an Arrow IPC stream (no continuation marker)")
+            if length == 0:
+                return None
+            if not 0 < length <= _MAX_METADATA:
+                raise Undecodable(f"bad IPC metadata length {length}")
+            meta = await self._exactly(length, "metadata")
+            kind, body_length = _message_header(meta)
+            if kind == _RECORD_BATCH and not decode and self._skip is not None:
+                await self._skip(body_length)
+                return SKIPPED
+            body = await self._exactly(body_length, "body") if body_length else b""
+            message = b"".join((head, meta, body))
+            if kind == _RECORD_BATCH:
+                return self._decode_batch(message) if decode else SKIPPED
+            if kind == _SCHEMA and self.schema is None:
+                self.schema = _decoded(pa.ipc.read_schema, pa.py_buffer(message))
+                self._schema_message = message
+            elif kind == _DICTIONARY_BATCH and self.schema is not None:
+                self._dictionaries.append(message)
+            else:
+                raise Undecodable(f"unexpected IPC message type {kind}")
+
+    def _decode_batch(self, message: bytes) -> pa.RecordBatch:
+        if self.schema is None:
+            raise Undecodable("IPC record batch before the schema")
+        if not self._dictionaries:
+            return _decoded(pa.ipc.read_record_batch, pa.py_buffer(message), self.schema)
+        # pyarrow cannot feed dictionary batches to a memo: replay schema + dictionaries + batch.
+        stream = b"".join((self._schema_message, *self._dictionaries, message))
+        return _decoded(lambda buf: pa.ipc.open_stream(buf).read_next_batch(), pa.py_buffer(stream))
+
+
+def _decoded(fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return fn(*args)
+    except (pa.ArrowException, ValueError, StopIteration) as exc:
+        raise Undecodable(f"invalid IPC message: {exc}") from exc

@@ -1,0 +1,249 @@
+"""Arrow IPC sources: a file or stdin (:class:`IpcSource`), a TCP port producers push to (:class:`IpcTcpSource`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, BinaryIO, Callable
+
+import anyio
+import pyarrow as pa
+from anyio.abc import SocketAttribute, SocketListener, SocketStream
+
+from streamfit.exceptions import BadInputError, SourceError
+from streamfit.sources._base import Position, Source, SourceBatch, position_int
+from streamfit.sources._ipc_framing import SKIPPED, IpcStreamReader, Truncated, Undecodable
+
+__all__ = ["IpcSource", "IpcTcpSource"]
+
+_FORMAT = '{"batch": int, "row": int}'
+_FILE_MAGIC = b"ARROW1"
+
+
+def _read_full(f: BinaryIO, n: int) -> bytes:
+    """Read n bytes (fewer only at end of file), also from raw files whose read() may return short."""
+    data = f.read(n)
+    if data is None or len(data) >= n or not data:
+        return data or b""
+    parts, got = [data], len(data)
+    while got < n:
+        more = f.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+class IpcSource(Source):
+    """Arrow IPC from a file path, ``"-"`` (stdin) or a binary file object, read in a worker thread.
+
+    Files in the IPC *stream* format are read message by message; files in the IPC *file* format
+    (``ARROW1`` magic, a.k.a. Feather v2) are read by random access.  Position ``{"batch": i, "row": r}``:
+    record batch ``i`` has its first ``r`` rows consumed.  Only a source opened from a path can
+    :meth:`seek`: stdin and file objects cannot be replayed.  Bytes that are not Arrow IPC raise
+    :class:`~streamfit.exceptions.SourceError` (a broken file cannot be skipped over).
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | BinaryIO) -> None:
+        if isinstance(source, (str, os.PathLike)):
+            self._path = None if os.fspath(source) == "-" else os.fspath(source)
+            self._file: Any = sys.stdin.buffer if self._path is None else None
+        elif callable(getattr(source, "read", None)):
+            self._path, self._file = None, source
+        else:
+            raise TypeError(f"IpcSource expects a path, '-' or a binary file object, got {type(source).__name__}")
+        self._name = self._path or ("stdin" if self._file is sys.stdin.buffer else repr(source))
+        self._stdin = self._path is None and self._file is sys.stdin.buffer
+        self._reader: IpcStreamReader | None = None
+        self._random: pa.ipc.RecordBatchFileReader | None = None
+        self._index = -1
+        self._start_batch = self._start_row = 0
+
+    def seek(self, position: Position) -> None:
+        """Resume at ``{"batch": i, "row": r}``; batches before ``i`` are skipped without decoding."""
+        if self._path is None:
+            raise NotImplementedError(f"IpcSource({self._name}) cannot seek: only an IPC file given by path "
+                                      f"can be replayed, not stdin or a file object")
+        self._check_seek_allowed()
+        self._start_batch = position_int(position, "batch", "IpcSource", _FORMAT)
+        self._start_row = position_int(position, "row", "IpcSource", _FORMAT)
+
+    async def _open(self) -> None:
+        self._mark_opened()
+        try:
+            if self._path is not None:
+                self._file = await anyio.to_thread.run_sync(open, self._path, "rb")
+                if await anyio.to_thread.run_sync(self._file.read, len(_FILE_MAGIC)) == _FILE_MAGIC:
+                    self._file.close()
+                    self._random = await anyio.to_thread.run_sync(_open_ipc_file, self._path)
+                    return
+                await anyio.to_thread.run_sync(self._file.seek, 0)
+        except (OSError, pa.ArrowException) as exc:
+            raise SourceError(f"cannot open Arrow IPC file {self._name}: {exc}") from exc
+        file, stdin = self._file, self._stdin
+
+        async def read(n: int) -> bytes:
+            # stdin may block forever: let cancellation abandon the thread instead of waiting for it.
+            return await anyio.to_thread.run_sync(_read_full, file, n, abandon_on_cancel=stdin)
+
+        async def skip(n: int) -> None:
+            await anyio.to_thread.run_sync(file.seek, n, os.SEEK_CUR)
+
+        self._reader = IpcStreamReader(read, skip if self._path is not None else None)
+
+    async def _next(self, index: int, decode: bool) -> Any:
+        if self._random is not None:
+            if index >= self._random.num_record_batches:
+                return None
+            return await anyio.to_thread.run_sync(self._random.get_batch, index) if decode else SKIPPED
+        assert self._reader is not None
+        return await self._reader.next_batch(decode)
+
+    async def __anext__(self) -> SourceBatch:
+        if self._reader is None and self._random is None:
+            await self._open()
+        elif self._closed:
+            raise RuntimeError(f"IpcSource({self._name}) is closed")
+        while True:
+            index = self._index + 1
+            try:
+                batch = await self._next(index, decode=index >= self._start_batch)
+            except (Undecodable, OSError, pa.ArrowException) as exc:
+                raise SourceError(f"Arrow IPC {self._name}, batch {index}: {exc}") from exc
+            if batch is None:
+                raise StopAsyncIteration
+            self._index = index
+            if batch is SKIPPED:
+                continue
+            skip = self._start_row if index == self._start_batch else 0
+            if skip >= batch.num_rows:
+                continue
+            return SourceBatch(batch.slice(skip) if skip else batch, _batch_position(index, skip),
+                               where=f"{self._name} batch {index} row {skip}")
+
+    async def aclose(self) -> None:
+        if not self._closed and self._path is not None and self._file is not None:
+            await anyio.to_thread.run_sync(self._file.close)  # stdin and caller's file objects stay open
+        self._random = None
+        await super().aclose()
+
+
+def _open_ipc_file(path: str) -> pa.ipc.RecordBatchFileReader:
+    return pa.ipc.open_file(pa.memory_map(path, "r"))
+
+
+def _batch_position(index: int, skip: int, **extra: int) -> Callable[[int], Position]:
+    return lambda r: {**extra, "batch": index, "row": skip + r}
+
+
+class IpcTcpSource(Source):
+    """Arrow IPC streams that producers push to a TCP port where streamfit listens.
+
+    Connections are served one after another, each carrying one IPC stream; after a stream ends the
+    source accepts the next connection (a restarted producer reconnects), so it never ends on its own
+    unless ``max_connections`` streams were read.  A producer connecting while another is streaming
+    waits in the listen backlog.  Bytes that are not Arrow IPC, or a connection lost inside a message,
+    yield a :class:`SourceBatch` with ``error`` (reason ``"undecodable"`` or ``"truncated"``) and that
+    connection is dropped.  Position (informational, cannot seek: a socket cannot be replayed):
+    ``{"connection": c, "batch": i, "row": r}``, ``c`` counting from 0.
+
+    Call ``await source.listen()`` (or enter ``async with``) to bind before producers connect; ``port``
+    is then the bound port (useful with ``port=0``).
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_connections: int | None = None) -> None:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
+            raise ValueError(f"Invalid port: {port!r}, expected an int in 0..65535")
+        if max_connections is not None and (not isinstance(max_connections, int) or max_connections < 1):
+            raise ValueError(f"Invalid max_connections: {max_connections!r}, expected None or an int >= 1")
+        self.host, self._port, self.max_connections = host, port, max_connections
+        self._listener: SocketListener | None = None
+        self._stream: SocketStream | None = None
+        self._reader: IpcStreamReader | None = None
+        self._bound_port: int | None = None
+        self._connections = 0
+        self._index = -1
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (after :meth:`listen`)."""
+        if self._bound_port is None:
+            raise RuntimeError("IpcTcpSource is not listening yet: await listen() or use 'async with' first")
+        return self._bound_port
+
+    async def listen(self) -> int:
+        """Bind and listen (idempotent); returns the bound port."""
+        if self._listener is None:
+            self._mark_opened()
+            try:
+                multi = await anyio.create_tcp_listener(local_host=self.host, local_port=self._port)
+            except OSError as exc:
+                raise SourceError(f"cannot listen on {self.host}:{self._port}: {exc}") from exc
+            self._listener, *extra = multi.listeners
+            for listener in extra:  # a host name resolving to several addresses: keep the first only
+                await listener.aclose()
+            self._bound_port = int(self._listener.extra(SocketAttribute.local_port))
+        return self.port
+
+    async def __aenter__(self) -> "IpcTcpSource":
+        await self.listen()
+        return self
+
+    async def _read(self, n: int) -> bytes:
+        parts: list[bytes] = []
+        got = 0
+        assert self._stream is not None
+        while got < n:
+            try:
+                chunk = await self._stream.receive(min(n - got, 1 << 20))
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+    async def _drop_connection(self) -> None:
+        stream, self._stream, self._reader = self._stream, None, None
+        if stream is not None:
+            await stream.aclose()
+
+    async def __anext__(self) -> SourceBatch:
+        if self._closed:
+            raise RuntimeError("IpcTcpSource is closed")
+        await self.listen()
+        assert self._listener is not None
+        while True:
+            if self._reader is None:
+                if self.max_connections is not None and self._connections >= self.max_connections:
+                    raise StopAsyncIteration
+                self._stream = await self._listener.accept()
+                self._reader = IpcStreamReader(self._read)
+                self._connections += 1
+                self._index = -1
+            conn, index = self._connections - 1, self._index + 1
+            try:
+                batch = await self._reader.next_batch()
+            except Undecodable as exc:
+                await self._drop_connection()
+                reason = "truncated" if isinstance(exc, Truncated) else "undecodable"
+                where = f"connection {conn} batch {index}"
+                position = {"connection": conn, "batch": index + 1, "row": 0}
+                return SourceBatch(None, lambda r: dict(position), where=where,
+                                   error=BadInputError(f"Arrow IPC over TCP, {where}: {exc}",
+                                                       reason=reason, position=position))
+            if batch is None:
+                await self._drop_connection()
+                continue
+            assert isinstance(batch, pa.RecordBatch)
+            self._index = index
+            if batch.num_rows:
+                return SourceBatch(batch, _batch_position(index, 0, connection=conn),
+                                   where=f"connection {conn} batch {index}")
+
+    async def aclose(self) -> None:
+        await self._drop_connection()
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            await listener.aclose()
+        await super().aclose()
