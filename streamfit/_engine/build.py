@@ -19,6 +19,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.graph import GraphBuilder, onnx_dtype
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.rewrites import decompose_fused_matmul, float64_activation_grads, replace_relu_grad
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
@@ -77,10 +78,14 @@ def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
     except Exception as exc:
         raise ModelError(f"onnxruntime-training cannot build the gradient of this model: {exc}") from exc
     info = builder.get_graph_info()
+    gradient = onnx.load_from_string(builder.get_gradient_model())
+    if pm.dtype == np.float64:  # contrib gradient kernels registered for float only
+        decompose_fused_matmul(gradient, pm.dtype)
+        replace_relu_grad(gradient, pm.dtype)
+        float64_activation_grads(gradient, pm.dtype)
     order = list(info.initializer_names_to_train)
     grads = dict(zip(order, info.initializer_grad_names_to_train))
-    return GradientGraphs(onnx.load_from_string(builder.get_forward_model()),
-                          onnx.load_from_string(builder.get_gradient_model()),
+    return GradientGraphs(onnx.load_from_string(builder.get_forward_model()), gradient,
                           [grads[w] for w in pm.weights], info)
 
 

@@ -119,3 +119,13 @@ def session_options(threads: int | None = None, spinning: bool = True) -> ort.Se
     opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     opts.add_session_config_entry("session.set_denormal_as_zero", "1")
     return opts
+
+
+# Graph transformers that create contrib ops with float-only CPU kernels (they break float64 models).
+_FLOAT_ONLY_FUSIONS = ["MatmulTransposeFusion", "MatMulScaleFusion", "TransposeMatMulFusion"]
+
+
+def make_session(model: bytes, options: ort.SessionOptions, device: Device, dtype: Any) -> ort.InferenceSession:
+    """An InferenceSession on ``device``; float64 graphs skip fusions into float-only contrib kernels."""
+    disabled = _FLOAT_ONLY_FUSIONS if np.dtype(dtype) == np.float64 else []
+    return ort.InferenceSession(model, options, providers=device.providers, disabled_optimizers=disabled)

@@ -16,7 +16,7 @@ from onnxruntime.capi import _pybind_state as C
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import (GradientGraphs, Names, build_loss_model, build_update_model,
                                      sample_weight_shape)
-from streamfit._engine.device import Device
+from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.exceptions import StreamfitError
@@ -40,8 +40,7 @@ class ForwardBackwardStep:
         self.params = params
         self.scalars = scalars
         self.y_rank = y_rank
-        providers = device.providers
-        self.session = ort.InferenceSession(graphs.gradient.SerializeToString(), options, providers=providers)
+        self.session = make_session(graphs.gradient.SerializeToString(), options, device, pm.dtype)
         self.feed_names = [i.name for i in self.session.get_inputs()]
         expected = [pm.input_name] + list(pm.weights)
         if sorted(self.feed_names) != sorted(expected):
@@ -50,10 +49,10 @@ class ForwardBackwardStep:
         n_fw = len(graphs.info.user_output_names) + len(graphs.info.frontier_node_arg_map)
         self.agent = C.TrainingAgent(self.session._sess, self.feed_names, [dev] * n_fw, graphs.grad_names,
                                      [dev] * len(graphs.grad_names), 0)
-        self.loss_session = ort.InferenceSession(build_loss_model(loss, pm.dtype, y_rank).SerializeToString(),
-                                                 options, providers=providers)
-        self.update_session = ort.InferenceSession(build_update_model(pm, optimizer, penalty).SerializeToString(),
-                                                   options, providers=providers)
+        self.loss_session = make_session(build_loss_model(loss, pm.dtype, y_rank).SerializeToString(), options,
+                                         device, pm.dtype)
+        self.update_session = make_session(build_update_model(pm, optimizer, penalty).SerializeToString(),
+                                           options, device, pm.dtype)
         self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
         self._state: Any = None
         self.cache = StagingCache(device, self._bindings)

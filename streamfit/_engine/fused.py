@@ -10,7 +10,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import GradientGraphs, Names, build_fused
-from streamfit._engine.device import Device
+from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.losses.base import Loss
@@ -30,7 +30,7 @@ class FusedStep:
                  params: PingPong, scalars: HostScalars) -> None:
         self.pm = pm
         self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank)
-        self.session = ort.InferenceSession(self.model.SerializeToString(), options, providers=device.providers)
+        self.session = make_session(self.model.SerializeToString(), options, device, pm.dtype)
         self.device = device
         self.params = params
         self.scalars = scalars

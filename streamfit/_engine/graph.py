@@ -29,6 +29,7 @@ class GraphBuilder:
 
     def __init__(self, dtype: Any, prefix: str = "sf_") -> None:
         self.dtype = np.dtype(dtype)
+        self.elem = onnx_dtype(dtype)
         self.prefix = prefix
         self.nodes: list[NodeProto] = []
         self.initializers: list[TensorProto] = []

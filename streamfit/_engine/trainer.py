@@ -12,7 +12,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
-from streamfit._engine.device import Device, parse_device, session_options
+from streamfit._engine.device import Device, make_session, parse_device, session_options
 from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
 from streamfit._engine.model import prepare_model
@@ -21,7 +21,7 @@ from streamfit.exceptions import BadInputError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
 from streamfit.optim import Optimizer, get_optimizer
 from streamfit.penalties import Penalty
-from streamfit.schedules import Schedule, as_schedule, schedule_from_state_dict
+from streamfit.schedules import Schedule, as_schedule
 
 __all__ = ["Trainer"]
 
@@ -69,8 +69,8 @@ class Trainer:
         self.on_nonfinite = on_nonfinite
         self.options = session_options(threads, spinning)
         self.graphs = build_gradient_graphs(self.prepared)
-        self._predict_session = ort.InferenceSession(self.graphs.forward.SerializeToString(), self.options,
-                                                     providers=self.device.providers)
+        self._predict_session = make_session(self.graphs.forward.SerializeToString(), self.options, self.device,
+                                             self.prepared.dtype)
         values: dict[str, np.ndarray] = {}
         for w in self.prepared.weights:
             values[w] = self.prepared.initial[w]
@@ -251,7 +251,7 @@ class Trainer:
             raise KeyError(f"optimizer state has {sorted(given)}, expected {sorted(expected)}")
         self.params.write(state["optimizer"])
         if "schedule" in state:
-            self.schedule = schedule_from_state_dict(state["schedule"])
+            self.schedule.load_state_dict(state["schedule"])  # says what differs if configured otherwise
         self.n_steps = int(state.get("n_steps", 0))
         self.n_skipped = int(state.get("n_skipped", 0))
 

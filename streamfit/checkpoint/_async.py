@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from streamfit.checkpoint._format import check_arrays, check_model, check_step, json_copy
 from streamfit.checkpoint._store import CheckpointStore
 from streamfit.exceptions import CheckpointError
 
@@ -106,9 +107,17 @@ class AsyncCheckpointWriter:
     ) -> bool:
         """Queue a checkpoint write; ``True`` if queued, ``False`` if skipped (``wait=False`` and busy).
 
-        Raises :class:`CheckpointError` if an earlier write failed, if the writer is closed, or if
-        ``timeout`` seconds pass while waiting for the write in flight.
+        Invalid arguments (object arrays, non-JSON meta) raise here, on the caller's thread; ``meta``
+        is copied now, so the caller may keep mutating its dicts.  Raises :class:`CheckpointError`
+        if an earlier write failed, if the writer is closed, or if ``timeout`` seconds pass while
+        waiting for the write in flight.
         """
+        step = check_step(step)
+        check_model(model)
+        arrays = check_arrays(arrays)
+        if meta is not None and not isinstance(meta, Mapping):
+            raise CheckpointError(f"meta must be a mapping, got {type(meta).__name__}")
+        meta = json_copy({} if meta is None else meta)
         with self._cond:
             self._raise_error()
             if self._closed:

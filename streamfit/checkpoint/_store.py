@@ -303,7 +303,7 @@ class CheckpointStore:
         if scan.problem:
             logger.warning("%s; using the newest valid checkpoint directory", scan.problem)
         if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir():
-            logger.warning("latest names %s, which is missing; falling back to an older checkpoint", scan.pointer)
+            logger.warning("latest names %s, which is missing or not a directory; falling back to an older checkpoint", scan.pointer)
         reasons = []
         for info in reversed(scan.committed):
             try:

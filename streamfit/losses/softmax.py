@@ -20,8 +20,11 @@ class SoftmaxCrossEntropy(Loss):
     integer_labels = True
 
     def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
-        depth = b.op("Shape", z, start=1, end=2)  # number of classes, as a 1-element int64 tensor
-        onehot = b.op("OneHot", t, depth, b.const([0.0, 1.0]), axis=-1)
+        # onehot(t) = (arange(k) == t[:, None]); ORT's CPU OneHot has no float64 kernel, this works for both
+        depth = b.op("Squeeze", b.op("Shape", z, start=1, end=2), b.const([0], np.int64))
+        classes = b.op("Range", b.const(0, np.int64), depth, b.const(1, np.int64))
+        hit = b.op("Equal", b.op("Unsqueeze", t, b.const([1], np.int64)), classes)
+        onehot = b.op("Cast", hit, to=b.elem)
         logp = b.op("LogSoftmax", z, axis=-1)
         per_row = b.op("Neg", b.op("ReduceSum", b.op("Mul", onehot, logp), b.const([1], np.int64), keepdims=1))
         return per_row, b.op("Sub", b.op("Softmax", z, axis=-1), onehot)

@@ -6,7 +6,7 @@ scikit-learn's ``learning_rate="adaptive"``, applied per batch instead of per ep
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from streamfit.schedules.base import Schedule, _check_int, _check_real
 
@@ -48,7 +48,7 @@ class Adaptive(Schedule):
 
     name = "adaptive"
     _params = ("eta0", "tol", "n_iter_no_change", "factor", "min_lr")
-    _state_defaults: dict[str, Any] = {"lr": None, "best_loss": None, "no_improvement_count": 0}
+    _state_defaults: ClassVar[dict[str, Any]] = {"lr": None, "best_loss": None, "no_improvement_count": 0}
 
     def __init__(self, eta0: float, tol: float = 1e-3, n_iter_no_change: int = 5, factor: float = 5.0,
                  min_lr: float = 1e-6) -> None:

@@ -15,7 +15,6 @@ from typing import Any, ClassVar, Mapping
 __all__ = ["Schedule", "as_schedule", "schedule_from_state_dict"]
 
 
-
 class Schedule(abc.ABC):
     """Learning rate for the step about to run (:attr:`lr`); :meth:`step` advances it by one batch.
 
@@ -43,6 +42,7 @@ class Schedule(abc.ABC):
     #: state keys besides ``name``, ``t`` and the hyper-parameters, with the value a state lacking them gets.
     _state_defaults: ClassVar[dict[str, Any]] = {}
 
+    #: completed steps; a class default so that subclasses need not call ``super().__init__()``.
     _t: int = 0
 
     # -- what a subclass writes ------------------------------------------------------------------
@@ -125,7 +125,7 @@ class Schedule(abc.ABC):
         if state.get("name") != self.name:
             raise ValueError(f"state is for schedule {state.get('name')!r}, this schedule is {self.name!r}")
         allowed = {"name", "t", *self._params, *self._state_defaults}
-        unknown = sorted(set(state) - allowed)
+        unknown = sorted(set(state) - allowed, key=str)
         if unknown:
             raise ValueError(f"unknown key(s) {unknown} in {self.name!r} state; expected some of {sorted(allowed)}")
         other = type(self)._from_params(state)

@@ -5,7 +5,7 @@ Large early steps on fresh weights can diverge; a short ramp avoids it without l
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from streamfit.schedules.base import Schedule, _check_int, _check_real, _is_real, schedule_from_state_dict
 from streamfit.schedules.constant import Constant
@@ -42,7 +42,7 @@ class LinearWarmup(Schedule):
 
     name = "linear_warmup"
     _params = ("warmup_steps", "start_factor")
-    _state_defaults: dict[str, Any] = {"after": None}
+    _state_defaults: ClassVar[dict[str, Any]] = {"after": None}
 
     def __init__(self, after: Schedule | float, warmup_steps: int, start_factor: float = 0.0) -> None:
         if isinstance(after, Schedule):

@@ -33,7 +33,9 @@ class Optimal(Schedule):
     """``lr = 1 / (alpha * (optimal_init + t))``, ``t`` = completed steps (Bottou's heuristic).
 
     scikit-learn computes ``1 / (alpha * (optimal_init + t_sk - 1))`` with ``t_sk = 1.0`` at the first
-    sample, so ``t_sk - 1 = t`` and the values are bit-identical; the first rate is ``initial_eta0``.
+    sample, so ``t_sk - 1 = t``; we evaluate it in sklearn's order, ``(optimal_init + (t + 1)) - 1``,
+    so the values are bit-identical (``optimal_init + t`` differs in the last bit now and then).
+    The first rate is ``initial_eta0``.
     The state stores ``optimal_init`` (the callable is not saved), so a restored schedule needs no
     ``loss_dloss``; loading a state made with another loss is reported as an ``optimal_init`` mismatch.
 
@@ -75,4 +77,5 @@ class Optimal(Schedule):
         return schedule
 
     def _lr(self, t: int) -> float:
-        return 1.0 / (self.alpha * (self.optimal_init + t))
+        # sklearn's own rounding: (optimal_init + t_sk) - 1 with t_sk = t + 1, not optimal_init + t
+        return 1.0 / (self.alpha * (self.optimal_init + (t + 1) - 1))

@@ -1,0 +1,485 @@
+"""Rebatching: :class:`SourceBatch` record batches of any size in, fixed-size training batches out.
+
+Pure (no I/O, no event loop).  Bad input is handled here by policy (``on_bad="raise"|"skip"``), see
+:mod:`streamfit._stream.columns` for the type policy.
+
+Buffer reuse
+------------
+Separate float columns are written into preallocated ``(batch_size, d)`` buffers in one pass (column
+by column, no intermediate stacking), so once the ring is warm no training batch allocates.  A buffer
+handed out in a :class:`TrainingBatch` is not written again until ``ring_size`` further training
+batches have been produced.  The loop uses ``ring_size = queue_size + IN_FLIGHT_EXTRA``: at most
+``queue_size`` batches wait in the queue, one is being trained and one is being filled (or waits to be
+sent), so the buffer being refilled is always one the trainer has finished with.  This relies on two
+rules the loop keeps: the generators :meth:`Rebatcher.push` / :meth:`Rebatcher.flush` are advanced only
+after the previous batch was handed off, and the estimator keeps no reference to ``X``/``y`` after
+``partial_fit`` returns.  ``ring_size=None`` allocates fresh arrays for every batch (safe for any use).
+
+A single vector feature column (``FixedSizeList<float, d>`` / ``fixed_shape_tensor``) whose values
+have the training dtype is handed out zero-copy (a read-only view of Arrow memory) whenever a whole
+training batch lies inside one record batch; otherwise it is copied into the ring like any column.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from streamfit.exceptions import BadInputError
+from streamfit.sources._base import Position, SourceBatch
+from streamfit._stream.columns import ColumnPlan, ColumnProblem, make_plan
+
+__all__ = ["TrainingBatch", "Rebatcher", "IN_FLIGHT_EXTRA", "ROW_REASONS", "MESSAGE_REASONS"]
+
+logger = logging.getLogger("streamfit.stream")
+
+#: buffers in use beyond the queue: one being trained, one being filled / waiting to be sent.
+IN_FLIGHT_EXTRA = 2
+
+#: reasons a single row is dropped, in priority order (a row is counted once, under its first reason).
+ROW_REASONS = ("null", "non_finite", "non_integer_label", "negative_weight")
+#: reasons a whole record batch / message is dropped.
+MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type")
+
+_BLOCK = 4096  # rows per copy block: keeps the destination rows in cache for wide buffers
+
+
+@dataclass(frozen=True)
+class TrainingBatch:
+    """``n_rows`` rows ready for ``partial_fit``; ``position`` = source position right after the last row.
+
+    ``X`` may be a view into a reused buffer or into Arrow memory (read-only): do not keep it.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    sample_weight: np.ndarray | None
+    n_rows: int
+    position: Position
+
+
+@dataclass
+class _Segment:
+    """The good rows of one record batch, as numpy arrays (views of Arrow memory where possible)."""
+
+    sb: SourceBatch
+    plan: ColumnPlan
+    feats: list[np.ndarray]
+    y: np.ndarray
+    w: np.ndarray | None
+    rows: np.ndarray | None  # indices of the good rows, None = all rows
+    n: int
+
+    def src_end(self, i: int) -> int:
+        """Source row index just after good row ``i - 1``."""
+        return i if self.rows is None else int(self.rows[i - 1]) + 1
+
+
+def _fmt_pos(position: Any) -> str:
+    return repr(dict(position)) if hasattr(position, "keys") else repr(position)
+
+
+class Rebatcher:
+    """Turn :class:`SourceBatch` objects into :class:`TrainingBatch` objects of ``batch_size`` rows.
+
+    Parameters
+    ----------
+    batch_size : rows per training batch; the last one may be smaller (unless ``drop_last``).
+    features : feature column names (scalar float columns and/or vector columns), or one name, or
+        ``None`` = every column but the label and weight, fixed by the first valid record batch.
+    label, weight : label column; optional sample-weight column (finite, >= 0).
+    task : ``"regression"`` (``y`` has ``dtype``) or ``"classification"`` (``y`` is int64).
+    dtype : dtype of ``X`` (float32 or float64); weights use it too.
+    on_bad : ``"raise"`` (:class:`BadInputError` naming column, position and expectation) or ``"skip"``
+        (drop the bad rows, or the whole record batch for schema problems; count and log them).
+    cast : allow explicit conversion of integer/bool/decimal columns (see :mod:`.columns`).
+    max_rows : stop after this many training rows (the last batch is cut short, ``done`` becomes True).
+    ring_size : number of reused buffers (see the module docstring); ``None`` = fresh arrays per batch.
+
+    ``push`` and ``flush`` are generators: advance them only after handing off the previous batch.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from streamfit.sources._base import SourceBatch
+    >>> rb = pa.record_batch({"x": pa.array([1., 2., 3.], pa.float32()), "y": [0.5, 1., 1.5]})
+    >>> sb = SourceBatch(rb, lambda r: {"row": r})
+    >>> rebatcher = Rebatcher(2)
+    >>> [(b.n_rows, b.position) for b in rebatcher.push(sb)] + [(b.n_rows, b.position) for b in rebatcher.flush()]
+    [(2, {'row': 2}), (1, {'row': 3})]
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        *,
+        features: Sequence[str] | str | None = None,
+        label: str = "y",
+        weight: str | None = None,
+        task: str = "regression",
+        dtype: Any = np.float32,
+        on_bad: str = "raise",
+        cast: bool = False,
+        drop_last: bool = False,
+        max_rows: int | None = None,
+        ring_size: int | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
+        if on_bad not in ("raise", "skip"):
+            raise ValueError(f"Invalid on_bad: {on_bad!r}, expected 'raise' or 'skip'")
+        if task not in ("regression", "classification"):
+            raise ValueError(f"Invalid task: {task!r}, expected 'regression' or 'classification'")
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ValueError(f"Invalid dtype: {dtype!r}, expected float32 or float64")
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"Invalid max_rows: {max_rows!r}, expected None or an int >= 0")
+        if ring_size is not None and (not isinstance(ring_size, int) or ring_size < 1):
+            raise ValueError(f"Invalid ring_size: {ring_size!r}, expected None or an int >= 1")
+        if isinstance(features, str):
+            features = [features]
+        if features is not None:
+            features = list(features)
+            for name in (label, weight):
+                if name is not None and name in features:
+                    raise ValueError(f"column {name!r} is both a feature and the label/weight")
+        self.batch_size = batch_size
+        self.label = label
+        self.weight = weight
+        self.task = task
+        self.on_bad = on_bad
+        self.cast = bool(cast)
+        self.drop_last = bool(drop_last)
+        self.max_rows = max_rows
+        self.ring_size = ring_size
+        self._feature_names: list[str] | None = features
+        self._widths: list[int] | None = None
+        self._plan_schema: pa.Schema | None = None
+        self._plan: ColumnPlan | None = None
+        self.n_features: int | None = None
+        self._y_dtype = np.dtype(np.int64) if task == "classification" else self.dtype
+
+        self._X: list[np.ndarray | None] = [None] * (ring_size or 1)
+        self._Y: list[np.ndarray | None] = [None] * (ring_size or 1)
+        self._W: list[np.ndarray | None] = [None] * (ring_size or 1)
+        self._slot = 0
+        self._fill = 0
+        self._fill_end: tuple[SourceBatch, int] | None = None  # (batch, source row) after the buffer's last row
+        self._consumed: Position | None = None
+        self._last_emitted: Position | None = None
+
+        #: rows dropped, by reason (rows of whole record batches dropped for schema reasons included).
+        self.skipped_rows: Counter[str] = Counter()
+        #: whole record batches / undecodable messages dropped, by reason.
+        self.skipped_messages: Counter[str] = Counter()
+        self.rows_in = 0
+        self.rows_out = 0
+        self.batches_out = 0
+        #: True once ``max_rows`` rows were emitted; further input is ignored.
+        self.done = max_rows == 0
+        #: after :meth:`flush`: where to resume (everything before is emitted or deliberately skipped).
+        self.end_position: Position | None = None
+
+    # ------------------------------------------------------------------ public
+    @property
+    def features(self) -> list[str] | None:
+        """The feature column names (resolved from the first valid batch when not given)."""
+        return None if self._feature_names is None else list(self._feature_names)
+
+    def push(self, sb: SourceBatch) -> Iterator[TrainingBatch]:
+        """Consume one source batch; yield every training batch it completes."""
+        if self.done:
+            return
+        seg = self._segment(sb)
+        if seg is not None:
+            yield from self._take(seg)
+            if self.done:
+                return
+        self._consumed = sb.position_at(0) if sb.batch is None else sb.position_at(sb.num_rows)
+
+    def flush(self) -> Iterator[TrainingBatch]:
+        """End of stream: yield the last partial batch (unless ``drop_last``); set ``end_position``."""
+        if self._fill and not self.drop_last:
+            yield self._emit()
+        if self._fill:  # drop_last: the rows in the buffer are not trained, resume before them
+            self._fill = 0
+            self.end_position = self._last_emitted
+        else:
+            self.end_position = self._consumed if not self.done else self._last_emitted
+
+    # ------------------------------------------------------------------ bad input
+    def _bad(self, sb: SourceBatch, reason: str, column: str | None, message: str, *,
+             row: int | None, rows: int, cause: BaseException | None = None) -> None:
+        """Raise (policy "raise") or count and log (policy "skip") one problem."""
+        where = sb.where or "record batch"
+        if row is None:
+            position = sb.position_at(0)
+            text = f"{message} (at {where}; position {_fmt_pos(position)})"
+        else:
+            position = sb.position_at(row)
+            text = f"{message} (at {where}, row {row} of the record batch; position {_fmt_pos(position)})"
+        if self.on_bad == "raise":
+            raise BadInputError(text, reason=reason, column=column, position=position) from cause
+        logger.warning("skipped %s: %s", f"{rows} row(s)" if rows or row is not None else "message", text)
+
+    def _segment(self, sb: SourceBatch) -> _Segment | None:
+        if sb.error is not None or sb.batch is None:
+            self._bad(sb, "undecodable", getattr(sb.error, "column", None),
+                      f"undecodable message: {sb.error}", row=None, rows=0, cause=sb.error)
+            self.skipped_messages["undecodable"] += 1
+            return None
+        n = sb.batch.num_rows
+        self.rows_in += n
+        if n == 0:
+            self._bad(sb, "empty_batch", None, "empty record batch (0 rows), expected at least one row",
+                      row=None, rows=0)
+            self.skipped_messages["empty_batch"] += 1
+            return None
+        try:
+            plan = self._plan_for(sb.batch.schema)
+            feats, y, w, checks = self._extract(sb.batch, plan)
+        except ColumnProblem as p:
+            self._bad(sb, p.reason, p.column, p.message, row=None, rows=n)
+            self.skipped_messages[p.reason] += 1
+            self.skipped_rows[p.reason] += n
+            return None
+        rows = None
+        if checks:
+            rows = self._bad_rows(sb, checks, n)
+            if len(rows) == 0:
+                return None
+        return _Segment(sb, plan, feats, y, w, rows, n if rows is None else len(rows))
+
+    def _bad_rows(self, sb: SourceBatch, checks: list[tuple[str, str, np.ndarray, np.ndarray]],
+                  n: int) -> np.ndarray:
+        """Rows to keep; raise on the first bad row under "raise"."""
+        if self.on_bad == "raise":
+            first = min(int(np.argmax(mask)) for _, _, mask, _ in checks)
+            for reason in ROW_REASONS:
+                for r, col, mask, values in checks:
+                    if r == reason and mask[first]:
+                        self._bad(sb, reason, col, self._row_message(reason, col, values[first]),
+                                  row=first, rows=1)
+        code = np.zeros(n, dtype=np.int8)
+        for k, reason in enumerate(ROW_REASONS, start=1):
+            for r, col, mask, values in checks:
+                if r != reason:
+                    continue
+                new = mask & (code == 0)
+                count = int(new.sum())
+                if count:
+                    code[new] = k
+                    self.skipped_rows[reason] += count
+                    first = int(np.argmax(new))
+                    self._bad(sb, reason, col, self._row_message(reason, col, values[first])
+                              + (f"; {count} such rows in this record batch" if count > 1 else ""),
+                              row=first, rows=count)
+        return np.flatnonzero(code == 0)
+
+    def _row_message(self, reason: str, column: str, value: Any) -> str:
+        role = "label " if column == self.label else "weight " if column == self.weight else ""
+        label_cls = role == "label " and self.task == "classification"
+        expected = "an int64 class label" if label_cls else f"a finite {self.dtype.name}"
+        if reason == "null":
+            return f"{role}column '{column}' has a null, expected {expected}"
+        if reason == "non_finite":
+            return f"{role}column '{column}' has {value}, expected {expected}"
+        if reason == "non_integer_label":
+            return f"{role}column '{column}' has {value}, expected a whole-number class label"
+        return f"{role}column '{column}' has {value}, expected a weight >= 0"
+
+    # ------------------------------------------------------------------ columns
+    def _plan_for(self, schema: pa.Schema) -> ColumnPlan:
+        if self._plan is not None and (schema is self._plan_schema or schema.equals(self._plan_schema)):
+            return self._plan
+        names = self._feature_names
+        if names is None:
+            names = [n for n in schema.names if n not in (self.label, self.weight)]
+        plan = make_plan(schema, features=names, widths=self._widths, label=self.label, weight=self.weight,
+                         task=self.task, dtype=self.dtype, cast=self.cast)
+        if self._widths is None:
+            self._feature_names = names
+            self._widths = [c.width for c in plan.features]
+            self.n_features = plan.n_features
+        self._plan, self._plan_schema = plan, schema
+        return plan
+
+    def _extract(self, batch: pa.RecordBatch, plan: ColumnPlan):
+        """Numpy arrays of the plan's columns, and the row checks that failed (usually none)."""
+        checks: list[tuple[str, str, np.ndarray, np.ndarray]] = []
+        feats = []
+        for col in plan.features:
+            values, null = _float_values(batch.column(col.index), col.name, col.cast, col.width if col.vector else 0)
+            feats.append(values)
+            _finite_checks(checks, col.name, values, null)
+        label_arr = batch.column(plan.label_index)
+        if self.task == "classification":
+            y = self._class_labels(label_arr, plan.label_cast, checks)
+        else:
+            y, null = _float_values(label_arr, self.label, plan.label_cast, 0)
+            _finite_checks(checks, self.label, y, null)
+        w = None
+        if plan.weight_index is not None:
+            w, null = _float_values(batch.column(plan.weight_index), self.weight, plan.weight_cast, 0)
+            _finite_checks(checks, self.weight, w, null)
+            with np.errstate(invalid="ignore"):
+                neg = w < 0  # NaN (nulls included) compares False
+            if neg.any():
+                checks.append(("negative_weight", self.weight, neg, w))
+        return feats, y, w, checks
+
+    def _class_labels(self, arr: pa.Array, cast: bool, checks: list) -> np.ndarray:
+        null = _null_mask(arr)
+        if null is not None:
+            checks.append(("null", self.label, null, np.zeros(len(arr))))
+        if not cast:  # integer column
+            if null is not None:
+                arr = arr.fill_null(0)
+            return arr.to_numpy(zero_copy_only=False)
+        v = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        finite = np.isfinite(v)
+        if not finite.all():
+            nf = ~finite if null is None else ~finite & ~null
+            if nf.any():
+                checks.append(("non_finite", self.label, nf, v))
+        with np.errstate(invalid="ignore"):
+            frac = finite & (v != np.floor(v))
+        if frac.any():
+            checks.append(("non_integer_label", self.label, frac, v))
+        return np.where(finite & ~frac, v, 0).astype(np.int64)
+
+    # ------------------------------------------------------------------ buffers
+    def _buffers(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        X = self._X[slot]
+        if X is None or self.ring_size is None:
+            assert self.n_features is not None
+            X = self._X[slot] = np.empty((self.batch_size, self.n_features), dtype=self.dtype)
+            self._Y[slot] = np.empty(self.batch_size, dtype=self._y_dtype)
+            if self.weight is not None:
+                self._W[slot] = np.empty(self.batch_size, dtype=self.dtype)
+        return X, self._Y[slot], self._W[slot]  # type: ignore[return-value]
+
+    def _take(self, seg: _Segment) -> Iterator[TrainingBatch]:
+        bs = self.batch_size
+        i = 0
+        while i < seg.n:
+            room = bs if self.max_rows is None else self.max_rows - self.rows_out - self._fill
+            if (self._fill == 0 and seg.plan.zero_copy and seg.rows is None and seg.n - i >= bs and room >= bs):
+                yield self._emit_view(seg, i)
+                i += bs
+                continue
+            k = min(seg.n - i, bs - self._fill, room)
+            self._copy(seg, i, k)
+            i += k
+            self._fill_end = (seg.sb, seg.src_end(i))
+            if self._fill == bs or k == room:
+                yield self._emit()
+            if self.done:
+                return
+
+    def _copy(self, seg: _Segment, i: int, k: int) -> None:
+        X, Y, W = self._buffers(self._slot)
+        f = self._fill
+        for b in range(0, k, _BLOCK):
+            kb = min(_BLOCK, k - b)
+            src = slice(i + b, i + b + kb) if seg.rows is None else seg.rows[i + b:i + b + kb]
+            dst = slice(f + b, f + b + kb)
+            for col, values in zip(seg.plan.features, seg.feats):
+                if col.vector:
+                    X[dst, col.offset:col.offset + col.width] = values[src]
+                else:
+                    X[dst, col.offset] = values[src]
+            Y[dst] = seg.y[src]
+            if W is not None:
+                W[dst] = seg.w[src]  # type: ignore[index]
+        self._fill += k
+
+    def _finish(self, n: int, position: Position) -> None:
+        self.rows_out += n
+        self.batches_out += 1
+        self._last_emitted = position
+        if self.ring_size is not None:
+            self._slot = (self._slot + 1) % self.ring_size
+        if self.max_rows is not None and self.rows_out >= self.max_rows:
+            self.done = True
+            self._consumed = position
+
+    def _emit(self) -> TrainingBatch:
+        X, Y, W = self._buffers(self._slot)
+        n = self._fill
+        assert self._fill_end is not None
+        sb, end = self._fill_end
+        position = sb.position_at(end)
+        if n < self.batch_size:
+            X, Y, W = X[:n], Y[:n], None if W is None else W[:n]
+        self._fill = 0
+        self._fill_end = None
+        self._finish(n, position)
+        return TrainingBatch(X, Y, W, n, position)
+
+    def _emit_view(self, seg: _Segment, i: int) -> TrainingBatch:
+        bs = self.batch_size
+        _, Y, W = self._buffers(self._slot)
+        Y[:] = seg.y[i:i + bs]
+        if W is not None:
+            W[:] = seg.w[i:i + bs]  # type: ignore[index]
+        position = seg.sb.position_at(i + bs)
+        self._finish(bs, position)
+        return TrainingBatch(seg.feats[0][i:i + bs], Y, W, bs, position)
+
+
+def _null_mask(arr: pa.Array) -> np.ndarray | None:
+    if not arr.null_count:
+        return None
+    return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _float_values(arr: pa.Array, name: str, cast: bool, width: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Values of a float column (1-D) or vector column (2-D, ``width`` > 0), and its null-row mask."""
+    try:
+        if width:
+            storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+            # ``.values`` ignores a slice's offset: slice it explicitly; null list slots still hold values.
+            values = storage.values.slice(storage.offset * width, len(storage) * width)
+            null = _null_mask(storage)
+            if values.null_count:
+                child = values.is_null().to_numpy(zero_copy_only=False).reshape(-1, width).any(axis=1)
+                null = child if null is None else null | child
+            if cast:
+                values = values.cast(pa.float64())
+            return values.to_numpy(zero_copy_only=False).reshape(-1, width), null
+        null = _null_mask(arr)
+        if cast:
+            arr = arr.cast(pa.float64())
+        return arr.to_numpy(zero_copy_only=False), null
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ColumnProblem("wrong_type", name, f"column '{name}' is {arr.type} and cannot be converted: {exc}") from exc
+
+
+def _finite_checks(checks: list, name: str, values: np.ndarray, null: np.ndarray | None) -> None:
+    """Append ("null", ...) and ("non_finite", ...) checks for ``values``; cheap when all is well."""
+    if null is not None:
+        checks.append(("null", name, null, values))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(values.sum()):  # NaN/inf anywhere (or an overflow) makes the sum non-finite
+            return
+    bad = ~np.isfinite(values)
+    if bad.ndim == 2:
+        bad = bad.any(axis=1)
+    if null is not None:
+        bad &= ~null
+    if bad.any():
+        shown = values if values.ndim == 1 else _first_non_finite(values)
+        checks.append(("non_finite", name, bad, shown))
+
+
+def _first_non_finite(values: np.ndarray) -> np.ndarray:
+    """Per row of a 2-D array, its first non-finite value (or the first value) for error messages."""
+    idx = np.argmax(~np.isfinite(values), axis=1)
+    return values[np.arange(len(values)), idx]

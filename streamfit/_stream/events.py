@@ -1,0 +1,73 @@
+"""What the training loop reports: per-batch events, metric events and the final summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from streamfit.sources._base import Position
+
+__all__ = ["BatchEvent", "MetricsEvent", "StreamSummary"]
+
+Metrics = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class BatchEvent:
+    """Sent to ``on_batch`` after a batch is trained: a safe point to checkpoint.
+
+    ``position`` is the source position right after the batch's last row: everything before it is
+    trained (or was deliberately skipped), so a restart from it loses and repeats nothing.
+    ``loss`` is the estimator's own training loss (``loss_`` after ``partial_fit``) when it exposes one,
+    else the batch's progressive loss (computed before training), else ``None``.
+    """
+
+    batch: int          # trained batches so far (1 for the first)
+    rows: int           # trained rows so far
+    n_rows: int         # rows in this batch
+    position: Position
+    loss: float | None
+    progressive_loss: float | None
+    elapsed: float      # seconds since the loop started
+
+
+@dataclass(frozen=True)
+class MetricsEvent:
+    """Progressive-validation metrics after an evaluated batch (sent to ``on_metrics`` and the stream)."""
+
+    batch: int
+    rows: int
+    position: Position
+    batch_metrics: Metrics
+    stream: Metrics     # over every evaluated row so far
+    window: Metrics     # over the last ``window`` evaluated rows
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """Result of :func:`train_stream`.
+
+    ``skipped_rows`` counts dropped rows by reason (``null``, ``non_finite``, ``non_integer_label``,
+    ``negative_weight``, and the rows of whole record batches dropped for ``missing_column`` or
+    ``wrong_type``); ``skipped_messages`` counts whole record batches / messages dropped by reason
+    (``undecodable``, ``empty_batch``, ``missing_column``, ``wrong_type``).
+    ``position`` is where to resume: after the last trained row, or after trailing skipped input when the
+    source was exhausted (``None`` if nothing was consumed).  ``ended_by`` is ``"end"`` (source
+    exhausted), ``"max_rows"`` or ``"stop"``.
+    """
+
+    rows: int
+    batches: int
+    skipped_rows: dict[str, int]
+    skipped_messages: dict[str, int]
+    stream_metrics: dict[str, Any]
+    window_metrics: dict[str, Any]
+    rows_per_s: float
+    elapsed: float
+    position: Position | None
+    ended_by: str
+    dropped_metric_events: int = 0
+
+    @property
+    def n_skipped_rows(self) -> int:
+        return sum(self.skipped_rows.values())

@@ -1,0 +1,209 @@
+"""The Trainer: strategies agree, scikit-learn's SGD is reproduced, bad models and steps are refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from streamfit._engine.testing import linear_model, mlp_model
+from streamfit._engine.trainer import Trainer
+from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
+from streamfit.penalties import Penalty
+from streamfit.schedules import InvScaling
+
+
+def _stream(n=512, d=10, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(dtype)
+    y = (np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.standard_normal(n)).astype(dtype)
+    return X, y
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "nesterov", "adam"])
+def test_fused_and_forward_backward_agree_on_mlp(optimizer):
+    X, y = _stream()
+    runs = {}
+    for step in ("fused", "forward_backward"):
+        trainer = Trainer(mlp_model([10, 32, 16, 1], "Relu", seed=1), optimizer=optimizer, step=step,
+                          learning_rate=0.01, penalty=Penalty(1e-3, 0.15))
+        losses = [trainer.step(X[i:i + 32], y[i:i + 32]) for i in range(0, 512, 32)]
+        losses.append(trainer.step(X[:7], y[:7]))  # a short last batch
+        runs[step] = (trainer.get_weights(), losses)
+    for name, w in runs["fused"][0].items():
+        np.testing.assert_allclose(w, runs["forward_backward"][0][name], rtol=1e-4, atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(runs["fused"][1], runs["forward_backward"][1], rtol=1e-4)
+    assert runs["fused"][1][-2] < runs["fused"][1][0]  # it learns
+
+
+def test_reproduces_sklearn_sgdregressor_at_batch_1():
+    from sklearn.linear_model import SGDRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, 4))
+    y = X @ np.array([1.5, -2.0, 0.5, 3.0]) + 1.0 + 0.1 * rng.standard_normal(80)
+    epochs = 3
+    skl = SGDRegressor(loss="squared_error", penalty="l2", alpha=0.01, learning_rate="invscaling", eta0=0.02,
+                       power_t=0.25, shuffle=False, max_iter=epochs, tol=None, average=False)
+    skl.fit(X, y)
+    trainer = Trainer(linear_model(4, dtype=np.float64), optimizer="sgd", penalty=Penalty(alpha=0.01, l1_ratio=0.0),
+                      learning_rate=InvScaling(eta0=0.02, power_t=0.25))
+    for _ in range(epochs):
+        for i in range(len(X)):
+            trainer.step(X[i:i + 1], y[i:i + 1])
+    w = trainer.get_weights()
+    np.testing.assert_allclose(w["W"].ravel(), skl.coef_, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(w["B"], skl.intercept_, rtol=1e-4, atol=1e-6)
+
+
+def test_float64_model_trains_in_float64():
+    X, y = _stream(dtype=np.float64)
+    trainer = Trainer(mlp_model([10, 8, 1], "Tanh", dtype=np.float64), learning_rate=0.05)
+    first = trainer.step(X[:64], y[:64])
+    for _ in range(30):
+        last = trainer.step(X[:64], y[:64])
+    assert trainer.get_weights()["W0"].dtype == np.float64 and last < first
+
+
+def test_staging_is_reused_per_shape():
+    X, y = _stream()
+    trainer = Trainer(linear_model(10))
+    trainer.step(X[:16], y[:16])
+    cache = trainer._strategy.cache._cache
+    staged = dict(cache)
+    for i in range(16, 160, 16):
+        trainer.step(X[i:i + 16], y[i:i + 16])
+    assert dict(cache) == staged and all(cache[k] is staged[k] for k in staged)  # no new buffers
+    trainer.step(X[:5], y[:5])  # a short batch gets its own buffers, once
+    assert len(cache) == 2
+
+
+def test_to_onnx_runs_in_plain_onnxruntime_with_same_predictions():
+    X, y = _stream()
+    trainer = Trainer(mlp_model([10, 16, 1], seed=3), learning_rate=0.05)
+    for i in range(0, 512, 64):
+        trainer.step(X[i:i + 64], y[i:i + 64])
+    model = trainer.to_onnx()
+    onnx.checker.check_model(model)
+    sess = ort.InferenceSession(model.SerializeToString())
+    # same weights, same graph; only float32 rounding of differently fused kernels may differ
+    np.testing.assert_allclose(sess.run(None, {"X": X})[0], trainer.predict(X), rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_round_trip_continues_identically():
+    X, y = _stream()
+    a = Trainer(linear_model(10), optimizer="adam", learning_rate=InvScaling(0.05))
+    for i in range(0, 256, 32):
+        a.step(X[i:i + 32], y[i:i + 32])
+    b = Trainer(linear_model(10), optimizer="adam", learning_rate=InvScaling(0.05))
+    b.load_state_dict(a.state_dict())
+    for i in range(256, 512, 32):
+        a.step(X[i:i + 32], y[i:i + 32])
+        b.step(X[i:i + 32], y[i:i + 32])
+    for name, w in a.get_weights().items():
+        np.testing.assert_array_equal(w, b.get_weights()[name])
+
+
+def test_piece_by_piece_forward_backward_apply():
+    X, y = _stream(n=32)
+    fused = Trainer(linear_model(10, seed=2), learning_rate=0.1)
+    fused.step(X, y)
+    manual = Trainer(linear_model(10, seed=2), learning_rate=0.1, step="forward_backward")
+    out = manual.forward(X)
+    dy = (out - y.reshape(-1, 1)) / len(X)  # the caller's own dL/dY (half squared error)
+    grads = manual.backward(dy)
+    np.testing.assert_allclose(grads["W"], X.T @ dy, rtol=1e-5, atol=1e-6)
+    assert manual.apply_gradients(grads)
+    for name, w in fused.get_weights().items():
+        np.testing.assert_allclose(manual.get_weights()[name], w, rtol=1e-5, atol=1e-7)
+    with pytest.raises(StreamfitError, match="need step='forward_backward'"):
+        fused.forward(X)
+
+
+@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+def test_nonfinite_step_is_never_applied(step):
+    X, y = _stream(n=64)
+    trainer = Trainer(linear_model(10, seed=1), step=step)
+    trainer.step(X[:32], y[:32])
+    before = trainer.get_weights()
+    bad = X[:32].copy()
+    bad[3, 4] = np.nan
+    with pytest.raises(NonFiniteError, match="not applied"):
+        trainer.step(bad, y[:32])
+    for name, w in trainer.get_weights().items():
+        np.testing.assert_array_equal(w, before[name])
+    skipping = Trainer(linear_model(10, seed=1), step=step, on_nonfinite="skip", learning_rate=1e30)
+    skipping.step(X[:32] * 1e20, y[:32])  # finite loss, overflowing update
+    assert skipping.n_skipped == 1 and skipping.n_steps == 0
+    assert all(np.isfinite(w).all() for w in skipping.get_weights().values())
+    skipping.step(X[:32], y[:32] * 0)  # still trains afterwards (lr is absurd but finite here)
+    assert skipping.n_steps + skipping.n_skipped == 2
+
+
+def _model_with(inits, nodes, inputs=None):
+    graph = helper.make_graph(nodes, "m", inputs or [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 1])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_default_weights_skip_structural_initializers():
+    inits = [numpy_helper.from_array(np.ones((2, 1), np.float32), "W"),
+             numpy_helper.from_array(np.array([-1, 1], np.int64), "shape"),
+             numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(9.0, np.float32), "hi")]
+    nodes = [helper.make_node("MatMul", ["X", "W"], ["M"]), helper.make_node("Clip", ["M", "lo", "hi"], ["C"]),
+             helper.make_node("Reshape", ["C", "shape"], ["Y"])]
+    trainer = Trainer(_model_with(inits, nodes))
+    assert trainer.weight_names == ["W"]
+
+
+def test_explicit_weights_in_any_order_and_frozen_rest():
+    X, y = _stream(n=32, d=3)
+    trainer = Trainer(mlp_model([3, 4, 1], seed=1), weights=["W1", "B0", "W0"], learning_rate=0.1)
+    assert trainer.weight_names == ["W1", "B0", "W0"]
+    b1 = numpy_helper.to_array(next(i for i in trainer.prepared.model.graph.initializer if i.name == "B1"))
+    trainer.step(X, y)
+    frozen = numpy_helper.to_array(next(i for i in trainer.to_onnx().graph.initializer if i.name == "B1"))
+    np.testing.assert_array_equal(frozen, b1)
+
+
+def test_model_errors_are_clear():
+    model = linear_model(3)
+    with pytest.raises(ModelError, match=r"unknown weight 'nope'; the model's initializers are \['B', 'W'\]"):
+        Trainer(model, weights=["nope"])
+    ints = _model_with([numpy_helper.from_array(np.ones((2, 1), np.int64), "K")],
+                       [helper.make_node("Cast", ["X"], ["Xi"], to=TensorProto.INT64),
+                        helper.make_node("MatMul", ["Xi", "K"], ["Mi"]), helper.make_node("Cast", ["Mi"], ["Y"], to=1)])
+    with pytest.raises(ModelError, match="weight 'K' is int64; only float32 and float64"):
+        Trainer(ints, weights=["K"])
+    with pytest.raises(ModelError, match="nothing to train"):
+        Trainer(ints)
+    with pytest.raises(ModelError, match="cannot load the ONNX model"):
+        Trainer(b"not a model at all")
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        Trainer(model, device="tpu")
+    with pytest.raises(ValueError, match="no CUDA provider"):
+        Trainer(model, device="cuda:1")
+
+
+def test_ir_version_above_10_is_lowered():
+    model = linear_model(3)
+    model.ir_version = 11
+    model.opset_import[0].version = 23
+    trainer = Trainer(model)
+    assert trainer.prepared.model.ir_version == 10
+    assert any("IR version 11 -> 10" in n for n in trainer.prepared.notes)
+    float4 = linear_model(3)
+    float4.ir_version = 11
+    float4.graph.value_info.append(helper.make_tensor_value_info("extra", 23, [1]))  # FLOAT4E2M1: IR 11 only
+    with pytest.raises(ModelError, match="cannot express"):
+        Trainer(float4)
+
+
+def test_bad_batches_raise_bad_input():
+    trainer = Trainer(linear_model(3))
+    with pytest.raises(BadInputError, match="non-empty batch"):
+        trainer.step(np.zeros((0, 3), np.float32), np.zeros(0, np.float32))
+    with pytest.raises(BadInputError, match="3 rows of features but 2 labels"):
+        trainer.step(np.zeros((3, 3), np.float32), np.zeros(2, np.float32))
