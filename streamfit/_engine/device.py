@@ -43,10 +43,7 @@ class Device:
 
         On CPU the caller must keep ``array`` alive as long as the OrtValue is bound.
         """
-        array = np.ascontiguousarray(array)
-        if self.kind == "cpu":
-            return C.OrtValue.ortvalue_from_numpy(array, self.ort_device())
-        return C.OrtValue.ortvalue_from_numpy(array, self.ort_device())
+        return C.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.ort_device())
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> tuple[C.OrtValue, np.ndarray | None]:
         """A new device buffer; on CPU also the numpy array that backs it."""
@@ -85,10 +82,12 @@ def _pinned_device(index: int) -> C.OrtDevice | None:
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 
-def parse_device(device: "str | Device") -> Device:
+def parse_device(device: "str | Device", check: bool = True) -> Device:
     """``"cpu"``, ``"cuda"`` or ``"cuda:N"`` -> :class:`Device`, keeping the index.
 
-    >>> parse_device("cuda:1")
+    ``check`` also verifies that this onnxruntime build can run on it.
+
+    >>> parse_device("cuda:1", check=False)
     Device(kind='cuda', index=1)
     """
     if isinstance(device, Device):
@@ -97,7 +96,7 @@ def parse_device(device: "str | Device") -> Device:
     if not match or (match.group(1) == "cpu" and match.group(2)):
         raise ValueError(f"unknown device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
     kind, index = match.group(1), int(match.group(2) or 0)
-    if kind == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
+    if check and kind == "cuda" and "CUDAExecutionProvider" not in ort.get_available_providers():
         raise ValueError(f"device {device!r} asked for, but this onnxruntime build has no CUDA provider "
                          f"(available: {ort.get_available_providers()}); install onnxruntime-training "
                          "(the CUDA build) instead of onnxruntime-training-cpu")

@@ -357,7 +357,7 @@ class Rebatcher:
     # ------------------------------------------------------------------ buffers
     def _buffers(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         X = self._X[slot]
-        if X is None or self.ring_size is None:
+        if X is None:
             assert self.n_features is not None
             X = self._X[slot] = np.empty((self.batch_size, self.n_features), dtype=self.dtype)
             self._Y[slot] = np.empty(self.batch_size, dtype=self._y_dtype)
@@ -406,6 +406,8 @@ class Rebatcher:
         self._last_emitted = position
         if self.ring_size is not None:
             self._slot = (self._slot + 1) % self.ring_size
+        else:  # hand the arrays over: the next batch allocates new ones
+            self._X[0] = self._Y[0] = self._W[0] = None
         if self.max_rows is not None and self.rows_out >= self.max_rows:
             self.done = True
             self._consumed = position

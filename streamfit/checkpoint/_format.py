@@ -78,7 +78,10 @@ def check_step(step: object) -> int:
 def check_model(model: object) -> memoryview:
     if not isinstance(model, (bytes, bytearray, memoryview)):
         raise CheckpointError(f"model must be bytes (the serialized ONNX model), got {type(model).__name__}")
-    return memoryview(model).cast("B")
+    try:
+        return memoryview(model).cast("B")
+    except TypeError as exc:  # a non-contiguous memoryview
+        raise CheckpointError(f"model must be contiguous bytes: {exc}") from exc
 
 
 def check_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:

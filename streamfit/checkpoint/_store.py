@@ -134,8 +134,11 @@ class CheckpointStore:
         meta_copy = json_copy(meta)
         name = dir_name(step)
         with self._writing():
-            self._remove_leftovers()
-            committed = self._scan().committed
+            try:
+                self._remove_leftovers()
+                committed = self._scan().committed
+            except OSError as exc:
+                raise CheckpointError(f"cannot prepare checkpoint directory {self.root}: {exc}") from exc
             if committed and step <= committed[-1].step:
                 raise CheckpointError(
                     f"cannot save step {step}: checkpoint {committed[-1].path.name} (step "
@@ -145,17 +148,7 @@ class CheckpointStore:
             final = self.root / name
             tmp = self.root / tmp_name(name)
             try:
-                os.mkdir(tmp)
-                write_durably(tmp / MODEL_FILE, model_view)
-                test_pause("model_written")
-                with open(tmp / STATE_FILE, "xb") as f:
-                    np.savez(f, **snap)
-                    f.flush()
-                    os.fsync(f.fileno())
-                files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}
-                manifest = build_manifest(step, meta_copy, files, snap)
-                write_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
-                fsync_dir(tmp)
+                self._write_files(tmp, step, model_view, snap, meta_copy)
                 test_pause("files_written")
                 os.rename(tmp, final)
             except BaseException as exc:
@@ -173,19 +166,39 @@ class CheckpointStore:
             self._apply_retention()
         return final
 
-    def discard_after(self, step: int) -> list[Path]:
+    @staticmethod
+    def _write_files(
+        tmp: Path, step: int, model: memoryview, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+    ) -> None:
+        """Fill the new directory ``tmp``: model, state, then manifest; fsync all of it."""
+        os.mkdir(tmp)
+        write_durably(tmp / MODEL_FILE, model)
+        test_pause("model_written")
+        with open(tmp / STATE_FILE, "xb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}
+        manifest = build_manifest(step, meta, files, arrays)
+        write_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
+        fsync_dir(tmp)
+
+    def discard_after(self, step: int) -> builtins.list[Path]:
         """Delete every checkpoint with a step greater than ``step`` (after a rollback); return them.
 
         ``latest`` is moved back first, so a crash midway never resurrects a discarded checkpoint.
         """
         step = check_step(step)
         with self._writing():
-            scan = self._scan()
-            kept = [i for i in scan.committed if i.step <= step]
-            dropped = [i for i in scan.committed if i.step > step]
-            if dropped:
-                self._write_pointer(kept[-1].path.name if kept else None)
-                self._delete([i.path for i in dropped + scan.uncommitted])
+            try:
+                scan = self._scan()
+                kept = [i for i in scan.committed if i.step <= step]
+                dropped = [i for i in scan.committed if i.step > step]
+                if dropped:
+                    self._write_pointer(kept[-1].path.name if kept else None)
+                    self._delete([i.path for i in dropped + scan.uncommitted])
+            except OSError as exc:
+                raise CheckpointError(f"cannot discard checkpoints after step {step} in {self.root}: {exc}") from exc
         return [i.path for i in dropped]
 
     @contextlib.contextmanager
@@ -302,15 +315,26 @@ class CheckpointStore:
         scan = self._scan()
         if scan.problem:
             logger.warning("%s; using the newest valid checkpoint directory", scan.problem)
-        if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir():
-            logger.warning("latest names %s, which is missing or not a directory; falling back to an older checkpoint", scan.pointer)
-        reasons = []
-        for info in reversed(scan.committed):
-            try:
-                return read_checkpoint(info.path)
-            except CorruptCheckpointError as exc:
-                logger.warning("skipping corrupt checkpoint %s: %s", info.path, exc)
-                reasons.append(str(exc))
+        for _attempt in range(3):
+            if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir():
+                logger.warning(
+                    "latest names %s, which is missing or not a directory; falling back to an older checkpoint",
+                    scan.pointer,
+                )
+            reasons = []
+            for info in reversed(scan.committed):
+                try:
+                    return read_checkpoint(info.path)
+                except CorruptCheckpointError as exc:
+                    if not info.path.exists():  # deleted by the writer's retention while we read it
+                        logger.debug("checkpoint %s vanished while being read", info.path)
+                        continue
+                    logger.warning("skipping corrupt checkpoint %s: %s", info.path, exc)
+                    reasons.append(str(exc))
+            rescan = self._scan()
+            if (rescan.pointer, rescan.committed) == (scan.pointer, scan.committed):
+                break
+            scan = rescan  # a writer committed or deleted meanwhile: look again
         if reasons:
             raise CorruptCheckpointError(f"no valid checkpoint under {self.root}: " + "; ".join(reasons))
         if scan.pointer not in (None, _NO_CHECKPOINT):

@@ -9,7 +9,7 @@ import pytest
 from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore
 from streamfit.exceptions import CheckpointError
 
-from ckpt_helpers import assert_content, content
+from tests.checkpoint.helpers import assert_content, content
 
 
 class GatedStore(CheckpointStore):

@@ -1,6 +1,6 @@
 """Subprocess used by test_ckpt_crash: writes checkpoints until the test SIGKILLs it.
 
-Usage: python ckpt_crash_writer.py ROOT START (one|loop) READY_FILE
+Usage: python crash_writer.py ROOT START (one|loop) READY_FILE
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 def main() -> None:
     root, start, mode, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-    sys.path.insert(0, str(Path(__file__).parent))
-    from ckpt_helpers import content
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+    from tests.checkpoint.helpers import content
 
     from streamfit.checkpoint import CheckpointStore
 

@@ -15,7 +15,7 @@ import pytest
 from streamfit.checkpoint import CheckpointStore
 from streamfit.exceptions import CorruptCheckpointError
 
-from ckpt_helpers import assert_content, content, rehash
+from tests.checkpoint.helpers import assert_content, content, rehash
 
 
 @pytest.fixture

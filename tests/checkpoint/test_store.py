@@ -8,10 +8,12 @@ import os
 import numpy as np
 import pytest
 
+import streamfit
+
 from streamfit.checkpoint import FORMAT_VERSION, CheckpointStore, publish
 from streamfit.exceptions import CheckpointError
 
-from ckpt_helpers import assert_content, content
+from tests.checkpoint.helpers import assert_content, content
 
 
 def test_round_trip_is_bit_exact(tmp_path):
@@ -61,7 +63,7 @@ def test_manifest_contents(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format"] == "streamfit-checkpoint"
     assert manifest["format_version"] == FORMAT_VERSION
-    assert isinstance(manifest["streamfit_version"], str)
+    assert manifest["streamfit_version"] == getattr(streamfit, "__version__", "0.0.0")
     created = dt.datetime.fromisoformat(manifest["created_at"])
     assert created.utcoffset() == dt.timedelta(0)
     assert abs((dt.datetime.now(dt.timezone.utc) - created).total_seconds()) < 60

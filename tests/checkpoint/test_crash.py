@@ -19,11 +19,11 @@ import pytest
 import streamfit.checkpoint
 from streamfit.checkpoint import CheckpointStore
 
-from ckpt_helpers import assert_content, content
+from tests.checkpoint.helpers import assert_content, content
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 
-WRITER = Path(__file__).with_name("ckpt_crash_writer.py")
+WRITER = Path(__file__).with_name("crash_writer.py")
 REPO = Path(streamfit.checkpoint.__file__).resolve().parents[2]
 
 
@@ -104,7 +104,7 @@ def test_sigkill_at_random_instants(tmp_path):
     store = CheckpointStore(root, keep=2)
     store.save(1, *content(1))
     newest = 1
-    for round_ in range(8):
+    for round_ in range(5):
         ready = tmp_path / f"ready-{round_}"
         proc = _spawn(root, newest + 1, "loop", ready)
         try:

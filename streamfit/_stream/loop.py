@@ -1,0 +1,462 @@
+"""The async training loop: read, rebatch, evaluate-then-train, with backpressure, under asyncio or trio.
+
+Three stages overlap::
+
+    reader task (event loop)                         trainer (host task, work in a worker thread)
+    source.__anext__ -> Rebatcher.push --[bounded queue of TrainingBatch]--> predict, partial_fit -> hooks
+
+* The reader pulls record batches from the source (decoding happens in the source) and rebatches them
+  on the event loop (a copy of ``batch_size`` rows, no allocation once the buffer ring is warm).
+* The queue (an anyio memory object stream of ``queue_size``) gives backpressure: a fast source blocks
+  in ``send``; at most ``queue_size + IN_FLIGHT_EXTRA`` training batches exist at once (``queue_size``
+  queued, one being trained, one being filled or waiting to be queued), which is also the number of
+  reused buffers (see :mod:`streamfit._stream.batching`).
+* The trainer runs the progressive prediction and ``partial_fit`` in one ``anyio.to_thread.run_sync``
+  call, so the event loop keeps reading while the model trains.  ``partial_fit`` is never interrupted:
+  cancelling the loop waits for the running step to finish, so the model is never half-updated.
+
+Errors raised while reading or rebatching travel through the queue: every batch completed before the
+bad input is trained first, then the error is raised (deterministic model state).  The source is closed
+on exit in every case.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Awaitable, Callable, Sequence, Union
+
+import anyio
+import numpy as np
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from streamfit.sources._base import Position, Source
+from streamfit._stream.batching import IN_FLIGHT_EXTRA, Rebatcher, TrainingBatch
+from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
+from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted
+from streamfit._stream.progress import Progress
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+__all__ = ["LoopState", "StreamLoop", "train_stream", "train_stream_sync"]
+
+Hook = Callable[[Any], Union[None, Awaitable[None]]]
+
+
+class LoopState(enum.Enum):
+    """``created`` -> ``running`` -> ``draining`` (stop requested or source exhausted) -> ``stopped``."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class _End:
+    position: Position | None
+    ended_by: str
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: BaseException
+
+
+async def _call(hook: Hook | None, event: Any) -> None:
+    if hook is not None:
+        result = hook(event)
+        if inspect.isawaitable(result):
+            await result
+
+
+def _single_error(group: BaseExceptionGroup) -> BaseException | None:
+    """The one real error in a task-group error (cancellations are its consequences), else None."""
+    cancelled = anyio.get_cancelled_exc_class()
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for e in exc.exceptions:
+                walk(e)
+        elif not isinstance(exc, cancelled):
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+class StreamLoop:
+    """Train ``estimator`` on ``source`` once; see :func:`train_stream` for the parameters.
+
+    Use the class (rather than :func:`train_stream`) to :meth:`stop` it from another task, or to read
+    :meth:`metric_events` as an async iterator while it runs.  A loop runs once: calling :meth:`run`
+    again raises ``RuntimeError``.
+    """
+
+    def __init__(
+        self,
+        estimator: Any,
+        source: Any,
+        *,
+        features: Sequence[str] | str | None = None,
+        label: str = "y",
+        weight: str | None = None,
+        task: str | None = None,
+        classes: Any = None,
+        batch_size: int = 256,
+        max_rows: int | None = None,
+        on_bad: str = "raise",
+        cast: bool = False,
+        dtype: Any = np.float32,
+        drop_last: bool = False,
+        queue_size: int = 4,
+        window: int = 1000,
+        evaluate: bool = True,
+        progress: bool = False,
+        on_batch: Hook | None = None,
+        on_metrics: Hook | None = None,
+        stop_event: anyio.Event | None = None,
+    ) -> None:
+        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+            raise ValueError(f"Invalid queue_size: {queue_size!r}, expected an int >= 1")
+        if task is None:
+            task = "classification" if classes is not None else "regression"
+        for name, hook in (("on_batch", on_batch), ("on_metrics", on_metrics)):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
+        self.estimator = estimator
+        self.source = source
+        self.task = task
+        self.classes = classes
+        self.queue_size = queue_size
+        self.evaluate = bool(evaluate)
+        self.progress = progress
+        self.on_batch = on_batch
+        self.on_metrics = on_metrics
+        self.stop_event = stop_event
+        self._rebatcher = Rebatcher(
+            batch_size, features=features, label=label, weight=weight, task=task, dtype=dtype,
+            on_bad=on_bad, cast=cast, drop_last=drop_last, max_rows=max_rows,
+            ring_size=queue_size + IN_FLIGHT_EXTRA)
+        self._metrics = ProgressiveMetrics(task, window)
+        self._state = LoopState.CREATED
+        self._stop_requested = False
+        self._idle_scope: anyio.CancelScope | None = None
+        self._metric_sends: list[MemoryObjectSendStream[MetricsEvent]] = []
+        self._dropped_metric_events = 0
+        self._rows = 0
+        self._batches = 0
+        self._position: Position | None = None
+        self._ended_by = "end"
+        self._fitted = False
+        self._partial_fit_called = False
+        self._t0 = 0.0
+        self._elapsed = 0.0
+        self._progress = Progress(False)
+
+    # ------------------------------------------------------------------ control
+    @property
+    def state(self) -> LoopState:
+        return self._state
+
+    @property
+    def rebatcher(self) -> Rebatcher:
+        return self._rebatcher
+
+    def stop(self) -> None:
+        """Finish the batch being trained (if any), then return from :meth:`run`.
+
+        Batches already queued are not trained; the summary's ``position`` is after the last trained
+        batch.  Call from the event loop thread (from another thread: ``anyio.from_thread.run_sync``).
+        """
+        self._stop_requested = True
+        if self._state is LoopState.RUNNING:
+            self._state = LoopState.DRAINING
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+
+    def metric_events(self, max_buffer_size: float = 1000) -> MemoryObjectReceiveStream[MetricsEvent]:
+        """An async iterator of :class:`MetricsEvent`, closed when the loop ends.
+
+        Training never waits for a slow reader: when ``max_buffer_size`` events are unread, new ones are
+        dropped and counted in ``StreamSummary.dropped_metric_events``.
+        """
+        if self._state is LoopState.STOPPED:
+            raise RuntimeError("this StreamLoop is stopped: it will send no more metric events")
+        send, receive = anyio.create_memory_object_stream[MetricsEvent](max_buffer_size)
+        self._metric_sends.append(send)
+        return receive
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> StreamSummary:
+        """Train until the source is exhausted, ``max_rows`` rows are trained or :meth:`stop` is called."""
+        if self._state is not LoopState.CREATED:
+            raise RuntimeError(f"this StreamLoop is {self._state.value}: a loop runs once, "
+                               f"create a new StreamLoop (or call train_stream again) to train more")
+        self._state = LoopState.DRAINING if self._stop_requested else LoopState.RUNNING
+        self._t0 = time.perf_counter()
+        self._fitted = is_fitted(self.estimator)
+        source = None
+        error: BaseException | None = None
+        try:
+            source = await self._open_source()
+            total = getattr(source, "total_rows", None)
+            if not isinstance(total, int) or isinstance(total, bool):
+                total = None
+            if self._rebatcher.max_rows is not None:
+                total = self._rebatcher.max_rows if total is None else min(total, self._rebatcher.max_rows)
+            self._progress = Progress(bool(self.progress), total)
+            send, receive = anyio.create_memory_object_stream[Union[TrainingBatch, _End, _Failure]](
+                self.queue_size)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._produce, source, send)
+                    if self.stop_event is not None:
+                        tg.start_soon(self._watch, self.stop_event)
+                    await self._consume(receive)
+                    tg.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                error = _single_error(group)
+                if error is None:
+                    raise
+            finally:
+                send.close()
+                receive.close()
+        finally:
+            self._elapsed = time.perf_counter() - self._t0
+            self._state = LoopState.STOPPED
+            self._progress.close()
+            for s in self._metric_sends:
+                s.close()
+            self._metric_sends.clear()
+            if source is not None:
+                with anyio.CancelScope(shield=True):
+                    await source.aclose()
+        if error is not None:
+            raise error
+        return self.summary()
+
+    def summary(self) -> StreamSummary:
+        """The summary so far (final once :meth:`run` returned)."""
+        elapsed = self._elapsed if self._state is LoopState.STOPPED else time.perf_counter() - self._t0
+        rb = self._rebatcher
+        return StreamSummary(
+            rows=self._rows,
+            batches=self._batches,
+            skipped_rows=dict(rb.skipped_rows),
+            skipped_messages=dict(rb.skipped_messages),
+            stream_metrics=dict(self._metrics.stream()),
+            window_metrics=dict(self._metrics.recent()),
+            rows_per_s=self._rows / elapsed if elapsed > 0 else 0.0,
+            elapsed=elapsed,
+            position=self._position,
+            ended_by=self._ended_by,
+            dropped_metric_events=self._dropped_metric_events,
+        )
+
+    async def _open_source(self) -> Any:
+        if isinstance(self.source, Source):
+            return self.source
+        try:
+            from streamfit.sources import open_source  # lazy: the sources package is optional here
+        except ImportError as exc:
+            raise TypeError(f"source must be a streamfit Source, got {type(self.source).__name__} "
+                            f"(streamfit.sources.open_source is not available)") from exc
+        source = open_source(self.source)
+        if inspect.isawaitable(source):
+            source = await source
+        return source
+
+    async def _watch(self, event: anyio.Event) -> None:
+        await event.wait()
+        self.stop()
+
+    # ------------------------------------------------------------------ reader
+    async def _produce(self, source: Any, send: MemoryObjectSendStream) -> None:
+        rb = self._rebatcher
+        async with send:
+            try:
+                if not rb.done:
+                    async for sb in source:
+                        # The generator fills the next ring buffer only after the previous batch is queued.
+                        for tb in rb.push(sb):
+                            await send.send(tb)
+                        if rb.done:
+                            break
+                for tb in rb.flush():
+                    await send.send(tb)
+                end = _End(rb.end_position, "max_rows" if rb.done else "end")
+            except Exception as exc:  # train what came before, then raise in the trainer
+                await send.send(_Failure(exc))
+                return
+            if self._state is LoopState.RUNNING:
+                self._state = LoopState.DRAINING
+            await send.send(end)
+
+    # ------------------------------------------------------------------ trainer
+    async def _consume(self, receive: MemoryObjectReceiveStream) -> None:
+        while not self._stop_requested:
+            with anyio.CancelScope() as scope:
+                self._idle_scope = scope
+                try:
+                    item = await receive.receive()
+                except anyio.EndOfStream:
+                    item = _End(None, "end")
+                finally:
+                    self._idle_scope = None
+            if scope.cancelled_caught or self._stop_requested:
+                break
+            if isinstance(item, _End):
+                self._ended_by = item.ended_by
+                if item.position is not None:
+                    self._position = item.position
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            await self._train(item)
+        self._ended_by = "stop"
+
+    def _step(self, tb: TrainingBatch, first: bool) -> tuple[dict[str, np.ndarray] | None, float | None]:
+        """Worker thread: progressive prediction, then one ``partial_fit``."""
+        est = self.estimator
+        rows = None
+        if self.evaluate and self._fitted:
+            rows = evaluate_batch(est, tb.X, tb.y, task=self.task, classes=self.classes)
+        kwargs: dict[str, Any] = {}
+        if tb.sample_weight is not None:
+            kwargs["sample_weight"] = tb.sample_weight
+        if first and self.classes is not None:
+            kwargs["classes"] = self.classes
+        est.partial_fit(tb.X, tb.y, **kwargs)
+        self._fitted = True
+        loss = getattr(est, "loss_", None)
+        if isinstance(loss, (int, float, np.floating)) and not isinstance(loss, bool):
+            return rows, float(loss)
+        return rows, None
+
+    async def _train(self, tb: TrainingBatch) -> None:
+        first = not self._partial_fit_called
+        rows, own_loss = await anyio.to_thread.run_sync(self._step, tb, first)
+        self._partial_fit_called = True
+        self._rows += tb.n_rows
+        self._batches += 1
+        self._position = tb.position
+        elapsed = time.perf_counter() - self._t0
+        progressive_loss = None
+        if rows is not None:
+            batch_metrics = self._metrics.update(rows)
+            progressive_loss = batch_metrics["loss"]
+            event = MetricsEvent(self._batches, self._rows, tb.position, batch_metrics,
+                                 self._metrics.stream(), self._metrics.recent())
+            self._publish(event)
+            await _call(self.on_metrics, event)
+        self._progress.update(tb.n_rows, self._metrics.recent()["loss"] if rows is not None else own_loss)
+        loss = own_loss if own_loss is not None else progressive_loss
+        await _call(self.on_batch, BatchEvent(self._batches, self._rows, tb.n_rows, tb.position, loss,
+                                              progressive_loss, elapsed))
+
+    def _publish(self, event: MetricsEvent) -> None:
+        for send in list(self._metric_sends):
+            try:
+                send.send_nowait(event)
+            except anyio.WouldBlock:
+                self._dropped_metric_events += 1
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._metric_sends.remove(send)
+
+
+async def train_stream(
+    estimator: Any,
+    source: Any,
+    *,
+    features: Sequence[str] | str | None = None,
+    label: str = "y",
+    weight: str | None = None,
+    batch_size: int = 256,
+    max_rows: int | None = None,
+    on_bad: str = "raise",
+    progress: bool = False,
+    queue_size: int = 4,
+    on_batch: Hook | None = None,
+    on_metrics: Hook | None = None,
+    task: str | None = None,
+    classes: Any = None,
+    cast: bool = False,
+    dtype: Any = np.float32,
+    drop_last: bool = False,
+    window: int = 1000,
+    evaluate: bool = True,
+    stop_event: anyio.Event | None = None,
+) -> StreamSummary:
+    """Train ``estimator`` with ``partial_fit`` on a stream, evaluating each batch before training on it.
+
+    Reading, rebatching and training overlap; a bounded queue keeps memory bounded.  Works under
+    asyncio and trio (anyio).
+
+    Parameters
+    ----------
+    estimator : anything with ``partial_fit(X, y[, sample_weight=..., classes=...])`` and ``predict``
+        (``predict_proba`` is used for the log loss when present).  It must not keep ``X``/``y`` after
+        ``partial_fit`` returns (the buffers are reused).
+    source : a :class:`streamfit.sources.Source`, or anything ``streamfit.sources.open_source`` accepts.
+        It is closed when training ends.  Sources may expose ``total_rows`` for the progress bar.
+    features : feature columns (float columns, or one ``FixedSizeList<float, d>`` / ``fixed_shape_tensor``
+        column taken zero-copy); ``None`` = every column but ``label`` and ``weight``.
+    label, weight : label column; optional sample-weight column.
+    batch_size : rows per ``partial_fit`` call; the last batch may be smaller (unless ``drop_last``).
+    max_rows : stop after training this many rows.
+    on_bad : ``"raise"`` or ``"skip"`` bad input (see :class:`~streamfit._stream.batching.Rebatcher`).
+    progress : show a tqdm bar (rows, rows/s, recent progressive loss).
+    queue_size : training batches that may wait for the trainer; at most
+        ``queue_size + IN_FLIGHT_EXTRA`` (= + 2) batches exist at once.
+    on_batch : ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
+    on_metrics : ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
+    task : ``"regression"`` or ``"classification"``; default: classification iff ``classes`` is given.
+    classes : all class labels, passed to the first ``partial_fit`` call.
+    cast : accept integer/bool/decimal columns by explicit conversion (refused by default).
+    dtype : float32 (default) or float64 for ``X`` (and a regression ``y``); a classification ``y`` is int64.
+    window : rows in the recent-metrics window.
+    evaluate : progressive validation on/off (off saves one ``predict`` per batch).
+    stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
+
+    Examples
+    --------
+    >>> import numpy as np, pyarrow as pa, pyarrow.compute
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> from streamfit.sources.memory import MemorySource
+    >>> x = pa.array(np.tile(np.linspace(-1, 1, 8), 125), pa.float32())
+    >>> table = pa.table({"x": x, "y": pa.compute.multiply(x, 2.0)})
+    >>> summary = train_stream_sync(SGDRegressor(random_state=0), MemorySource(table), batch_size=100,
+    ...                             window=200)
+    >>> summary.rows, summary.batches, summary.position, summary.ended_by
+    (1000, 10, {'batch': 0, 'row': 1000}, 'end')
+    >>> summary.stream_metrics["rows"]  # the first batch meets an untrained model: not evaluated
+    900
+    >>> summary.window_metrics["rmse"] < summary.stream_metrics["rmse"]  # it learns
+    True
+    """
+    loop = StreamLoop(
+        estimator, source, features=features, label=label, weight=weight, task=task, classes=classes,
+        batch_size=batch_size, max_rows=max_rows, on_bad=on_bad, cast=cast, dtype=dtype,
+        drop_last=drop_last, queue_size=queue_size, window=window, evaluate=evaluate, progress=progress,
+        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event)
+    return await loop.run()
+
+
+def train_stream_sync(
+    estimator: Any,
+    source: Any,
+    *,
+    backend: str = "asyncio",
+    backend_options: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> StreamSummary:
+    """:func:`train_stream` from synchronous code: ``anyio.run`` on ``backend`` (``"asyncio"`` or ``"trio"``)."""
+    return anyio.run(partial(train_stream, estimator, source, **kwargs), backend=backend,
+                     backend_options=backend_options)

@@ -1,0 +1,138 @@
+"""What the estimators share: parameters -> Trainer, minibatch epochs, state for checkpoints."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from streamfit._arrow import as_features, as_labels
+from streamfit._engine.trainer import Trainer
+from streamfit.exceptions import BadInputError
+from streamfit.losses import Loss
+from streamfit.optim import get_optimizer
+from streamfit.penalties import get_penalty
+from streamfit.schedules import Schedule, as_schedule
+
+try:  # scikit-learn is optional: with it, clone/check_estimator/pipelines work as usual
+    from sklearn.base import BaseEstimator as _SkBase
+except ImportError:  # pragma: no cover - exercised only without the [sklearn] extra
+    import inspect
+
+    class _SkBase:  # type: ignore[no-redef]
+        """Minimal get_params/set_params when scikit-learn is not installed."""
+
+        @classmethod
+        def _get_param_names(cls) -> list[str]:
+            sig = inspect.signature(cls.__init__)
+            return sorted(p for p in sig.parameters if p != "self")
+
+        def get_params(self, deep: bool = True) -> dict[str, Any]:
+            return {name: getattr(self, name) for name in self._get_param_names()}
+
+        def set_params(self, **params: Any) -> "_SkBase":
+            for key, value in params.items():
+                if key not in self._get_param_names():
+                    raise ValueError(f"invalid parameter {key!r} for {type(self).__name__}")
+                setattr(self, key, value)
+            return self
+
+__all__ = ["OnnxEstimator"]
+
+_OPTIMIZER_PARAMS = {"momentum": ("momentum",), "nesterov": ("momentum",)}
+
+
+class OnnxEstimator(_SkBase):
+    """Base of the estimators: ``__init__`` stores parameters only; validation happens in fit."""
+
+    _default_loss: str = "squared_error"
+
+    # -- building ----------------------------------------------------------------------------------
+    def _schedule(self, loss: Loss) -> Schedule:
+        if isinstance(self.learning_rate, Schedule):
+            return self.learning_rate
+        if isinstance(self.learning_rate, (int, float)):
+            return as_schedule(float(self.learning_rate))
+        kwargs: dict[str, Any] = {"constant": {"eta0": self.eta0}, "invscaling": {"eta0": self.eta0, "power_t": self.power_t},
+                                  "optimal": {"alpha": self.alpha, "loss_dloss": loss.dloss},
+                                  "adaptive": {"eta0": self.eta0}}.get(self.learning_rate, {})
+        return as_schedule(self.learning_rate, **kwargs)
+
+    def _make_trainer(self, loss: "str | Loss") -> Trainer:
+        from streamfit.losses import get_loss
+
+        loss_obj = get_loss(loss)
+        opt_kwargs = {p: getattr(self, p) for p in _OPTIMIZER_PARAMS.get(self.optimizer, ())} \
+            if isinstance(self.optimizer, str) else {}
+        if not isinstance(self.batch_size, (int, np.integer)) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        return Trainer(self.model, weights=self.weights, loss=loss_obj,
+                       optimizer=get_optimizer(self.optimizer, **opt_kwargs),
+                       learning_rate=self._schedule(loss_obj),
+                       penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
+                       step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads)
+
+    # -- data --------------------------------------------------------------------------------------
+    def _check_X(self, X: Any, reset: bool) -> np.ndarray:
+        dtype = self.trainer_.dtype if hasattr(self, "trainer_") else np.float32
+        X = as_features(X, dtype)
+        if reset or not hasattr(self, "n_features_in_"):
+            self.n_features_in_ = int(np.prod(X.shape[1:]))
+        elif int(np.prod(X.shape[1:])) != self.n_features_in_:
+            raise BadInputError(f"X has {int(np.prod(X.shape[1:]))} features, but {type(self).__name__} "
+                                f"is expecting {self.n_features_in_} features as input", reason="shape_mismatch")
+        return X
+
+    def _batches(self, n: int) -> list[slice]:
+        return [slice(i, min(i + self.batch_size, n)) for i in range(0, n, self.batch_size)]
+
+    def _one_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None) -> float:
+        total, rows = 0.0, 0
+        for sl in self._batches(len(X)):
+            loss = self.trainer_.step(X[sl], T[sl], None if sw is None else sw[sl])
+            if np.isfinite(loss):
+                total += loss * (sl.stop - sl.start)
+                rows += sl.stop - sl.start
+        self.t_ = self.trainer_.n_steps
+        return total / max(rows, 1)
+
+    @staticmethod
+    def _sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:
+        if sample_weight is None:
+            return None
+        sw = np.asarray(as_labels(sample_weight), dtype=np.float64).reshape(-1)
+        if sw.shape[0] != n:
+            raise BadInputError(f"got {sw.shape[0]} sample weights for {n} rows", reason="shape_mismatch")
+        return sw
+
+    # -- public ------------------------------------------------------------------------------------
+    def to_onnx(self) -> Any:
+        """The inference ONNX model with the trained weights (runs in plain onnxruntime)."""
+        self._require_fitted()
+        return self.trainer_.to_onnx()
+
+    def _require_fitted(self) -> None:
+        if not hasattr(self, "trainer_"):
+            try:
+                from sklearn.exceptions import NotFittedError
+            except ImportError:  # pragma: no cover
+                NotFittedError = AttributeError  # type: ignore[misc,assignment]
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet. Call 'fit' or "
+                                 "'partial_fit' with appropriate arguments before using this estimator.")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Learned state as plain arrays and numbers (checkpoints store it; no pickle)."""
+        self._require_fitted()
+        return {"trainer": self.trainer_.state_dict(), "n_features_in_": self.n_features_in_}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.trainer_.load_state_dict(state["trainer"])
+        self.n_features_in_ = int(state["n_features_in_"])
+        self.t_ = self.trainer_.n_steps
+
+    def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags

@@ -1,0 +1,153 @@
+"""OnnxClassifier: scikit-learn's classifier contract over any ONNX model that outputs logits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit._arrow import as_labels
+from streamfit.estimators._base import OnnxEstimator
+from streamfit.exceptions import BadInputError
+
+try:
+    from sklearn.base import ClassifierMixin as _Mixin
+except ImportError:  # pragma: no cover
+    class _Mixin:  # type: ignore[no-redef]
+        def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+            return float(np.average(self.predict(X) == as_labels(y), weights=sample_weight))
+
+__all__ = ["OnnxClassifier"]
+
+
+class OnnxClassifier(_Mixin, OnnxEstimator):
+    """Trains an ONNX model whose output is class scores (logits), with scikit-learn's classifier API.
+
+    One output column means a binary model (``log_loss`` on the score of the second class); ``k``
+    columns mean ``k`` classes (``softmax_cross_entropy``).  ``loss="auto"`` picks accordingly.
+
+    >>> import numpy as np
+    >>> from streamfit._engine.testing import linear_model
+    >>> X = np.random.default_rng(0).standard_normal((300, 2)).astype(np.float32)
+    >>> y = np.where(X[:, 0] + X[:, 1] > 0, "pos", "neg")
+    >>> clf = OnnxClassifier(linear_model(2), learning_rate="constant", eta0=0.5, max_iter=10).fit(X, y)
+    >>> clf.classes_.tolist(), clf.score(X, y) > 0.95
+    (['neg', 'pos'], True)
+    """
+
+    def __init__(self, model: Any = None, *, weights: Any = None, loss: Any = "auto", optimizer: Any = "sgd",
+                 learning_rate: Any = "invscaling", eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4,
+                 l1_ratio: float = 0.15, penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32,
+                 max_iter: int = 5, shuffle: bool = False, random_state: Any = None, warm_start: bool = False,
+                 device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
+                 threads: int | None = None) -> None:
+        self.model = model
+        self.weights = weights
+        self.loss = loss
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.eta0 = eta0
+        self.power_t = power_t
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.penalty = penalty
+        self.momentum = momentum
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.device = device
+        self.step = step
+        self.on_nonfinite = on_nonfinite
+        self.threads = threads
+
+    # -- setup -------------------------------------------------------------------------------------
+    def _start(self, X: np.ndarray, classes: Any) -> None:
+        self.classes_ = np.unique(as_labels(classes))
+        if len(self.classes_) < 2:
+            raise ValueError(f"a classifier needs at least 2 classes, got {self.classes_.tolist()}")
+        probe = self._make_trainer("squared_error")  # only to read the output width
+        width = int(np.prod(probe.predict(X[:1]).shape[1:]) or 1)
+        if width == 1 and len(self.classes_) != 2:
+            raise ValueError(f"the model has one output column (binary) but {len(self.classes_)} classes were given")
+        if width > 1 and width != len(self.classes_):
+            raise ValueError(f"the model outputs {width} scores but {len(self.classes_)} classes were given")
+        loss = self.loss
+        if loss == "auto":
+            loss = "log_loss" if width == 1 else "softmax_cross_entropy"
+        self.trainer_ = self._make_trainer(loss)
+        self.binary_ = width == 1
+
+    def _encode(self, y: Any, n: int) -> np.ndarray:
+        y = as_labels(y).reshape(-1)
+        if y.shape[0] != n:
+            raise ValueError(f"got {n} rows of features but {y.shape[0]} labels")
+        idx = np.searchsorted(self.classes_, y)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        unknown = self.classes_[idx] != y
+        if unknown.any():
+            raise BadInputError(f"labels {np.unique(y[unknown]).tolist()[:5]} are not in classes_ "
+                                f"{self.classes_.tolist()}", reason="unknown_class")
+        return idx.astype(self.trainer_.dtype) if self.binary_ else idx.astype(np.int64)
+
+    # -- fitting -----------------------------------------------------------------------------------
+    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "OnnxClassifier":
+        """One pass over ``X``; the first call needs ``classes`` (all labels the stream may hold)."""
+        first = not hasattr(self, "trainer_")
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            X0 = self._check_X(X, reset=True)
+            self._start(X0, classes)
+        elif classes is not None and not np.array_equal(np.unique(as_labels(classes)), self.classes_):
+            raise ValueError(f"classes={np.unique(as_labels(classes)).tolist()} differs from the classes of the "
+                             f"first partial_fit call {self.classes_.tolist()}")
+        X = self._check_X(X, reset=first)
+        self._one_pass(X, self._encode(y, len(X)), self._sample_weight(sample_weight, len(X)))
+        return self
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxClassifier":
+        """``max_iter`` epochs over ``X``; classes are taken from ``y``."""
+        X = self._check_X(X, reset=True)
+        labels = as_labels(y)
+        if not (self.warm_start and hasattr(self, "trainer_")):
+            self._start(X, labels)
+        T = self._encode(labels, len(X))
+        sw = self._sample_weight(sample_weight, len(X))
+        rng = np.random.default_rng(self.random_state)
+        self.loss_curve_ = []
+        for _ in range(self.max_iter):
+            order = rng.permutation(len(X)) if self.shuffle else np.arange(len(X))
+            self.loss_curve_.append(self._one_pass(X[order], T[order], None if sw is None else sw[order]))
+        self.n_iter_ = self.max_iter
+        return self
+
+    # -- prediction --------------------------------------------------------------------------------
+    def decision_function(self, X: Any) -> np.ndarray:
+        self._require_fitted()
+        out = self.trainer_.predict(self._check_X(X, reset=False))
+        return out.reshape(len(out)) if self.binary_ else out.reshape(len(out), -1)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        scores = self.decision_function(X).astype(np.float64)
+        if self.binary_:
+            p = 1.0 / (1.0 + np.exp(-scores))
+            return np.column_stack([1.0 - p, p])
+        scores = scores - scores.max(axis=1, keepdims=True)
+        e = np.exp(scores)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        scores = self.decision_function(X)
+        idx = (scores > 0).astype(np.int64) if self.binary_ else scores.argmax(axis=1)
+        return self.classes_[idx]
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["classes_"] = self.classes_
+        return state
+
+    def load_state_dict(self, state: Any) -> None:
+        super().load_state_dict(state)
+        self.classes_ = np.asarray(state["classes_"])

@@ -1,0 +1,109 @@
+"""OnnxRegressor: scikit-learn's regressor contract over any ONNX model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit._arrow import as_labels
+from streamfit.estimators._base import OnnxEstimator
+
+try:
+    from sklearn.base import RegressorMixin as _Mixin
+except ImportError:  # pragma: no cover
+    class _Mixin:  # type: ignore[no-redef]
+        def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+            y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+            pred = np.asarray(self.predict(X), dtype=np.float64).reshape(y.shape)
+            w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight)
+            ss_res = (w[:, None] * (y - pred) ** 2).sum()
+            ss_tot = (w[:, None] * (y - np.average(y, axis=0, weights=w)) ** 2).sum()
+            return float(1 - ss_res / ss_tot)
+
+__all__ = ["OnnxRegressor"]
+
+
+class OnnxRegressor(_Mixin, OnnxEstimator):
+    """Trains the weights of an ONNX regression model online, with scikit-learn's estimator API.
+
+    ``learning_rate`` is a schedule name (``"constant"``, ``"invscaling"``, ``"optimal"``,
+    ``"adaptive"``), a float or a :class:`~streamfit.schedules.Schedule`; ``eta0``, ``power_t``,
+    ``alpha``, ``l1_ratio`` and ``penalty`` mean what they mean in ``SGDRegressor``.
+
+    >>> import numpy as np
+    >>> from streamfit._engine.testing import linear_model
+    >>> X = np.random.default_rng(0).standard_normal((200, 3)).astype(np.float32)
+    >>> y = X @ np.array([1.0, -2.0, 0.5], np.float32) + 1.0
+    >>> reg = OnnxRegressor(linear_model(3), learning_rate="constant", eta0=0.05, batch_size=10, max_iter=20)
+    >>> round(reg.fit(X, y).score(X, y), 3)
+    1.0
+    """
+
+    def __init__(self, model: Any = None, *, weights: Any = None, loss: Any = "squared_error",
+                 optimizer: Any = "sgd", learning_rate: Any = "invscaling", eta0: float = 0.01,
+                 power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
+                 momentum: float = 0.9, batch_size: int = 32, max_iter: int = 5, shuffle: bool = False,
+                 random_state: Any = None, warm_start: bool = False, device: str = "cpu", step: str = "fused",
+                 on_nonfinite: str = "raise", threads: int | None = None) -> None:
+        self.model = model
+        self.weights = weights
+        self.loss = loss
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.eta0 = eta0
+        self.power_t = power_t
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.penalty = penalty
+        self.momentum = momentum
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.device = device
+        self.step = step
+        self.on_nonfinite = on_nonfinite
+        self.threads = threads
+
+    def _targets(self, y: Any, n: int) -> np.ndarray:
+        T = as_labels(y)
+        if T.dtype.kind not in "fiub":
+            raise ValueError(f"regression targets must be numbers, got {T.dtype}")
+        T = T.astype(self.trainer_.dtype, copy=False)
+        if T.shape[0] != n:
+            raise ValueError(f"got {n} rows of features but {T.shape[0]} targets")
+        return T
+
+    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
+        """One pass over ``X`` in minibatches of ``batch_size``."""
+        first = not hasattr(self, "trainer_")
+        if first:
+            self.trainer_ = self._make_trainer(self.loss)
+        X = self._check_X(X, reset=first)
+        self._one_pass(X, self._targets(y, len(X)), self._sample_weight(sample_weight, len(X)))
+        return self
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
+        """``max_iter`` epochs over ``X`` (from the model's initial weights unless ``warm_start``)."""
+        if not (self.warm_start and hasattr(self, "trainer_")):
+            self.trainer_ = self._make_trainer(self.loss)
+        X = self._check_X(X, reset=True)
+        T = self._targets(y, len(X))
+        sw = self._sample_weight(sample_weight, len(X))
+        rng = np.random.default_rng(self.random_state)
+        self.loss_curve_ = []
+        for _ in range(self.max_iter):
+            order = rng.permutation(len(X)) if self.shuffle else None
+            if order is None:
+                self.loss_curve_.append(self._one_pass(X, T, sw))
+            else:
+                self.loss_curve_.append(self._one_pass(X[order], T[order], None if sw is None else sw[order]))
+        self.n_iter_ = self.max_iter
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        self._require_fitted()
+        out = self.trainer_.predict(self._check_X(X, reset=False))
+        return out.reshape(len(out)) if out.ndim == 2 and out.shape[1] == 1 else out
