@@ -159,10 +159,16 @@ def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
 
 
 def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
-                penalty: Penalty | None, y_rank: int) -> ModelProto:
-    """One graph: forward, loss and dL/dY (in place of the YieldOp), backward, update and check."""
+                penalty: Penalty | None, y_rank: int, large_batch: bool = False) -> ModelProto:
+    """One graph: forward, loss and dL/dY (in place of the YieldOp), backward, update and check.
+
+    ``large_batch`` swaps kernels that are slow on big tensors for multi-threaded equivalents (they
+    cost more than they save at batch 1, so the engine keeps one graph of each kind).
+    """
     grad_model = ModelProto()
     grad_model.CopyFrom(graphs.gradient)
+    if large_batch:
+        replace_relu_grad(grad_model, pm.dtype)
     graph = grad_model.graph
     yields = [n for n in graph.node if n.op_type == "YieldOp"]
     if len(yields) != 1:

@@ -24,13 +24,18 @@ class FusedStep:
     """Runs the fused graph through two IOBindings per batch shape (A->B and B->A), bound once."""
 
     name = "fused"
+    #: Batches of at least this many rows use the graph built for large batches.
+    large_batch_rows = 64
 
     def __init__(self, pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
                  penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
                  params: PingPong, scalars: HostScalars) -> None:
         self.pm = pm
         self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank)
+        self.large_model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True)
         self.session = make_session(self.model.SerializeToString(), options, device, pm.dtype)
+        self._options = options
+        self._large_session: ort.InferenceSession | None = None  # built on the first large batch
         self.device = device
         self.params = params
         self.scalars = scalars
@@ -38,10 +43,19 @@ class FusedStep:
         self.outputs = out
         self.cache = StagingCache(device, self._bindings)
 
+    def _session_for(self, rows: int) -> ort.InferenceSession:
+        if rows < self.large_batch_rows:
+            return self.session
+        if self._large_session is None:
+            self._large_session = make_session(self.large_model.SerializeToString(), self._options, self.device,
+                                               self.pm.dtype)
+        return self._large_session
+
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         bindings = []
+        session = self._session_for(staging.x.shape[0])
         for src, dst in ((0, 1), (1, 0)):
-            io = C.SessionIOBinding(self.session._sess)
+            io = C.SessionIOBinding(session._sess)
             io.bind_ortvalue_input(self.pm.input_name, staging.x_value)
             io.bind_ortvalue_input(Names.target, staging.t_value)
             io.bind_ortvalue_input(Names.sample_weight, staging.sw_value)
@@ -53,12 +67,12 @@ class FusedStep:
             for name, value in self.outputs.values.items():
                 io.bind_ortvalue_output(name, value)
             bindings.append(io)
-        return {"io": bindings}
+        return {"io": bindings, "session": session._sess}
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
         io = staging.extra["io"][self.params.current]
-        self.session._sess.run_with_iobinding(io, None)
+        staging.extra["session"].run_with_iobinding(io, None)
         loss = float(self.outputs.arrays[Names.loss])
         ok = bool(np.isfinite(loss) and np.isfinite(self.outputs.arrays[Names.check]))
         if ok:

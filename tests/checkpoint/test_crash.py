@@ -104,7 +104,7 @@ def test_sigkill_at_random_instants(tmp_path):
     store = CheckpointStore(root, keep=2)
     store.save(1, *content(1))
     newest = 1
-    for round_ in range(5):
+    for round_ in range(8):
         ready = tmp_path / f"ready-{round_}"
         proc = _spawn(root, newest + 1, "loop", ready)
         try:

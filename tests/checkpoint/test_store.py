@@ -4,6 +4,8 @@ import datetime as dt
 import hashlib
 import json
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -160,3 +162,37 @@ def test_publish_replaces_atomically(tmp_path):
     assert os.listdir(target.parent) == ["model.onnx"]
     with pytest.raises(CheckpointError, match="cannot publish"):
         publish(b"x", tmp_path / "no-such-dir" / "model.onnx")
+
+
+def test_reader_never_sees_a_torn_checkpoint_while_writer_runs(tmp_path):
+    """A serving process polling load_latest() while training saves with keep=1 (retention deletes
+    the checkpoint the reader may be reading): always a complete checkpoint, never an error."""
+    writer_store, reader_store = CheckpointStore(tmp_path, keep=1), CheckpointStore(tmp_path)
+    writer_store.save(1, *content(1))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            step = 2
+            while not stop.is_set():
+                writer_store.save(step, *content(step))
+                step += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        seen = set()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            ckpt = reader_store.load_latest()
+            assert ckpt is not None
+            assert_content(ckpt, ckpt.step)
+            seen.add(ckpt.step)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not errors
+    assert len(seen) > 3

@@ -22,14 +22,15 @@ def _stream(n=512, d=10, seed=0, dtype=np.float32):
     return X, y
 
 
+@pytest.mark.parametrize("batch", [32, 128])  # 128 runs the large-batch graph (ReluGrad rewritten)
 @pytest.mark.parametrize("optimizer", ["sgd", "nesterov", "adam"])
-def test_fused_and_forward_backward_agree_on_mlp(optimizer):
+def test_fused_and_forward_backward_agree_on_mlp(optimizer, batch):
     X, y = _stream()
     runs = {}
     for step in ("fused", "forward_backward"):
         trainer = Trainer(mlp_model([10, 32, 16, 1], "Relu", seed=1), optimizer=optimizer, step=step,
                           learning_rate=0.01, penalty=Penalty(1e-3, 0.15))
-        losses = [trainer.step(X[i:i + 32], y[i:i + 32]) for i in range(0, 512, 32)]
+        losses = [trainer.step(X[i:i + batch], y[i:i + batch]) for i in range(0, 512, batch)]
         losses.append(trainer.step(X[:7], y[:7]))  # a short last batch
         runs[step] = (trainer.get_weights(), losses)
     for name, w in runs["fused"][0].items():
