@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -74,7 +75,7 @@ class FusedStep:
         io = staging.extra["io"][self.params.current]
         staging.extra["session"].run_with_iobinding(io, None)
         loss = float(self.outputs.arrays[Names.loss])
-        ok = bool(np.isfinite(loss) and np.isfinite(self.outputs.arrays[Names.check]))
+        ok = math.isfinite(loss) and math.isfinite(self.outputs.arrays[Names.check])
         if ok:
             self.params.swap()
         return loss, ok

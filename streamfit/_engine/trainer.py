@@ -81,6 +81,7 @@ class Trainer:
                                    self.prepared.dtype)
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
+        self._staged: dict[tuple[Any, ...], Staging] = {}
         self.n_steps = 0  # applied steps (the optimizer's t)
         self.n_skipped = 0
         self.last_loss = float("nan")
@@ -134,17 +135,28 @@ class Trainer:
 
     def _stage(self, X: np.ndarray, y: Any, sample_weight: Any) -> Staging:
         assert self._strategy is not None
-        n = X.shape[0]
-        T = self._targets(y, n)
-        t_dtype = np.int64 if self.loss.integer_labels else self.dtype
-        rank = len(self._y_tail or ()) + 1
-        sw_shape = sample_weight_shape(n, rank)
-        staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape)
-        sw = None if sample_weight is None else np.asarray(sample_weight)
-        if sw is not None and sw.size != n:
-            raise BadInputError(f"got {sw.size} sample weights for {n} rows", reason="shape_mismatch")
-        staging.load(X, T, sw)
-        return staging
+        y = np.asarray(y)
+        if self.loss.integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
+            y = self._targets(y, X.shape[0]).astype(np.int64)
+        key = (X.shape, y.shape, y.dtype.kind)
+        hit = self._staged.get(key)  # shapes seen before: validated already, buffers bound already
+        if hit is None:
+            n = X.shape[0]
+            T = self._targets(y, n)
+            t_dtype = np.int64 if self.loss.integer_labels else self.dtype
+            sw_shape = sample_weight_shape(n, len(self._y_tail or ()) + 1)
+            staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape)
+            if len(self._staged) >= self._strategy.cache.size:
+                self._staged.clear()
+            self._staged[key] = hit = staging
+        if sample_weight is not None:
+            sw = np.asarray(sample_weight)
+            if sw.size != X.shape[0]:
+                raise BadInputError(f"got {sw.size} sample weights for {X.shape[0]} rows", reason="shape_mismatch")
+            hit.load(X, y, sw)
+        else:
+            hit.load(X, y, None)
+        return hit
 
     # -- training -----------------------------------------------------------------------------------
     def _set_scalars(self, n: int) -> None:

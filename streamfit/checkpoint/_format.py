@@ -309,6 +309,8 @@ def read_checkpoint(path: Path) -> Checkpoint:
             if digest != want["sha256"]:
                 raise corrupt(f"{name} fails its SHA-256 check (got {digest[:12]}…, expected {want['sha256'][:12]}…)")
             blobs[name] = blob
+    except FileNotFoundError as exc:  # the directory vanished while being read
+        raise corrupt(f"{exc.filename} is missing") from exc
     except OSError as exc:
         raise CheckpointError(f"checkpoint {os.fspath(path)}: cannot read: {exc}") from exc
     arrays, reason = _load_state(blobs[STATE_FILE], manifest["arrays"])
