@@ -82,6 +82,7 @@ class Trainer:
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
         self._staged: dict[tuple[Any, ...], Staging] = {}
+        self.lr_scale = 1.0  # multiplies the schedule's rate (the divergence guard lowers it)
         self.n_steps = 0  # applied steps (the optimizer's t)
         self.n_skipped = 0
         self.last_loss = float("nan")
@@ -97,7 +98,8 @@ class Trainer:
 
     @property
     def learning_rate(self) -> float:
-        return float(self.schedule.lr)
+        """The rate the next step uses: the schedule's, times ``lr_scale``."""
+        return float(self.schedule.lr) * self.lr_scale
 
     # -- inputs -------------------------------------------------------------------------------------
     def _features(self, X: Any) -> np.ndarray:
@@ -160,7 +162,8 @@ class Trainer:
 
     # -- training -----------------------------------------------------------------------------------
     def _set_scalars(self, n: int) -> None:
-        for name, value in zip(self.optimizer.scalar_names, self.optimizer.scalars(self.schedule.lr, self.n_steps)):
+        values = self.optimizer.scalars(self.schedule.lr * self.lr_scale, self.n_steps)
+        for name, value in zip(self.optimizer.scalar_names, values):
             self.scalars.set(Names.scalar(name), value)
         self.scalars.set(Names.inv_n, 1.0 / n)
 
@@ -253,7 +256,8 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: weights, optimizer state, schedule, counters."""
         return {"weights": self.get_weights(), "optimizer": self.optimizer_state(),
-                "schedule": self.schedule.state_dict(), "n_steps": self.n_steps, "n_skipped": self.n_skipped}
+                "schedule": self.schedule.state_dict(), "n_steps": self.n_steps, "n_skipped": self.n_skipped,
+                "lr_scale": self.lr_scale}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.set_weights(state["weights"])
@@ -266,6 +270,7 @@ class Trainer:
             self.schedule.load_state_dict(state["schedule"])  # says what differs if configured otherwise
         self.n_steps = int(state.get("n_steps", 0))
         self.n_skipped = int(state.get("n_skipped", 0))
+        self.lr_scale = float(state.get("lr_scale", 1.0))
 
     def to_onnx(self) -> ModelProto:
         """The inference model with the trained weights; plain onnxruntime runs it."""

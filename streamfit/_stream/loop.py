@@ -300,8 +300,15 @@ class StreamLoop:
             await send.send(end)
 
     # ------------------------------------------------------------------ trainer
+    def _stopping(self) -> bool:
+        # The event is also checked here, not only by the watcher task, so that a stop requested before a
+        # batch is received never lets that batch start (the watcher may not have run yet).
+        if not self._stop_requested and self.stop_event is not None and self.stop_event.is_set():
+            self.stop()
+        return self._stop_requested
+
     async def _consume(self, receive: MemoryObjectReceiveStream) -> None:
-        while not self._stop_requested:
+        while not self._stopping():
             with anyio.CancelScope() as scope:
                 self._idle_scope = scope
                 try:
@@ -310,7 +317,7 @@ class StreamLoop:
                     item = _End(None, "end")
                 finally:
                     self._idle_scope = None
-            if scope.cancelled_caught or self._stop_requested:
+            if scope.cancelled_caught or self._stopping():
                 break
             if isinstance(item, _End):
                 self._ended_by = item.ended_by

@@ -307,7 +307,9 @@ def read_checkpoint(path: Path) -> Checkpoint:
                 raise corrupt(f"{name} is {len(blob)} bytes, manifest.json says {want['size']} (truncated?)")
             digest = hashlib.sha256(blob).hexdigest()
             if digest != want["sha256"]:
-                raise corrupt(f"{name} fails its SHA-256 check (got {digest[:12]}…, expected {want['sha256'][:12]}…)")
+                raise corrupt(
+                    f"{name} fails its SHA-256 check (got {digest[:12]}..., expected {want['sha256'][:12]}...)"
+                )
             blobs[name] = blob
     except FileNotFoundError as exc:  # the directory vanished while being read
         raise corrupt(f"{exc.filename} is missing") from exc

@@ -14,7 +14,7 @@ from typing import Union
 
 from streamfit.exceptions import CheckpointError
 
-__all__ = ["publish", "fsync_dir", "write_durably", "atomic_write", "tmp_name", "test_pause"]
+__all__ = ["publish", "fsync_dir", "write_durably", "atomic_write", "tmp_name", "pause_point"]
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -23,7 +23,7 @@ StrPath = Union[str, "os.PathLike[str]"]
 PAUSE_ENV = "STREAMFIT_CHECKPOINT_TEST_PAUSE"
 
 
-def test_pause(point: str) -> None:
+def pause_point(point: str) -> None:
     """Pause at ``point`` if the test hook in ``$STREAMFIT_CHECKPOINT_TEST_PAUSE`` asks for it."""
     spec = os.environ.get(PAUSE_ENV)
     if not spec:
@@ -34,9 +34,6 @@ def test_pause(point: str) -> None:
     Path(marker + ".part").write_text(point)
     os.replace(marker + ".part", marker)  # the test sees the marker only once it is complete
     time.sleep(600)  # the test kills us here
-
-
-test_pause.__test__ = False  # type: ignore[attr-defined]  # not a pytest test despite the name
 
 
 def tmp_name(purpose: str) -> str:
@@ -71,7 +68,7 @@ def atomic_write(path: StrPath, data: bytes | bytearray | memoryview, *, pause: 
     try:
         write_durably(tmp, data)
         if pause:
-            test_pause(pause)
+            pause_point(pause)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -28,15 +28,15 @@ from streamfit.checkpoint._format import (
     Checkpoint,
     build_manifest,
     check_arrays,
-    json_copy,
     check_model,
     check_step,
     dir_name,
     file_digest,
+    json_copy,
     parse_dir_name,
     read_checkpoint,
 )
-from streamfit.checkpoint._fs import StrPath, atomic_write, fsync_dir, test_pause, tmp_name, write_durably
+from streamfit.checkpoint._fs import StrPath, atomic_write, fsync_dir, pause_point, tmp_name, write_durably
 from streamfit.exceptions import CheckpointError, CorruptCheckpointError
 
 try:
@@ -149,7 +149,7 @@ class CheckpointStore:
             tmp = self.root / tmp_name(name)
             try:
                 self._write_files(tmp, step, model_view, snap, meta_copy)
-                test_pause("files_written")
+                pause_point("files_written")
                 os.rename(tmp, final)
             except BaseException as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -158,11 +158,11 @@ class CheckpointStore:
                 raise
             try:
                 fsync_dir(self.root)
-                test_pause("renamed")
+                pause_point("renamed")
                 self._write_pointer(name)
             except OSError as exc:
                 raise CheckpointError(f"checkpoint {final} written but not committed: {exc}") from exc
-            test_pause("latest_updated")
+            pause_point("latest_updated")
             self._apply_retention()
         return final
 
@@ -173,7 +173,7 @@ class CheckpointStore:
         """Fill the new directory ``tmp``: model, state, then manifest; fsync all of it."""
         os.mkdir(tmp)
         write_durably(tmp / MODEL_FILE, model)
-        test_pause("model_written")
+        pause_point("model_written")
         with open(tmp / STATE_FILE, "xb") as f:
             np.savez(f, **arrays)
             f.flush()
@@ -253,7 +253,7 @@ class CheckpointStore:
             target = self.root / tmp_name("discard")
             os.rename(path, target)
             trash.append(target)
-            test_pause("retention")
+            pause_point("retention")
         fsync_dir(self.root)
         for target in trash:
             _remove(target)
@@ -263,8 +263,8 @@ class CheckpointStore:
     def _read_pointer(self) -> tuple[str | None, str | None]:
         try:
             text = (self.root / LATEST_FILE).read_text(encoding="ascii").strip()
-        except FileNotFoundError:
-            return None, f"{self.root / LATEST_FILE} is missing"
+        except FileNotFoundError:  # normal until the first commit (or a crash just before it)
+            return None, None
         except (OSError, UnicodeDecodeError) as exc:
             return None, f"{self.root / LATEST_FILE} is unreadable ({exc})"
         if text == _NO_CHECKPOINT or parse_dir_name(text) is not None:
@@ -315,7 +315,7 @@ class CheckpointStore:
         scan = self._scan()
         if scan.problem:
             logger.warning("%s; using the newest valid checkpoint directory", scan.problem)
-        for _attempt in range(3):
+        for _attempt in range(5):
             if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir():
                 logger.warning(
                     "latest names %s, which is missing or not a directory; falling back to an older checkpoint",

@@ -118,3 +118,21 @@ def test_sigkill_at_random_instants(tmp_path):
         _assert_all_dirs_complete(store)
         newest = ckpt.step
     assert newest > 1  # the writers did commit checkpoints between kills
+
+
+@pytest.mark.parametrize(("point", "expected"), [("files_written", None), ("renamed", 1)])
+def test_sigkill_during_the_very_first_save(tmp_path, point, expected):
+    root = tmp_path / "ckpts"
+    marker = tmp_path / "paused"
+    proc = _spawn(root, 1, "one", tmp_path / "ready", pause=f"{point}:{marker}")
+    try:
+        _wait_for(marker, proc)
+    finally:
+        _kill(proc)
+    store = CheckpointStore(root)
+    ckpt = store.load_latest()  # no latest pointer yet: a complete directory still counts
+    if expected is None:
+        assert ckpt is None
+    else:
+        assert_content(ckpt, expected)
+    _assert_all_dirs_complete(store)
