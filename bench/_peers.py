@@ -10,14 +10,16 @@ path takes the same update.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import itertools
 import os
 import sys
+import tempfile
 import types
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -49,6 +51,25 @@ def import_ort_training() -> tuple[Any, Any]:
     return artifacts, api
 
 
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 (C++ logging too) to a temporary file; replay it if the block raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            tmp.seek(0)
+            sys.stderr.write(tmp.read().decode(errors="replace")[-4000:])
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 class OrtArtifacts:
     """Training, eval and optimizer models + checkpoint from ``generate_artifacts`` (MSE, SGD), IR <= 10."""
 
@@ -60,9 +81,10 @@ class OrtArtifacts:
         ort.set_default_logger_severity(3)  # the offline graph passes log one INFO line per transformer
         os.makedirs(directory, exist_ok=True)
         weights = [init.name for init in model.graph.initializer]
-        artifacts.generate_artifacts(model, requires_grad=weights, frozen_params=[],
-                                     loss=artifacts.LossType.MSELoss, optimizer=artifacts.OptimType.SGD,
-                                     artifact_directory=directory)
+        with quiet_stderr():  # the C++ gradient builder logs one INFO line per graph transformer
+            artifacts.generate_artifacts(model, requires_grad=weights, frozen_params=[],
+                                         loss=artifacts.LossType.MSELoss, optimizer=artifacts.OptimType.SGD,
+                                         artifact_directory=directory)
         self.directory = directory
         self.ir_versions: dict[str, int] = {}
         for fname in sorted(os.listdir(directory)):

@@ -194,7 +194,9 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     graph.initializer.extend(b.initializers)
     graph.input.extend(new_inputs + upd_inputs)
     del graph.output[:]
-    graph.output.extend([_value_info(Names.loss, onnx_dtype(pm.dtype), [])] + upd_outputs)
+    y_shape = ["N"] + [f"d{i}" for i in range(1, y_rank)]
+    graph.output.extend([_value_info(Names.loss, onnx_dtype(pm.dtype), []), _value_info(y_name, onnx_dtype(pm.dtype), y_shape)]
+                        + upd_outputs)
     del grad_model.opset_import[:]
     grad_model.opset_import.extend(_opsets(graphs.gradient))
     grad_model.ir_version = min(grad_model.ir_version or 10, 10)

@@ -111,6 +111,7 @@ class ForwardBackwardStep:
     # -- whole step ---------------------------------------------------------------------------------
     def run(self, staging: Staging) -> tuple[float, bool]:
         y = self.forward(staging.x_value)
+        np.copyto(staging.y, y.numpy())  # CUDA: a device-to-host copy, as the fused step's bound output
         io = staging.extra["loss_io"]
         io.bind_ortvalue_input("sf_y", y)
         self.loss_session._sess.run_with_iobinding(io, None)

@@ -67,6 +67,7 @@ class FusedStep:
                 io.bind_ortvalue_output(Names.new(name), self.params.sets[dst][name])
             for name, value in self.outputs.values.items():
                 io.bind_ortvalue_output(name, value)
+            io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
         return {"io": bindings, "session": session._sess}
 

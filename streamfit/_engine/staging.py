@@ -27,6 +27,9 @@ class Staging:
     x_value: C.OrtValue
     t_value: C.OrtValue
     sw_value: C.OrtValue
+    #: the model's output for this batch, computed by the step before the update (progressive validation)
+    y: np.ndarray
+    y_value: C.OrtValue
     extra: dict[str, Any] = field(default_factory=dict)
     sw_is_ones: bool = True
 
@@ -53,7 +56,7 @@ class StagingCache:
         self._cache: OrderedDict[tuple[Any, ...], Staging] = OrderedDict()
 
     def get(self, x_shape: tuple[int, ...], x_dtype: Any, t_shape: tuple[int, ...], t_dtype: Any,
-            sw_shape: tuple[int, ...]) -> Staging:
+            sw_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> Staging:
         key = (x_shape, t_shape, sw_shape)
         staging = self._cache.get(key)
         if staging is not None:
@@ -63,7 +66,8 @@ class StagingCache:
         tv, t = self.device.staging(t_shape, t_dtype)
         swv, sw = self.device.staging(sw_shape, x_dtype)
         sw.fill(1)
-        staging = Staging(x, t, sw, xv, tv, swv)
+        yv, y = self.device.staging(y_shape, x_dtype)
+        staging = Staging(x, t, sw, xv, tv, swv, y, yv)
         staging.extra = self.make_extra(staging)
         self._cache[key] = staging
         if len(self._cache) > self.size:

@@ -147,7 +147,8 @@ class Trainer:
             T = self._targets(y, n)
             t_dtype = np.int64 if self.loss.integer_labels else self.dtype
             sw_shape = sample_weight_shape(n, len(self._y_tail or ()) + 1)
-            staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape)
+            y_shape = (n,) + tuple(self._y_tail or ())
+            staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape, y_shape)
             if len(self._staged) >= self._strategy.cache.size:
                 self._staged.clear()
             self._staged[key] = hit = staging
@@ -174,7 +175,17 @@ class Trainer:
         staging = self._stage(X, y, sample_weight)
         self._set_scalars(X.shape[0])
         loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
+        self._last_staging = staging
         return self._finish(loss, ok)
+
+    @property
+    def last_output(self) -> np.ndarray:
+        """The model's output on the last batch passed to :meth:`step`, computed before its update.
+
+        A view into a reused buffer, valid until the next step with the same batch shape: copy it to
+        keep it.  Progressive validation reads it instead of running a separate prediction.
+        """
+        return self._last_staging.y
 
     def _finish(self, loss: float, ok: bool) -> float:
         self.last_loss = loss

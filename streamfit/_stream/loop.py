@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from streamfit.sources._base import Position, Source
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Rebatcher, TrainingBatch
 from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
-from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted
+from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
 from streamfit._stream.progress import Progress
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -333,14 +333,26 @@ class StreamLoop:
         """Worker thread: progressive prediction, then one ``partial_fit``."""
         est = self.estimator
         rows = None
-        if self.evaluate and self._fitted:
-            rows = evaluate_batch(est, tb.X, tb.y, task=self.task, classes=self.classes)
         kwargs: dict[str, Any] = {}
         if tb.sample_weight is not None:
             kwargs["sample_weight"] = tb.sample_weight
         if first and self.classes is not None:
             kwargs["classes"] = self.classes
-        est.partial_fit(tb.X, tb.y, **kwargs)
+        if self.evaluate and hasattr(est, "partial_fit_predict"):
+            # streamfit estimators return the outputs their training step computed before the update:
+            # progressive validation without a second forward pass
+            out = np.asarray(est.partial_fit_predict(tb.X, tb.y, **kwargs))
+            if self._fitted:
+                if self.task == "regression":
+                    rows = rows_from_predictions(est, out, None, tb.y, task=self.task)
+                else:
+                    cls = np.asarray(getattr(est, "classes_", self.classes))
+                    rows = rows_from_predictions(est, cls[out.argmax(axis=1)], out, tb.y, task=self.task,
+                                                 classes=self.classes)
+        else:
+            if self.evaluate and self._fitted:
+                rows = evaluate_batch(est, tb.X, tb.y, task=self.task, classes=self.classes)
+            est.partial_fit(tb.X, tb.y, **kwargs)
         self._fitted = True
         loss = getattr(est, "loss_", None)
         if isinstance(loss, (int, float, np.floating)) and not isinstance(loss, bool):

@@ -61,6 +61,15 @@ def evaluate_batch(estimator: Any, X: np.ndarray, y: np.ndarray, *, task: str,
                    classes: Any = None) -> dict[str, np.ndarray]:
     """Per-row progressive values for one batch (call *before* ``partial_fit`` on it)."""
     pred = np.asarray(estimator.predict(X))
+    proba = None
+    if task != "regression" and hasattr(estimator, "predict_proba"):
+        proba = np.asarray(estimator.predict_proba(X), dtype=np.float64)
+    return rows_from_predictions(estimator, pred, proba, y, task=task, classes=classes)
+
+
+def rows_from_predictions(estimator: Any, pred: np.ndarray, proba: np.ndarray | None, y: np.ndarray, *,
+                          task: str, classes: Any = None) -> dict[str, np.ndarray]:
+    """Per-row progressive values from predictions made before training (labels and, if any, probabilities)."""
     if task == "regression":
         pred = pred.reshape(len(y)).astype(np.float64)
         err = pred - y.astype(np.float64)
@@ -68,9 +77,7 @@ def evaluate_batch(estimator: Any, X: np.ndarray, y: np.ndarray, *, task: str,
         own = _own_loss(estimator, y, pred)
         return {"loss": sq if own is None else own, "abs_error": np.abs(err), "sq_error": sq}
     rows: dict[str, np.ndarray] = {"correct": (pred.reshape(len(y)) == y).astype(np.float64)}
-    proba = None
-    if hasattr(estimator, "predict_proba"):
-        proba = np.asarray(estimator.predict_proba(X), dtype=np.float64)
+    if proba is not None:
         cls = getattr(estimator, "classes_", classes)
         rows["log_loss"] = log_loss_rows(y, proba, np.asarray(cls))
     own = _own_loss(estimator, y, pred if proba is None else proba)

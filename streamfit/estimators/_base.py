@@ -88,15 +88,20 @@ class OnnxEstimator(_SkBase):
     def _batches(self, n: int) -> list[slice]:
         return [slice(i, min(i + self.batch_size, n)) for i in range(0, n, self.batch_size)]
 
-    def _one_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None) -> float:
+    def _one_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
+                  outputs: np.ndarray | None = None) -> float:
+        """One pass in minibatches; ``outputs`` (if given) receives each row's model output before its step."""
         total, rows = 0.0, 0
         for sl in self._batches(len(X)):
             loss = self.trainer_.step(X[sl], T[sl], None if sw is None else sw[sl])
+            if outputs is not None:
+                outputs[sl] = self.trainer_.last_output.reshape(outputs[sl].shape)
             if np.isfinite(loss):
                 total += loss * (sl.stop - sl.start)
                 rows += sl.stop - sl.start
         self.t_ = self.trainer_.n_steps
-        return total / max(rows, 1)
+        self.loss_ = total / rows if rows else float("nan")
+        return self.loss_
 
     @staticmethod
     def _sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:

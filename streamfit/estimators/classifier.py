@@ -107,6 +107,20 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         self._one_pass(X, self._encode(y, len(X)), self._sample_weight(sample_weight, len(X)))
         return self
 
+    def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
+        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it."""
+        first = not hasattr(self, "trainer_")
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._start(self._check_X(X, reset=True), classes)
+        X = self._check_X(X, reset=first)
+        T = self._encode(y, len(X))
+        width = 1 if self.binary_ else len(self.classes_)
+        scores = np.empty((len(X), width), self.trainer_.dtype)
+        self._one_pass(X, T, self._sample_weight(sample_weight, len(X)), scores)
+        return self._proba(scores.reshape(len(X)) if self.binary_ else scores)
+
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxClassifier":
         """``max_iter`` epochs over ``X``; classes are taken from ``y``."""
         X = self._check_X(X, reset=True)
@@ -130,7 +144,10 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return out.reshape(len(out)) if self.binary_ else out.reshape(len(out), -1)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        scores = self.decision_function(X).astype(np.float64)
+        return self._proba(self.decision_function(X))
+
+    def _proba(self, scores: np.ndarray) -> np.ndarray:
+        scores = scores.astype(np.float64)
         if self.binary_:
             p = 1.0 / (1.0 + np.exp(-scores))
             return np.column_stack([1.0 - p, p])

@@ -85,6 +85,20 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         self._one_pass(X, self._targets(y, len(X)), self._sample_weight(sample_weight, len(X)))
         return self
 
+    def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
+        """:meth:`partial_fit`, returning each row's prediction made just before training on it.
+
+        Progressive validation for free: the training step computes these outputs anyway.
+        """
+        first = not hasattr(self, "trainer_")
+        if first:
+            self.trainer_ = self._make_trainer(self.loss)
+        X = self._check_X(X, reset=first)
+        T = self._targets(y, len(X))
+        out = np.empty((len(X),) + T.shape[1:], self.trainer_.dtype)
+        self._one_pass(X, T, self._sample_weight(sample_weight, len(X)), out)
+        return out
+
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
         """``max_iter`` epochs over ``X`` (from the model's initial weights unless ``warm_start``)."""
         if not (self.warm_start and hasattr(self, "trainer_")):

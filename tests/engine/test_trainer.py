@@ -208,3 +208,14 @@ def test_bad_batches_raise_bad_input():
         trainer.step(np.zeros((0, 3), np.float32), np.zeros(0, np.float32))
     with pytest.raises(BadInputError, match="3 rows of features but 2 labels"):
         trainer.step(np.zeros((3, 3), np.float32), np.zeros(2, np.float32))
+
+
+@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+def test_last_output_is_the_prediction_before_the_update(step):
+    X, y = _stream(n=300)
+    trainer = Trainer(mlp_model([10, 8, 1], seed=0), step=step, learning_rate=0.1)
+    for batch in (16, 100):  # small- and large-batch graphs
+        before = trainer.predict(X[:batch])
+        trainer.step(X[:batch], y[:batch])
+        np.testing.assert_allclose(trainer.last_output, before, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(trainer.predict(X[:batch]), before)  # the step did change the model

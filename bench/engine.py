@@ -1,0 +1,639 @@
+#!/usr/bin/env python
+"""Engine benchmark: streamfit's training steps against scikit-learn, ORT's on-device training API and PyTorch.
+
+    python bench/engine.py                 # full run, about 2-4 minutes on 2 cores
+    python bench/engine.py --quick         # smoke run, a few seconds (CI)
+    python bench/engine.py --threads 1 --cases mlp:1,mlp:256 --json /tmp/bench.json
+
+Models: a linear model (d=100) and an MLP 100-256-256-1 (ReLU), float32, squared error, plain SGD, at batch
+sizes 1, 32, 256 and 2048.  Paths (``--paths``):
+
+    fused    streamfit Trainer(step="fused").step(X, y)
+    fb       streamfit Trainer(step="forward_backward").step(X, y)
+    pfit     streamfit OnnxRegressor(batch_size=B).partial_fit(X, y), one B-row call (one step) at a time
+    sklearn  SGDRegressor.partial_fit (linear) / MLPRegressor(solver="sgd").partial_fit (MLP)
+    ortapi   ORT on-device training API: Module train_step + Optimizer(SGD).step + lazy_reset_grad
+    torch    PyTorch CPU eager (nn.Linear / MLP, SGD, MSELoss), only when torch is importable
+
+Method: the machine is shared and noisy, so only ratios measured side by side mean much.  Every path of a
+case is built, warmed up, and then timed in interleaved rounds: each round runs every path (starting from
+a different one each round) for a fixed number of steps worth about ``--slice`` seconds.  A path's figure is
+its median per-step time over the rounds; a ratio is the median over rounds of the per-round ratio of two
+paths, so both sides of a ratio were measured within a second of each other.  All paths cycle over the same
+pre-generated batches, and all get the same thread count (ORT intra-op threads, torch threads, BLAS threads
+via threadpoolctl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if os.path.isdir(os.path.join(ROOT, "streamfit")):
+    sys.path.insert(0, ROOT)  # measure the tree this script lives in, not whatever is installed
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import _peers  # noqa: E402
+from _peers import Unavailable  # noqa: E402
+
+MODELS = ("linear", "mlp")
+BATCHES = (1, 32, 256, 2048)
+PATHS = ("fused", "fb", "pfit", "sklearn", "ortapi", "torch")
+LABELS = {
+    "fused": "streamfit fused step",
+    "fb": "streamfit forward/backward",
+    "pfit": "streamfit partial_fit",
+    "sklearn": "scikit-learn partial_fit",
+    "ortapi": "ORT on-device API",
+    "torch": "PyTorch eager",
+}
+N_FEATURES = 100
+MLP_SIZES = (100, 256, 256, 1)
+LR = 1e-3
+N_DISTINCT = 8  # distinct pre-generated batches per case, cycled
+
+
+# -- targets -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    model: str
+    batch: int
+    what: str  # "time": a / b step time (<= bound); "rate": a / b rows/s (>= bound)
+    a: str
+    b: str
+    bound: float
+
+    @property
+    def label(self) -> str:
+        if self.what == "time":
+            return f"{self.model} bs={self.batch}: {LABELS[self.a]} time / {LABELS[self.b]} time"
+        return f"{self.model} bs={self.batch}: {LABELS[self.a]} rows/s / {LABELS[self.b]} rows/s"
+
+
+TARGETS = [
+    Target("linear", 1, "time", "fused", "ortapi", 0.5),
+    Target("linear", 1, "time", "pfit", "ortapi", 0.7),
+    Target("mlp", 1, "time", "fused", "ortapi", 0.5),
+    Target("mlp", 1, "time", "pfit", "ortapi", 0.7),
+    Target("mlp", 256, "rate", "fused", "torch", 1.3),
+    Target("mlp", 2048, "rate", "fused", "torch", 1.2),
+    Target("mlp", 2048, "rate", "fused", "ortapi", 1.8),
+]
+
+
+# -- models and data ---------------------------------------------------------------------------------------
+@dataclass
+class ModelSpec:
+    kind: str
+    sizes: tuple[int, ...]
+    proto: Any
+    initial: dict[str, np.ndarray]
+    n_weights: int
+    art: Any = None  # OrtArtifacts, built once per model
+    art_error: str | None = None
+
+    @property
+    def title(self) -> str:
+        if self.kind == "linear":
+            return f"linear d={self.sizes[0]} ({self.n_weights} weights)"
+        return f"MLP {'-'.join(map(str, self.sizes))} ReLU ({self.n_weights} weights)"
+
+
+def make_model(kind: str) -> ModelSpec:
+    from onnx import numpy_helper
+
+    from streamfit._engine.testing import linear_model, mlp_model
+
+    if kind == "linear":
+        proto, sizes = linear_model(N_FEATURES, seed=0), (N_FEATURES, 1)
+    else:
+        proto, sizes = mlp_model(list(MLP_SIZES), "Relu", seed=0), MLP_SIZES
+    initial = {init.name: numpy_helper.to_array(init) for init in proto.graph.initializer}
+    return ModelSpec(kind, sizes, proto, initial, sum(a.size for a in initial.values()))
+
+
+def make_batches(batch: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(N_FEATURES) / np.sqrt(N_FEATURES)
+    out = []
+    for _ in range(N_DISTINCT):
+        X = rng.standard_normal((batch, N_FEATURES)).astype(np.float32)
+        y = (X @ w + 0.1 * rng.standard_normal(batch)).astype(np.float32)
+        out.append((X, y))
+    return out
+
+
+def copy_proto(proto: Any) -> Any:
+    new = type(proto)()
+    new.CopyFrom(proto)
+    return new
+
+
+# -- streamfit steppers ------------------------------------------------------------------------------------
+def make_streamfit(path: str, spec: ModelSpec, batch: int, batches: list[tuple[np.ndarray, np.ndarray]],
+                   threads: int | None, spinning: bool) -> Callable[[int], None]:
+    import itertools
+
+    from streamfit import OnnxRegressor, Trainer
+
+    it = itertools.cycle(batches)
+    if path in ("fused", "fb"):
+        trainer = Trainer(copy_proto(spec.proto), loss="squared_error", optimizer="sgd", learning_rate=LR,
+                          step="fused" if path == "fused" else "forward_backward", threads=threads,
+                          spinning=spinning)
+
+        def run(n: int) -> None:
+            for _ in range(n):
+                X, y = next(it)
+                trainer.step(X, y)
+
+        run.keep = trainer  # type: ignore[attr-defined]
+        return run
+    reg = OnnxRegressor(copy_proto(spec.proto), batch_size=batch, learning_rate="constant", eta0=LR, penalty=None,
+                        threads=threads)
+
+    def run_pf(n: int) -> None:
+        for _ in range(n):
+            X, y = next(it)
+            reg.partial_fit(X, y)
+
+    run_pf.keep = reg  # type: ignore[attr-defined]
+    return run_pf
+
+
+def make_stepper(path: str, spec: ModelSpec, batch: int, batches: list[tuple[np.ndarray, np.ndarray]],
+                 args: argparse.Namespace) -> Callable[[int], None]:
+    if path in ("fused", "fb", "pfit"):
+        return make_streamfit(path, spec, batch, batches, args.threads, not args.no_spinning)
+    if path == "sklearn":
+        return _peers.make_sklearn(spec.kind, spec.sizes, batch, batches, LR)
+    if path == "ortapi":
+        if spec.art is None:
+            raise Unavailable(spec.art_error or "no artifacts")
+        run, keep = _peers.make_ort_api(spec.art, batches, LR, args.threads, not args.no_spinning)
+        run.keep = keep  # type: ignore[attr-defined]
+        return run
+    if path == "torch":
+        return _peers.make_torch(spec.kind, spec.sizes, spec.initial, batches, LR, args.threads)
+    raise ValueError(path)
+
+
+# -- measurement ---
+def settle(limit: float = 0.5) -> None:
+    """Wait until no thread of this process burns CPU (at most ``limit`` seconds).
+
+    Thread pools spin after a call: OpenBLAS workers (scikit-learn) for about 0.12 s here, ORT's and
+    OpenMP's for a few ms.  Without this, the path timed right after scikit-learn loses a core.
+    """
+    end = time.perf_counter() + limit
+    while time.perf_counter() < end:
+        c0 = time.process_time()
+        time.sleep(0.005)
+        if time.process_time() - c0 < 0.0015:
+            return
+
+
+# -- measurement (interleaved rounds) -------------------------------------------------------------------------------------------
+@dataclass
+class CaseResult:
+    model: str
+    batch: int
+    samples: dict[str, list[float]] = field(default_factory=dict)  # seconds per step, one per round
+    steps_per_slice: dict[str, int] = field(default_factory=dict)
+    na: dict[str, str] = field(default_factory=dict)  # path -> why not measured (missing package)
+    errors: dict[str, str] = field(default_factory=dict)  # path -> error (a failure, not a missing package)
+
+    def median(self, path: str) -> float | None:
+        s = self.samples.get(path)
+        return statistics.median(s) if s else None
+
+    def spread(self, path: str) -> float | None:
+        """Half the interquartile range of the per-round times, relative to the median."""
+        s = self.samples.get(path)
+        if not s or len(s) < 3:
+            return None
+        q = statistics.quantiles(s, n=4)
+        return (q[2] - q[0]) / 2 / statistics.median(s)
+
+    def paired(self, a: str, b: str) -> list[float]:
+        sa, sb = self.samples.get(a), self.samples.get(b)
+        if not sa or not sb:
+            return []
+        return [x / y for x, y in zip(sa, sb)]
+
+    def time_ratio(self, a: str, b: str) -> tuple[float, float, float] | None:
+        """a's step time / b's step time: median and interquartile range of the per-round ratios."""
+        r = self.paired(a, b)
+        if not r:
+            return None
+        if len(r) < 3:
+            m = statistics.median(r)
+            return m, min(r), max(r)
+        q = statistics.quantiles(r, n=4)
+        return statistics.median(r), q[0], q[2]
+
+    def rate_ratio(self, a: str, b: str) -> tuple[float, float, float] | None:
+        """a's rows/s / b's rows/s (= b's time / a's time)."""
+        t = self.time_ratio(b, a)
+        return t
+
+
+def fail(path: str, exc: BaseException, case: CaseResult, verbose: bool) -> None:
+    if isinstance(exc, Unavailable):
+        case.na[path] = str(exc)
+    else:
+        case.errors[path] = f"{type(exc).__name__}: {exc}"
+        if verbose:
+            traceback.print_exc()
+
+
+def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namespace, log: Callable[[str], None]) -> CaseResult:
+    case = CaseResult(spec.kind, batch)
+    batches = make_batches(batch, seed=batch)
+    steppers: dict[str, Callable[[int], None]] = {}
+    per_step: dict[str, float] = {}
+    for path in paths:
+        try:
+            run = make_stepper(path, spec, batch, batches, args)
+            run(1)  # builds sessions / per-shape bindings
+            settle()
+            done, n, t0 = 0, 1, time.perf_counter()
+            while True:
+                run(n)
+                done += n
+                elapsed = time.perf_counter() - t0
+                if elapsed >= args.warmup and done >= 3:
+                    break
+                n = min(2 * n, max(1, done))
+            steppers[path] = run
+            per_step[path] = elapsed / done
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            fail(path, exc, case, args.verbose)
+    for path, t in per_step.items():
+        case.steps_per_slice[path] = max(1, round(args.slice / t))
+        case.samples[path] = []
+    names = list(steppers)
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)] if names else []
+        for path in order:
+            if path in case.errors:
+                continue
+            n = case.steps_per_slice[path]
+            gc.collect()
+            settle()
+            try:
+                t0 = time.perf_counter()
+                steppers[path](n)
+                case.samples[path].append((time.perf_counter() - t0) / n)
+            except Exception as exc:  # noqa: BLE001
+                fail(path, exc, case, args.verbose)
+                case.samples.pop(path, None)
+    parts = []
+    for path in paths:
+        m = case.median(path)
+        parts.append(f"{path} {fmt_us(m)}" if m is not None else f"{path} n/a")
+    log(f"  {spec.kind:6s} bs={batch:<5d} " + ", ".join(parts))
+    steppers.clear()
+    gc.collect()
+    return case
+
+
+# -- formatting --------------------------------------------------------------------------------------------
+def fmt_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    us = seconds * 1e6
+    if us >= 10000:
+        return f"{us / 1000:.1f}ms"
+    if us >= 100:
+        return f"{us:.0f}us"
+    return f"{us:.1f}us"
+
+
+def fmt_rate(rate: float | None) -> str:
+    if rate is None:
+        return "n/a"
+    if rate >= 1e6:
+        return f"{rate / 1e6:.2f}M"
+    if rate >= 1e4:
+        return f"{rate / 1e3:.0f}K"
+    if rate >= 1e3:
+        return f"{rate / 1e3:.1f}K"
+    return f"{rate:.0f}"
+
+
+def fmt_ratio(r: tuple[float, float, float] | None) -> str:
+    return "n/a" if r is None else f"{r[0]:.2f}x"
+
+
+def cell_missing(case: CaseResult, path: str) -> str:
+    if path in case.errors:
+        return "ERROR"
+    return "n/a"
+
+
+def print_tables(specs: dict[str, ModelSpec], results: list[CaseResult], paths: list[str], args: argparse.Namespace,
+                 out: Callable[[str], None]) -> None:
+    W = 17
+    for kind in MODELS:
+        rows = [c for c in results if c.model == kind]
+        if not rows:
+            continue
+        spec = specs[kind]
+        head = f"{'':28s}" + "".join(f"{'bs=' + str(c.batch):>{W}s}" for c in rows)
+        out("")
+        out(f"== {spec.title} ==")
+        out(f"us/step (median of {args.rounds} interleaved rounds; +-: half the IQR across rounds, % of median)")
+        out(head)
+        for path in paths:
+            cells = []
+            for c in rows:
+                m = c.median(path)
+                if m is None:
+                    cells.append(f"{cell_missing(c, path):>{W}s}")
+                    continue
+                s = c.spread(path)
+                txt = fmt_us(m) + (f" +-{s * 100:.0f}%" if s is not None else "")
+                cells.append(f"{txt:>{W}s}")
+            out(f"{LABELS[path]:28s}" + "".join(cells))
+        out("rows/s")
+        out(head)
+        for path in paths:
+            cells = []
+            for c in rows:
+                m = c.median(path)
+                cells.append(f"{(fmt_rate(c.batch / m) if m else cell_missing(c, path)):>{W}s}")
+            out(f"{LABELS[path]:28s}" + "".join(cells))
+        out("step-time ratios, median of per-round pairs (< 1: faster than the on-device API)")
+        out(head)
+        for path in [p for p in paths if p != "ortapi"]:
+            cells = [f"{fmt_ratio(c.time_ratio(path, 'ortapi')):>{W}s}" for c in rows]
+            out(f"{(path + ' / ortapi'):28s}" + "".join(cells))
+        out("fused speed-up, rows/s ratio, median of per-round pairs (> 1: fused is faster)")
+        out(head)
+        for peer in [p for p in paths if p != "fused"]:
+            cells = [f"{fmt_ratio(c.rate_ratio('fused', peer)):>{W}s}" for c in rows]
+            out(f"{('fused vs ' + peer):28s}" + "".join(cells))
+    errors = [(c, p, e) for c in results for p, e in c.errors.items()]
+    if errors:
+        out("")
+        out("ERRORS")
+        for c, p, e in errors:
+            out(f"  {c.model} bs={c.batch} {p}: {e}")
+    na = sorted({(p, e) for c in results for p, e in c.na.items()})
+    for p, e in na:
+        out(f"n/a: {p}: {e}")
+
+
+def evaluate_targets(results: list[CaseResult]) -> list[dict[str, Any]]:
+    rows = []
+    for t in TARGETS:
+        case = next((c for c in results if c.model == t.model and c.batch == t.batch), None)
+        if case is None:
+            continue
+        r = case.time_ratio(t.a, t.b) if t.what == "time" else case.rate_ratio(t.a, t.b)
+        if r is None:
+            status = "n/a"
+        else:
+            met = r[0] <= t.bound if t.what == "time" else r[0] >= t.bound
+            status = "met" if met else "MISSED"
+            lo, hi = r[1], r[2]
+            if lo <= t.bound <= hi:
+                status += " (within noise)"
+        rows.append({"model": t.model, "batch": t.batch, "kind": t.what, "a": t.a, "b": t.b, "label": t.label,
+                     "bound": t.bound, "measured": None if r is None else r[0],
+                     "iqr": None if r is None else [r[1], r[2]], "status": status})
+    return rows
+
+
+def print_targets(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
+    if not rows:
+        return
+    out("")
+    out("== targets (ratios are medians of per-round pairs; [IQR across rounds]) ==")
+    width = max(len(r["label"]) for r in rows)
+    for r in rows:
+        sign = "<=" if r["kind"] == "time" else ">="
+        meas = "n/a" if r["measured"] is None else f"{r['measured']:.2f}x [{r['iqr'][0]:.2f}-{r['iqr'][1]:.2f}]"
+        out(f"  {r['label']:{width}s}  {meas:>19s}  target {sign} {r['bound']:.2f}x  {r['status']}")
+
+
+# -- environment -------------------------------------------------------------------------------------------
+def environment(args: argparse.Namespace, torch_mod: Any, limiter: Any) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    import streamfit
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
+        "processor": _cpu_model(), "numpy": np.__version__, "onnxruntime": ort.__version__,
+        "streamfit": os.path.dirname(streamfit.__file__),
+        "threads": args.threads, "ort_spinning": not args.no_spinning,
+        "env_vars": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                                 "OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ},
+    }
+    try:
+        import sklearn
+
+        env["sklearn"] = sklearn.__version__
+    except ImportError:
+        env["sklearn"] = None
+    env["torch"] = None if torch_mod is None else {"version": torch_mod.__version__,
+                                                   "threads": torch_mod.get_num_threads()}
+    try:
+        from threadpoolctl import threadpool_info
+
+        env["threadpools"] = [{k: d.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
+                                                     "architecture", "threading_layer")}
+                              | {"lib": os.path.basename(d.get("filepath", ""))} for d in threadpool_info()]
+    except ImportError:
+        env["threadpools"] = None
+    env["blas_limited_by_threadpoolctl"] = limiter is not None
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg.get("Build Dependencies", {}).get("blas", {})
+        env["numpy_blas"] = {k: blas.get(k) for k in ("name", "version", "openblas configuration")}
+    except Exception:  # noqa: BLE001 - older numpy
+        env["numpy_blas"] = None
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def print_env(env: dict[str, Any], out: Callable[[str], None]) -> None:
+    out("== environment ==")
+    out(f"python {env['python']} on {env['machine']}, {env['cpu_count']} CPUs ({env['processor']})")
+    out(f"numpy {env['numpy']}, BLAS {env.get('numpy_blas')}")
+    out(f"onnxruntime {env['onnxruntime']}, scikit-learn {env['sklearn']}, "
+        f"torch {env['torch']['version'] + ' (' + str(env['torch']['threads']) + ' threads)' if env['torch'] else 'not importable'}")
+    out(f"streamfit from {env['streamfit']}")
+    out(f"threads: {env['threads']} for every path (ORT intra-op, torch, BLAS via threadpoolctl: "
+        f"{'yes' if env['blas_limited_by_threadpoolctl'] else 'NO (threadpoolctl missing)'}); "
+        f"ORT spinning {'on' if env['ort_spinning'] else 'off'}; env {env['env_vars'] or 'no thread env vars set'}")
+    for tp in env.get("threadpools") or []:
+        out(f"  thread pool: {tp['internal_api']} {tp.get('version') or ''} {tp.get('architecture') or ''} "
+            f"({tp['lib']}): {tp['num_threads']} threads")
+
+
+# -- main --------------------------------------------------------------------------------------------------
+def parse_cases(spec: str | None) -> list[tuple[str, int]]:
+    if not spec:
+        return [(m, b) for m in MODELS for b in BATCHES]
+    cases: list[tuple[str, int]] = []
+    for token in spec.split(","):
+        token = token.strip().lower()
+        if not token:
+            continue
+        model, _, bs = token.partition(":")
+        if model not in MODELS:
+            raise SystemExit(f"--cases: unknown model {model!r} in {token!r}; expected {MODELS} or MODEL:BATCH")
+        for b in ([int(bs)] if bs else BATCHES):
+            if b < 1:
+                raise SystemExit(f"--cases: bad batch size in {token!r}")
+            if (model, b) not in cases:
+                cases.append((model, b))
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Targets: fused bs-1 step <= 0.5x the on-device API's; partial_fit bs 1 <= 0.7x it; "
+                                       "MLP bs 2048 >= 1.2x PyTorch and >= 1.8x the on-device API; MLP bs 256 >= 1.3x PyTorch.")
+    p.add_argument("--quick", action="store_true", help="short smoke run (a few seconds)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="threads for every path (default: %(default)s, the CPU count)")
+    p.add_argument("--cases", help="comma list of MODEL or MODEL:BATCH (models: linear, mlp); default all x 1,32,256,2048")
+    p.add_argument("--paths", default=",".join(PATHS), help="comma list of %(default)s")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 9; 3 with --quick)")
+    p.add_argument("--slice", type=float, help="seconds per path per round (default 0.3; 0.03 with --quick)")
+    p.add_argument("--warmup", type=float, help="warm-up seconds per path and case (default 0.25; 0.02 with --quick)")
+    p.add_argument("--no-spinning", action="store_true", help="ORT intra-op threads do not spin (streamfit and ortapi)")
+    p.add_argument("--json", metavar="PATH", help="also write every figure and per-round sample as JSON")
+    p.add_argument("--verbose", action="store_true", help="print tracebacks of failing paths")
+    args = p.parse_args(argv)
+    args.rounds = args.rounds or (3 if args.quick else 9)
+    args.slice = args.slice or (0.03 if args.quick else 0.3)
+    args.warmup = args.warmup if args.warmup is not None else (0.02 if args.quick else 0.25)
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
+    paths = [x.strip() for x in args.paths.split(",") if x.strip()]
+    bad = [x for x in paths if x not in PATHS]
+    if bad:
+        p.error(f"unknown paths {bad}; expected some of {PATHS}")
+    cases = parse_cases(args.cases)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    t_start = time.perf_counter()
+    load_start = os.getloadavg()
+    # Import everything that brings a thread pool before limiting them.
+    torch_mod = None
+    if "torch" in paths:
+        try:
+            torch_mod = _peers.import_torch()
+            torch_mod.set_num_threads(args.threads)
+        except Unavailable:
+            torch_mod = None
+    try:
+        import sklearn.linear_model  # noqa: F401
+        import sklearn.neural_network  # noqa: F401
+    except ImportError:
+        pass
+    import streamfit  # noqa: F401
+    try:
+        from threadpoolctl import threadpool_limits
+
+        limiter = threadpool_limits(limits=args.threads)
+    except ImportError:
+        limiter = None
+
+    specs = {kind: make_model(kind) for kind in dict.fromkeys(m for m, _ in cases)}
+    tmp = tempfile.TemporaryDirectory(prefix="streamfit-bench-")
+    if "ortapi" in paths:
+        for kind, spec in specs.items():
+            try:
+                spec.art = _peers.OrtArtifacts(spec.proto, os.path.join(tmp.name, kind))
+            except Unavailable as exc:
+                spec.art_error = str(exc)
+            except Exception as exc:  # noqa: BLE001
+                spec.art_error = f"generate_artifacts failed: {type(exc).__name__}: {exc}"
+                if args.verbose:
+                    traceback.print_exc()
+    env = environment(args, torch_mod, limiter)
+    log(f"measuring {len(cases)} cases x {len(paths)} paths, {args.rounds} rounds x {args.slice}s slices ...")
+    results: list[CaseResult] = []
+    try:
+        for kind, batch in cases:
+            case = measure(specs[kind], batch, paths, args, log)
+            if "ortapi" in paths and specs[kind].art is None and "ortapi" not in case.errors:
+                msg = specs[kind].art_error or "no artifacts"
+                if msg.startswith("generate_artifacts failed"):
+                    case.na.pop("ortapi", None)
+                    case.errors["ortapi"] = msg
+            results.append(case)
+    finally:
+        tmp.cleanup()
+    env["loadavg_start"] = list(load_start)
+    env["loadavg_end"] = list(os.getloadavg())
+    env["seconds"] = round(time.perf_counter() - t_start, 1)
+
+    out = print
+    print_env(env, out)
+    out(f"load average (1/5/15 min) at start {', '.join(f'{x:.2f}' for x in load_start)}, at end "
+        f"{', '.join(f'{x:.2f}' for x in env['loadavg_end'])}; run took {env['seconds']}s")
+    out(f"method: lr {LR}, float32, {N_DISTINCT} pre-generated batches per case cycled; warm-up {args.warmup}s, then "
+        f"{args.rounds} interleaved rounds of ~{args.slice}s per path")
+    print_tables(specs, results, paths, args, out)
+    targets = evaluate_targets(results)
+    print_targets(targets, out)
+
+    if args.json:
+        doc = {
+            "env": env,
+            "config": {"quick": args.quick, "rounds": args.rounds, "slice_s": args.slice, "warmup_s": args.warmup,
+                       "threads": args.threads, "paths": paths, "lr": LR, "labels": LABELS},
+            "ort_artifact_ir_versions": {k: (s.art.ir_versions if s.art else None) for k, s in specs.items()},
+            "cases": [{
+                "model": c.model, "batch": c.batch,
+                "paths": {path: {"us_per_step": c.median(path) * 1e6, "rows_per_s": c.batch / c.median(path),
+                                 "spread": c.spread(path), "steps_per_slice": c.steps_per_slice.get(path),
+                                 "samples_us": [s * 1e6 for s in c.samples[path]]}
+                          for path in paths if c.median(path) is not None},
+                "time_ratio_vs_ortapi": {path: c.time_ratio(path, "ortapi") for path in paths if path != "ortapi"},
+                "fused_rate_ratio": {peer: c.rate_ratio("fused", peer) for peer in paths if peer != "fused"},
+                "na": c.na, "errors": c.errors,
+            } for c in results],
+            "targets": targets,
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        out(f"\nwrote {args.json}")
+    return 1 if any(c.errors for c in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
