@@ -180,8 +180,8 @@ def make_torch(kind: str, sizes: Sequence[int], initial: dict[str, np.ndarray],
         lin = nn.Linear(sizes[i], sizes[i + 1])
         w_name, b_name = ("W", "B") if kind == "linear" else (f"W{i}", f"B{i}")
         with torch.no_grad():
-            lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(initial[w_name].T)))
-            lin.bias.copy_(torch.from_numpy(initial[b_name]))
+            lin.weight.copy_(torch.from_numpy(np.array(initial[w_name].T, order="C")))
+            lin.bias.copy_(torch.from_numpy(np.array(initial[b_name])))
         layers.append(lin)
         if i < n_layers - 1:
             layers.append(nn.ReLU())

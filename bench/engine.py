@@ -262,6 +262,7 @@ def fail(path: str, exc: BaseException, case: CaseResult, verbose: bool) -> None
 
 
 def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namespace, log: Callable[[str], None]) -> CaseResult:
+    t_case = time.perf_counter()
     case = CaseResult(spec.kind, batch)
     batches = make_batches(batch, seed=batch)
     steppers: dict[str, Callable[[int], None]] = {}
@@ -270,7 +271,7 @@ def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namesp
         try:
             run = make_stepper(path, spec, batch, batches, args)
             run(1)  # builds sessions / per-shape bindings
-            settle()
+            settle(args.settle)
             done, n, t0 = 0, 1, time.perf_counter()
             while True:
                 run(n)
@@ -294,7 +295,7 @@ def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namesp
                 continue
             n = case.steps_per_slice[path]
             gc.collect()
-            settle()
+            settle(args.settle)
             try:
                 t0 = time.perf_counter()
                 steppers[path](n)
@@ -306,7 +307,7 @@ def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namesp
     for path in paths:
         m = case.median(path)
         parts.append(f"{path} {fmt_us(m)}" if m is not None else f"{path} n/a")
-    log(f"  {spec.kind:6s} bs={batch:<5d} " + ", ".join(parts))
+    log(f"  {spec.kind:6s} bs={batch:<5d} " + ", ".join(parts) + f"  [{time.perf_counter() - t_case:.1f}s]")
     steppers.clear()
     gc.collect()
     return case
@@ -536,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 9)
     args.slice = args.slice or (0.03 if args.quick else 0.3)
+    args.settle = 0.03 if args.quick else 0.5  # longest wait for other paths' spinning threads to stop
     args.warmup = args.warmup if args.warmup is not None else (0.02 if args.quick else 0.25)
     if args.threads < 1:
         p.error("--threads must be >= 1")
@@ -571,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         limiter = None
 
+    gc.collect()
+    gc.freeze()  # imported modules' objects: a full collection between slices then takes microseconds, not 50 ms
     specs = {kind: make_model(kind) for kind in dict.fromkeys(m for m, _ in cases)}
     tmp = tempfile.TemporaryDirectory(prefix="streamfit-bench-")
     if "ortapi" in paths:
@@ -584,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.verbose:
                     traceback.print_exc()
     env = environment(args, torch_mod, limiter)
+    log(f"setup took {time.perf_counter() - t_start:.1f}s")
     log(f"measuring {len(cases)} cases x {len(paths)} paths, {args.rounds} rounds x {args.slice}s slices ...")
     results: list[CaseResult] = []
     try:

@@ -58,9 +58,12 @@ class OnnxEstimator(_SkBase):
                                   "adaptive": {"eta0": self.eta0}}.get(self.learning_rate, {})
         return as_schedule(self.learning_rate, **kwargs)
 
-    def _make_trainer(self, loss: "str | Loss") -> Trainer:
+    def _make_trainer(self, loss: "str | Loss", model: Any = None, weights: Any = None) -> Trainer:
+        """A Trainer from the parameters, for ``model`` (default: the ``model``/``weights`` parameters)."""
         from streamfit.losses import get_loss
 
+        if model is None:
+            model, weights = self.model, self.weights
         loss_obj = get_loss(loss)
         opt_kwargs = {p: getattr(self, p) for p in _OPTIMIZER_PARAMS.get(self.optimizer, ())} \
             if isinstance(self.optimizer, str) else {}
@@ -68,7 +71,7 @@ class OnnxEstimator(_SkBase):
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
-        return Trainer(self.model, weights=self.weights, loss=loss_obj,
+        return Trainer(model, weights=weights, loss=loss_obj,
                        optimizer=get_optimizer(self.optimizer, **opt_kwargs),
                        learning_rate=self._schedule(loss_obj),
                        penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
@@ -83,6 +86,17 @@ class OnnxEstimator(_SkBase):
         elif int(np.prod(X.shape[1:])) != self.n_features_in_:
             raise BadInputError(f"X has {int(np.prod(X.shape[1:]))} features, but {type(self).__name__} "
                                 f"is expecting {self.n_features_in_} features as input", reason="shape_mismatch")
+        return X
+
+    def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
+        """Features as the trainer sees them when training, after updating any statistics of the inputs.
+
+        A hook: the identity here; the ready-made estimators standardize (``reset`` starts afresh).
+        """
+        return X
+
+    def _inputs(self, X: np.ndarray) -> np.ndarray:
+        """Features as the trainer sees them when predicting (a hook, see :meth:`_fit_inputs`)."""
         return X
 
     def _batches(self, n: int) -> list[slice]:
@@ -133,9 +147,38 @@ class OnnxEstimator(_SkBase):
         return {"trainer": self.trainer_.state_dict(), "n_features_in_": self.n_features_in_}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore learned state (an unfitted estimator builds its trainer first, from its parameters)."""
+        if not hasattr(self, "trainer_"):
+            self._restore_trainer(state)
         self.trainer_.load_state_dict(state["trainer"])
         self.n_features_in_ = int(state["n_features_in_"])
         self.t_ = self.trainer_.n_steps
+
+    def _restore_trainer(self, state: Mapping[str, Any]) -> None:
+        self.trainer_ = self._make_trainer(self.loss)
+
+    # -- pickling: the trainer holds onnxruntime sessions, so it travels as its model and state ----------
+    def __getstate__(self) -> dict[str, Any]:
+        parent = getattr(super(), "__getstate__", None)
+        state = dict(parent() if parent is not None else self.__dict__)  # a copy: the live dict stays intact
+        trainer = state.pop("trainer_", None)
+        if trainer is not None:
+            state["_pickled_trainer"] = {"model": trainer.prepared.model.SerializeToString(),
+                                         "weights": trainer.weight_names, "loss": trainer.loss,
+                                         "state": trainer.state_dict()}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        saved = state.pop("_pickled_trainer", None)
+        parent = getattr(super(), "__setstate__", None)
+        if parent is not None:
+            parent(state)
+        else:  # pragma: no cover - Python 3.10 without scikit-learn
+            self.__dict__.update(state)
+        if saved is not None:
+            self.trainer_ = self._make_trainer(saved["loss"], saved["model"], saved["weights"])
+            self.trainer_.load_state_dict(saved["state"])
 
     def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
         tags = super().__sklearn_tags__()

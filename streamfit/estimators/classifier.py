@@ -66,9 +66,9 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     def _start(self, X: np.ndarray, classes: Any) -> None:
         self.classes_ = np.unique(as_labels(classes))
         if len(self.classes_) < 2:
-            raise ValueError(f"a classifier needs at least 2 classes, got {self.classes_.tolist()}")
-        probe = self._make_trainer("squared_error")  # only to read the output width
-        width = int(np.prod(probe.predict(X[:1]).shape[1:]) or 1)
+            raise ValueError(f"a classifier needs at least 2 classes, got {len(self.classes_)} class: "
+                             f"{self.classes_.tolist()}")
+        model, width = self._model_and_width(X)
         if width == 1 and len(self.classes_) != 2:
             raise ValueError(f"the model has one output column (binary) but {len(self.classes_)} classes were given")
         if width > 1 and width != len(self.classes_):
@@ -76,8 +76,17 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         loss = self.loss
         if loss == "auto":
             loss = "log_loss" if width == 1 else "softmax_cross_entropy"
-        self.trainer_ = self._make_trainer(loss)
+        self.trainer_ = self._make_trainer(loss, model)
         self.binary_ = width == 1
+        self.loss_name_ = loss if isinstance(loss, str) else loss.name
+
+    def _model_and_width(self, X: np.ndarray) -> tuple[Any, int]:
+        """The model to train (``None``: the ``model`` parameter) and its number of output scores.
+
+        A hook: the ready-made classifiers build their graph from ``classes_`` here.
+        """
+        probe = self._make_trainer("squared_error")  # only to read the output width
+        return None, int(np.prod(probe.predict(X[:1]).shape[1:]) or 1)
 
     def _encode(self, y: Any, n: int) -> np.ndarray:
         y = as_labels(y).reshape(-1)
@@ -104,7 +113,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
             raise ValueError(f"classes={np.unique(as_labels(classes)).tolist()} differs from the classes of the "
                              f"first partial_fit call {self.classes_.tolist()}")
         X = self._check_X(X, reset=first)
-        self._one_pass(X, self._encode(y, len(X)), self._sample_weight(sample_weight, len(X)))
+        sw = self._sample_weight(sample_weight, len(X))
+        self._one_pass(self._fit_inputs(X, sw, first), self._encode(y, len(X)), sw)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
@@ -125,10 +135,12 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         """``max_iter`` epochs over ``X``; classes are taken from ``y``."""
         X = self._check_X(X, reset=True)
         labels = as_labels(y)
-        if not (self.warm_start and hasattr(self, "trainer_")):
+        first = not (self.warm_start and hasattr(self, "trainer_"))
+        if first:
             self._start(X, labels)
         T = self._encode(labels, len(X))
         sw = self._sample_weight(sample_weight, len(X))
+        X = self._fit_inputs(X, sw, first)
         rng = np.random.default_rng(self.random_state)
         self.loss_curve_ = []
         for _ in range(self.max_iter):
@@ -140,7 +152,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     # -- prediction --------------------------------------------------------------------------------
     def decision_function(self, X: Any) -> np.ndarray:
         self._require_fitted()
-        out = self.trainer_.predict(self._check_X(X, reset=False))
+        out = self.trainer_.predict(self._inputs(self._check_X(X, reset=False)))
         return out.reshape(len(out)) if self.binary_ else out.reshape(len(out), -1)
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -162,8 +174,14 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["classes_"] = self.classes_
+        state.update(classes_=self.classes_, binary_=self.binary_, loss_name_=self.loss_name_)
         return state
+
+    def _restore_trainer(self, state: Any) -> None:
+        self.classes_ = np.asarray(state["classes_"])
+        self.binary_ = bool(state["binary_"])
+        self.loss_name_ = str(state["loss_name_"])
+        self.trainer_ = self._make_trainer(self.loss_name_)
 
     def load_state_dict(self, state: Any) -> None:
         super().load_state_dict(state)

@@ -76,13 +76,18 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
             raise ValueError(f"got {n} rows of features but {T.shape[0]} targets")
         return T
 
+    def _start(self, X: Any, y: Any) -> None:
+        """Build the trainer (a hook: the ready-made regressors build their graph from ``X`` and ``y``)."""
+        self.trainer_ = self._make_trainer(self.loss)
+
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
         """One pass over ``X`` in minibatches of ``batch_size``."""
         first = not hasattr(self, "trainer_")
         if first:
-            self.trainer_ = self._make_trainer(self.loss)
+            self._start(X, y)
         X = self._check_X(X, reset=first)
-        self._one_pass(X, self._targets(y, len(X)), self._sample_weight(sample_weight, len(X)))
+        sw = self._sample_weight(sample_weight, len(X))
+        self._one_pass(self._fit_inputs(X, sw, first), self._targets(y, len(X)), sw)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
@@ -101,11 +106,13 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
         """``max_iter`` epochs over ``X`` (from the model's initial weights unless ``warm_start``)."""
-        if not (self.warm_start and hasattr(self, "trainer_")):
-            self.trainer_ = self._make_trainer(self.loss)
+        first = not (self.warm_start and hasattr(self, "trainer_"))
+        if first:
+            self._start(X, y)
         X = self._check_X(X, reset=True)
         T = self._targets(y, len(X))
         sw = self._sample_weight(sample_weight, len(X))
+        X = self._fit_inputs(X, sw, first)
         rng = np.random.default_rng(self.random_state)
         self.loss_curve_ = []
         for _ in range(self.max_iter):
@@ -119,5 +126,5 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         self._require_fitted()
-        out = self.trainer_.predict(self._check_X(X, reset=False))
+        out = self.trainer_.predict(self._inputs(self._check_X(X, reset=False)))
         return out.reshape(len(out)) if out.ndim == 2 and out.shape[1] == 1 else out

@@ -1,0 +1,273 @@
+"""The ``streamfit`` command: train on a finite stream, serve a never-ending one, export and inspect checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main"]
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file of options (flags given on the command line win)")
+    p.add_argument("--source", help="parquet:/dir, ipc:/file, ipc+tcp://127.0.0.1:PORT, kafka://HOST:PORT/topic?group=g")
+    p.add_argument("--model", help="ONNX model file to train")
+    p.add_argument("--task", choices=["regression", "classification"])
+    p.add_argument("--classes", type=lambda s: [_scalar(c) for c in s.split(",")], help="all class labels, comma-separated")
+    p.add_argument("--features", type=lambda s: s.split(","), help="feature columns, comma-separated (default: all but label/weight)")
+    p.add_argument("--label", help="label column (default y)")
+    p.add_argument("--weight", help="sample-weight column")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--loss")
+    p.add_argument("--optimizer", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"])
+    p.add_argument("--learning-rate", help="constant | invscaling | optimal | adaptive")
+    p.add_argument("--eta0", type=float)
+    p.add_argument("--power-t", type=float)
+    p.add_argument("--alpha", type=float)
+    p.add_argument("--l1-ratio", type=float)
+    p.add_argument("--penalty", choices=["l2", "l1", "elasticnet", "none"])
+    p.add_argument("--threads", type=int)
+    p.add_argument("--on-bad", choices=["raise", "skip"])
+    p.add_argument("--checkpoint-dir")
+    p.add_argument("--checkpoint-every-batches", type=int)
+    p.add_argument("--checkpoint-every-seconds", type=float)
+    p.add_argument("--keep", type=int, help="checkpoints to keep (default 3)")
+    p.add_argument("--resume", action="store_true", default=None, help="continue from the newest valid checkpoint")
+    p.add_argument("--publish", help="also write the latest model here (atomically) after each checkpoint")
+    p.add_argument("--follow", action="store_true", default=None, help="keep watching a Parquet directory")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--log-json", action="store_true", default=None, help="structured JSON log lines")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
+    p.add_argument("--no-guard", dest="guard", action="store_false", default=None, help="disable the divergence guard")
+    p.add_argument("--max-rows", type=int)
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamfit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train on a finite stream, then checkpoint and export the model")
+    train.add_argument("--demo", action="store_true", help="train on a small generated Parquet stream")
+    train.add_argument("--demo-dir", default="streamfit-demo", help="where --demo writes its data and results")
+    train.add_argument("-o", "--output", help="write the trained ONNX model here")
+    _run_options(train)
+    serve = sub.add_parser("serve", help="train until SIGTERM/SIGINT, with checkpoints and exact resume")
+    _run_options(serve)
+    export = sub.add_parser("export", help="write the ONNX model of a checkpoint")
+    export.add_argument("checkpoint", help="a checkpoint directory, or a checkpoint root (its newest valid one)")
+    export.add_argument("-o", "--output", required=True)
+    inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
+    inspect.add_argument("checkpoint")
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    return parser
+
+
+def _setup_logging(json_lines: bool) -> None:
+    from streamfit.daemon.health import JsonFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger("streamfit")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+def _flags(ns: argparse.Namespace) -> dict[str, Any]:
+    flags = dict(vars(ns))
+    if flags.get("penalty") == "none":
+        flags["penalty"] = None
+        flags["_penalty_none"] = True
+    return flags
+
+
+def _config(ns: argparse.Namespace) -> Any:
+    from streamfit.daemon.config import load_config
+
+    flags = _flags(ns)
+    cfg = load_config(ns.config, flags)
+    if flags.get("_penalty_none"):
+        cfg.penalty = None
+    return cfg
+
+
+def _runner(cfg: Any, serve: bool) -> Any:
+    from streamfit.daemon import Runner
+    from streamfit.daemon.config import build_estimator
+    from streamfit.daemon.guard import DivergenceGuard
+    from streamfit.daemon.health import Metrics
+
+    if cfg.source is None:
+        raise ValueError("no source given: --source URI (or 'source = ...' in the config file)")
+    source_options = dict(cfg.source_options)
+    if cfg.follow or (serve and cfg.source.startswith("parquet:")):
+        source_options.setdefault("follow", True)
+    guard = DivergenceGuard(cfg.guard_factor, lr_factor=cfg.guard_lr_factor, max_rollbacks=cfg.guard_max_rollbacks) \
+        if cfg.guard else None
+    metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
+    return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
+                  every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
+                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard,
+                  health_path=cfg.health_file, metrics=metrics, source_options=source_options,
+                  features=cfg.features, label=cfg.label, weight=cfg.weight, batch_size=cfg.batch_size,
+                  on_bad=cfg.on_bad, classes=cfg.classes, task=cfg.task, progress=cfg.progress and not serve,
+                  max_rows=cfg.max_rows)
+
+
+def _print_summary(summary: Any, output: str | None) -> None:
+    metrics = summary.metrics.get("stream", {}) if summary.metrics else {}
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float))
+    print(f"trained {summary.rows} rows in {summary.batches} batches ({summary.rows_per_s:,.0f} rows/s)"
+          + (f"; progressive {shown}" if shown else ""))
+    if summary.skipped_rows:
+        print(f"skipped rows: {summary.skipped_rows}")
+    if summary.rollbacks:
+        print(f"divergence rollbacks: {summary.rollbacks}")
+    if summary.last_checkpoint:
+        print(f"checkpoint: {summary.last_checkpoint}")
+    if output:
+        print(f"model written to {output}")
+
+
+def _train(ns: argparse.Namespace) -> int:
+    import anyio
+    import onnx
+
+    if ns.demo:
+        from streamfit.daemon.demo import make_demo
+
+        root = Path(ns.demo_dir)
+        data, model = make_demo(root)
+        if not ns.resume and (root / "checkpoints").exists():
+            import shutil
+
+            shutil.rmtree(root / "checkpoints")  # the demo's own directory: start afresh
+        ns.source = ns.source or f"parquet:{data}"
+        ns.model = ns.model or str(model)
+        ns.checkpoint_dir = ns.checkpoint_dir or str(root / "checkpoints")
+        ns.output = ns.output or str(root / "model.onnx")
+        ns.optimizer = ns.optimizer or "adam"
+        ns.learning_rate = ns.learning_rate or "constant"
+        ns.eta0 = ns.eta0 if ns.eta0 is not None else 1e-3
+        ns.penalty = ns.penalty or "none"
+        ns.batch_size = ns.batch_size or 128
+        print(f"demo: {data} (4 Parquet files, 40,000 rows), model {model}")
+    cfg = _config(ns)
+    _setup_logging(cfg.log_json)
+    runner = _runner(cfg, serve=False)
+    summary = anyio.run(runner.run)
+    if cfg.output:
+        Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(runner.estimator.to_onnx(), cfg.output)
+    _print_summary(summary, cfg.output)
+    return 0
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    import anyio
+
+    cfg = _config(ns)
+    _setup_logging(cfg.log_json)
+    runner = _runner(cfg, serve=True)
+
+    async def main() -> Any:
+        stop = anyio.Event()
+
+        async def watch_signals(scope: anyio.CancelScope) -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    if stop.is_set():  # a second signal: leave at once
+                        os._exit(128 + signum)
+                    logging.getLogger("streamfit.daemon").info(
+                        "signal %s: finishing the current batch, then a final checkpoint", signal.Signals(signum).name)
+                    stop.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_signals, tg.cancel_scope)
+            summary = await runner.run(stop)
+            tg.cancel_scope.cancel()
+        return summary
+
+    summary = anyio.run(main)
+    _print_summary(summary, None)
+    return 0
+
+
+def _open_checkpoint(path: str) -> Any:
+    from streamfit.checkpoint import CheckpointStore
+    from streamfit.checkpoint._format import read_checkpoint
+
+    p = Path(path)
+    if (p / "manifest.json").exists():
+        return read_checkpoint(p)
+    ckpt = CheckpointStore(p).load_latest()
+    if ckpt is None:
+        raise ValueError(f"{path}: no valid checkpoint here")
+    return ckpt
+
+
+def _export(ns: argparse.Namespace) -> int:
+    from streamfit.checkpoint import publish
+
+    ckpt = _open_checkpoint(ns.checkpoint)
+    publish(ckpt.model_bytes, ns.output)
+    print(f"model of {ckpt.path.name} ({ckpt.meta.get('rows', '?')} rows trained) written to {ns.output}")
+    return 0
+
+
+def _inspect(ns: argparse.Namespace) -> int:
+    ckpt = _open_checkpoint(ns.checkpoint)
+    if ns.json:
+        print(json.dumps(ckpt.manifest, indent=2, default=str))
+        return 0
+    meta = ckpt.meta
+    est = meta.get("estimator", {})
+    trainer = est.get("state", {}).get("trainer", {})
+    print(f"checkpoint {ckpt.path}")
+    print(f"  written {ckpt.manifest.get('created_at', '?')} by streamfit {ckpt.manifest.get('streamfit_version', '?')}"
+          f" (format {ckpt.manifest.get('format_version', '?')})")
+    print(f"  estimator {est.get('class', '?')}: {meta.get('rows', '?')} rows in {meta.get('batches', '?')} batches, "
+          f"{trainer.get('n_steps', '?')} optimizer steps, learning-rate scale {trainer.get('lr_scale', 1.0)}")
+    schedule = trainer.get("schedule", {})
+    if schedule:
+        print(f"  schedule {schedule.get('name', '?')} at step {schedule.get('t', '?')}")
+    print(f"  resumes the source at {json.dumps(meta.get('position'))}")
+    for scope, values in (meta.get("metrics") or {}).items():
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+        print(f"  progressive metrics ({scope}): {shown}")
+    if meta.get("skipped_rows"):
+        print(f"  skipped rows by reason: {meta['skipped_rows']}")
+    if meta.get("rollbacks"):
+        print(f"  divergence rollbacks so far: {meta['rollbacks']}")
+    arrays = sorted(ckpt.arrays)
+    print(f"  {len(arrays)} arrays: {', '.join(arrays[:8])}{' ...' if len(arrays) > 8 else ''}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from streamfit.exceptions import StreamfitError
+
+    ns = _parser().parse_args(argv)
+    commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect}
+    try:
+        return commands[ns.command](ns)
+    except (ValueError, OSError, StreamfitError) as exc:
+        print(f"streamfit {ns.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Run configuration: command-line flags over a TOML file over defaults, and the estimator they describe."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["RunConfig", "load_config", "build_estimator"]
+
+
+@dataclass
+class RunConfig:
+    """Everything ``streamfit train`` / ``serve`` needs; field names are the TOML keys and flag names."""
+
+    source: str | None = None
+    model: str | None = None
+    task: str = "regression"
+    classes: list[Any] | None = None
+    features: list[str] | None = None
+    label: str = "y"
+    weight: str | None = None
+    batch_size: int = 256
+    loss: str | None = None
+    optimizer: str = "sgd"
+    learning_rate: str = "invscaling"
+    eta0: float = 0.01
+    power_t: float = 0.25
+    alpha: float = 1e-4
+    l1_ratio: float = 0.15
+    penalty: str | None = "l2"
+    momentum: float = 0.9
+    threads: int | None = None
+    on_bad: str = "skip"
+    checkpoint_dir: str | None = None
+    checkpoint_every_batches: int | None = None
+    checkpoint_every_seconds: float | None = None
+    keep: int = 3
+    resume: bool = False
+    publish: str | None = None
+    output: str | None = None
+    follow: bool = False
+    progress: bool = True
+    log_json: bool = False
+    metrics_port: int | None = None
+    health_file: str | None = None
+    guard: bool = True
+    guard_factor: float = 100.0
+    guard_lr_factor: float = 0.1
+    guard_max_rollbacks: int = 3
+    max_rows: int | None = None
+    source_options: dict[str, Any] = field(default_factory=dict)
+
+
+def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
+    """Defaults, then the TOML file's keys, then every flag that was given (flags win)."""
+    values: dict[str, Any] = {}
+    known = {f.name for f in fields(RunConfig)}
+    if path is not None:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        values.update(data)
+    values.update({k: v for k, v in flags.items() if k in known and v is not None})
+    return RunConfig(**values)
+
+
+def build_estimator(cfg: RunConfig) -> Any:
+    """The estimator a configuration describes: an ONNX file (OnnxRegressor/OnnxClassifier by ``task``)."""
+    import streamfit
+
+    if cfg.model is None:
+        raise ValueError("no model given: --model PATH.onnx (or 'model = ...' in the config file)")
+    if cfg.task not in ("regression", "classification"):
+        raise ValueError(f"task must be 'regression' or 'classification', got {cfg.task!r}")
+    if not Path(cfg.model).is_file():
+        raise ValueError(f"model file {cfg.model!r} not found")
+    common = dict(optimizer=cfg.optimizer, learning_rate=cfg.learning_rate, eta0=cfg.eta0, power_t=cfg.power_t,
+                  alpha=cfg.alpha, l1_ratio=cfg.l1_ratio, penalty=cfg.penalty, momentum=cfg.momentum,
+                  batch_size=cfg.batch_size, threads=cfg.threads,
+                  on_nonfinite="skip" if cfg.guard else "raise")
+    if cfg.task == "classification":
+        return streamfit.OnnxClassifier(cfg.model, loss=cfg.loss or "auto", **common)
+    return streamfit.OnnxRegressor(cfg.model, loss=cfg.loss or "squared_error", **common)

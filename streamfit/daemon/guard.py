@@ -1,0 +1,51 @@
+"""Divergence guard: notice a loss that explodes or turns non-finite, so the run can roll back."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["DivergenceGuard"]
+
+
+@dataclass
+class DivergenceGuard:
+    """Flags a batch whose loss is non-finite, whose step was refused, or that exceeds ``factor`` times
+    the running mean of the loss (after ``warmup`` batches).
+
+    On a rollback the run multiplies the learning rate by ``lr_factor``; after ``max_rollbacks``
+    rollbacks with no good checkpoint in between it gives up.
+    """
+
+    factor: float = 100.0
+    warmup: int = 20
+    lr_factor: float = 0.1
+    max_rollbacks: int = 3
+    decay: float = 0.98  # weight of the past in the running mean
+
+    def __post_init__(self) -> None:
+        if not self.factor > 1:
+            raise ValueError(f"factor must be > 1, got {self.factor!r}")
+        if not 0 < self.lr_factor < 1:
+            raise ValueError(f"lr_factor must be in (0, 1), got {self.lr_factor!r}")
+        if self.max_rollbacks < 1:
+            raise ValueError(f"max_rollbacks must be >= 1, got {self.max_rollbacks!r}")
+        self.reset()
+
+    def reset(self) -> None:
+        self.mean: float | None = None
+        self.seen = 0
+
+    def check(self, loss: float | None, refused_steps: int = 0) -> str | None:
+        """A reason string when this batch diverged, else ``None`` (and the running mean moves on)."""
+        if refused_steps:
+            return f"{refused_steps} step(s) refused: non-finite loss, gradient or weight"
+        if loss is None:
+            return None
+        if not math.isfinite(loss):
+            return f"non-finite loss {loss}"
+        if self.mean is not None and self.seen >= self.warmup and loss > self.factor * max(self.mean, 1e-12):
+            return f"loss {loss:.4g} exceeds {self.factor:g} x its running mean {self.mean:.4g}"
+        self.mean = loss if self.mean is None else self.decay * self.mean + (1 - self.decay) * loss
+        self.seen += 1
+        return None

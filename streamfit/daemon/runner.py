@@ -1,0 +1,370 @@
+"""A checkpointed training run: resume exactly, checkpoint off the training path, roll back on divergence.
+
+Every checkpoint holds the estimator's full state *and* the source position right after the last
+batch it includes, written atomically; on resume both are restored together, so each row of the
+stream takes effect exactly once however the process died.  Kafka offsets are committed only once
+the checkpoint that covers them is durable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import anyio
+import numpy as np
+
+from streamfit._stream import StreamLoop
+from streamfit._stream.events import BatchEvent
+from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
+from streamfit.daemon.guard import DivergenceGuard
+from streamfit.daemon.health import HealthFile, Metrics, log_event
+from streamfit.daemon.state import restore_estimator, snapshot_estimator
+from streamfit.exceptions import CheckpointError, DivergenceError
+from streamfit.sources import Position, Source, SourceBatch, open_source
+
+__all__ = ["Runner", "RunSummary"]
+
+
+@dataclass
+class RunSummary:
+    """What a run did, counted across restarts (``rows``/``batches`` include resumed checkpoints)."""
+
+    rows: int
+    batches: int
+    position: Position | None
+    checkpoints: int
+    last_checkpoint: str | None
+    rollbacks: int
+    resumed_from: str | None
+    ended_by: str
+    skipped_rows: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    rows_per_s: float = 0.0
+
+
+@dataclass
+class _Snapshot:
+    """A consistent point: estimator state + position + counters (host copies)."""
+
+    step: int
+    rows: int
+    position: Position | None
+    model: bytes
+    arrays: dict[str, np.ndarray]
+    state: dict[str, Any]
+
+
+class _KeepOpen(Source):
+    """Lets the loop iterate a source without closing it: the runner commits offsets after the loop ends."""
+
+    def __init__(self, inner: Source) -> None:
+        self.inner = inner
+
+    async def __anext__(self) -> SourceBatch:
+        return await self.inner.__anext__()
+
+    async def commit(self, position: Position) -> None:
+        await self.inner.commit(position)
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+
+class Runner:
+    """Train ``estimator`` from ``source`` with checkpoints, exact resume and a divergence guard.
+
+    ``source`` is a URI/path (re-opened at a position on resume or rollback) or a callable returning a
+    fresh :class:`~streamfit.sources.Source`.  ``loop_options`` go to the streaming loop (features,
+    label, batch_size, on_bad, classes, progress, ...).
+    """
+
+    def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
+                 checkpoint_dir: "str | Path | None" = None, every_batches: int | None = None,
+                 every_seconds: float | None = None, keep: int = 3, resume: bool = False,
+                 publish_path: "str | Path | None" = None, guard: DivergenceGuard | None = None,
+                 health_path: "str | Path | None" = None, metrics: Metrics | None = None,
+                 source_options: Mapping[str, Any] | None = None, **loop_options: Any) -> None:
+        if every_batches is not None and every_batches < 1:
+            raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
+        if every_seconds is not None and not every_seconds > 0:
+            raise ValueError(f"every_seconds must be > 0, got {every_seconds!r}")
+        if resume and checkpoint_dir is None:
+            raise ValueError("resume=True needs a checkpoint_dir")
+        self.estimator = estimator
+        self.source_spec = source
+        self.source_options = dict(source_options or {})
+        self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
+        self.every_batches = every_batches
+        self.every_seconds = every_seconds
+        self.resume = resume
+        self.publish_path = Path(publish_path) if publish_path is not None else None
+        self.guard = guard
+        self.health = HealthFile(health_path) if health_path is not None else None
+        self.metrics = metrics
+        self.loop_options = loop_options
+        # counters across restarts
+        self.rows = 0
+        self.batches = 0
+        self.position: Position | None = None
+        self.checkpoints = 0
+        self.last_checkpoint: str | None = None
+        self.rollbacks = 0
+        self._rollbacks_in_a_row = 0
+        self._resumed_from: str | None = None
+        self._good: _Snapshot | None = None
+        self._pending: dict[int, _Snapshot] = {}  # submitted, not yet known durable
+        self._committed_step = -1
+        self._checkpoint_requested = False
+        self._last_checkpoint_time = time.monotonic()
+        self._loop: StreamLoop | None = None
+        self._source: Source | None = None
+        self._rollback_reason: str | None = None
+        self._writer: AsyncCheckpointWriter | None = None
+        self._skipped: dict[str, int] = {}
+        self._t0 = 0.0
+        self._rows_at_start = 0
+
+    # -- control -----------------------------------------------------------------------------------
+    def request_checkpoint(self) -> None:
+        """Write a checkpoint after the batch being trained (from the event loop thread)."""
+        self._checkpoint_requested = True
+
+    # -- source ------------------------------------------------------------------------------------
+    def _open(self, position: Position | None) -> Source:
+        spec = self.source_spec
+        source = spec() if callable(spec) else open_source(spec, **self.source_options)
+        if position is not None:
+            source.seek(position)
+        return source
+
+    # -- state ---------------------------------------------------------------------------------------
+    def _snapshot(self) -> _Snapshot:
+        model, arrays, state = snapshot_estimator(self.estimator)
+        return _Snapshot(self.batches, self.rows, self.position, model, arrays, state)
+
+    def _meta(self, snap: _Snapshot, summary: Any | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"rows": snap.rows, "batches": snap.step, "position": snap.position,
+                                "estimator": snap.state, "rollbacks": self.rollbacks,
+                                "source": self.source_spec if isinstance(self.source_spec, str) else None,
+                                "skipped_rows": dict(self._skipped)}
+        if summary is not None:
+            meta["metrics"] = {"stream": summary.stream_metrics, "window": summary.window_metrics}
+        return meta
+
+    def _restore(self, snap: _Snapshot) -> None:
+        restore_estimator(self.estimator, snap.state, snap.arrays)
+        self.rows, self.batches, self.position = snap.rows, snap.step, snap.position
+
+    def _load_checkpoint(self) -> None:
+        assert self.store is not None
+        ckpt = self.store.load_latest()
+        if ckpt is None:
+            log_event("resume", "no checkpoint to resume from: starting fresh", root=str(self.store.root))
+            return
+        meta = ckpt.meta
+        snap = _Snapshot(int(meta["batches"]), int(meta["rows"]), meta.get("position"), ckpt.model_bytes,
+                         dict(ckpt.arrays), meta["estimator"])
+        self._restore(snap)
+        self.rollbacks = int(meta.get("rollbacks", 0))
+        self._skipped = {k: int(v) for k, v in meta.get("skipped_rows", {}).items()}
+        self._good = snap
+        self._committed_step = snap.step
+        self._resumed_from = str(ckpt.path)
+        self.last_checkpoint = str(ckpt.path)
+        log_event("resume", f"resumed from {ckpt.path.name}: {snap.rows} rows, {snap.step} batches",
+                  checkpoint=str(ckpt.path), rows=snap.rows, batches=snap.step, position=snap.position)
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def _due(self) -> bool:
+        if self.store is None:
+            return False
+        if self._checkpoint_requested:
+            return True
+        if self.every_batches is not None and self.batches % self.every_batches == 0:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self._last_checkpoint_time >= self.every_seconds
+
+    def _submit(self, wait: bool) -> bool:
+        assert self._writer is not None
+        if not wait and self._writer.busy:
+            return False  # a write is in flight: try again after the next batch
+        snap = self._snapshot()
+        summary = self._loop.summary() if self._loop is not None else None
+        if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait):
+            return False
+        self._pending[snap.step] = snap
+        self._checkpoint_requested = False
+        self._last_checkpoint_time = time.monotonic()
+        return True
+
+    async def _settle(self) -> None:
+        """Handle writes that became durable: log, publish the model, commit the source's offsets."""
+        assert self._writer is not None
+        result = self._writer.last_result
+        if result is None or result.step not in self._pending:
+            return
+        done = [step for step in self._pending if step <= result.step]
+        snap = self._pending[result.step]
+        for step in done:
+            del self._pending[step]
+        self.checkpoints += 1
+        self.last_checkpoint = str(result.path)
+        self._good = snap
+        self._rollbacks_in_a_row = 0
+        log_event("checkpoint", f"checkpoint {result.path.name} written in {result.seconds * 1e3:.1f} ms",
+                  path=str(result.path), step=snap.step, rows=snap.rows, seconds=result.seconds,
+                  position=snap.position)
+        if self.metrics is not None:
+            self.metrics.ckpt_seconds.set(result.seconds)
+        if self.publish_path is not None:
+            await anyio.to_thread.run_sync(publish, snap.model, self.publish_path)
+        if snap.position is not None and self._source is not None and snap.step > self._committed_step:
+            await self._source.commit(snap.position)
+            self._committed_step = snap.step
+
+    # -- per batch -----------------------------------------------------------------------------------
+    async def _on_batch(self, event: BatchEvent) -> None:
+        assert self._loop is not None
+        self.rows = self._base_rows + event.rows
+        self.batches = self._base_batches + event.batch
+        self.position = event.position
+        summary = self._loop.summary()
+        self._skipped = {k: self._base_skipped.get(k, 0) + v for k, v in summary.skipped_rows.items()}
+        self._skipped.update({k: v for k, v in self._base_skipped.items() if k not in self._skipped})
+        if self.guard is not None:
+            trainer = getattr(self.estimator, "trainer_", None)
+            refused = 0 if trainer is None else trainer.n_skipped - self._refused_base
+            reason = self.guard.check(event.loss, refused)
+            if reason is not None:
+                self._rollback_reason = reason
+                self._loop.stop()
+                return
+        if self._writer is not None:
+            await self._settle()
+            if self._due():
+                self._submit(wait=False)
+        self._observe(event, summary)
+
+    def _observe(self, event: BatchEvent, summary: Any) -> None:
+        elapsed = time.perf_counter() - self._t0
+        rate = (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0
+        if self.health is not None:
+            self.health.update(last_batch_at=time.time(), rows=self.rows, batches=self.batches,
+                               position=self.position, loss=event.loss, rows_per_s=rate,
+                               last_checkpoint=self.last_checkpoint)
+        if self.metrics is not None:
+            m = self.metrics
+            m.rows.set(self.rows)
+            m.batches.set(self.batches)
+            m.rows_per_s.set(rate)
+            m.last_batch.set(time.time())
+            m.rollbacks.set(self.rollbacks)
+            m.ckpt_age.set(time.monotonic() - self._last_checkpoint_time)
+            window_loss = summary.window_metrics.get("loss")
+            if window_loss is not None:
+                m.loss.set(window_loss)
+            for reason, count in self._skipped.items():
+                m.skipped.labels(reason).set(count)
+            for part, value in _position_parts(self.position):
+                m.position.labels(part).set(value)
+
+    # -- the run -------------------------------------------------------------------------------------
+    async def run(self, stop_event: anyio.Event | None = None) -> RunSummary:
+        """Train until the source ends or ``stop_event`` is set; write a final checkpoint; return a summary."""
+        if self.resume:
+            self._load_checkpoint()
+        elif self.store is not None and self.store.list():
+            raise CheckpointError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
+                                  "use an empty checkpoint directory")
+        self._t0 = time.perf_counter()
+        self._rows_at_start = self.rows
+        if self.store is not None:
+            self._writer = AsyncCheckpointWriter(self.store)
+        log_event("start", f"training from {self.source_spec if isinstance(self.source_spec, str) else 'source'}",
+                  rows=self.rows, batches=self.batches, position=self.position)
+        summary = None
+        ended_by = "end"
+        try:
+            while True:
+                if self._good is None and self.guard is not None and hasattr(self.estimator, "trainer_"):
+                    self._good = self._snapshot()
+                summary = await self._run_once(stop_event)
+                ended_by = summary.ended_by
+                if self._rollback_reason is None:
+                    break
+                await self._roll_back()
+            if self._writer is not None and self.batches and (self._committed_step < self.batches):
+                if self.batches not in self._pending:
+                    self._submit(wait=True)
+                self._writer.flush()
+                await self._settle()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+            if self._source is not None:
+                await self._source.aclose()
+                self._source = None
+        elapsed = time.perf_counter() - self._t0
+        result = RunSummary(self.rows, self.batches, self.position, self.checkpoints, self.last_checkpoint,
+                            self.rollbacks, self._resumed_from, ended_by, dict(self._skipped),
+                            {} if summary is None else {"stream": summary.stream_metrics,
+                                                        "window": summary.window_metrics},
+                            (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0)
+        log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
+                  f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
+                  last_checkpoint=self.last_checkpoint)
+        return result
+
+    async def _run_once(self, stop_event: anyio.Event | None) -> Any:
+        if self._source is not None:
+            await self._source.aclose()
+        self._source = self._open(self.position)
+        self._base_rows, self._base_batches = self.rows, self.batches
+        self._base_skipped = dict(self._skipped)
+        trainer = getattr(self.estimator, "trainer_", None)
+        self._refused_base = 0 if trainer is None else trainer.n_skipped
+        self._rollback_reason = None
+        self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
+                                stop_event=stop_event, **self.loop_options)
+        summary = await self._loop.run()
+        if self._rollback_reason is None and summary.position is not None:
+            self.position = summary.position  # may move past trailing skipped input
+        return summary
+
+    async def _roll_back(self) -> None:
+        reason = self._rollback_reason
+        self.rollbacks += 1
+        self._rollbacks_in_a_row += 1
+        if self._rollbacks_in_a_row > (self.guard.max_rollbacks if self.guard else 0):
+            raise DivergenceError(f"training diverged {self._rollbacks_in_a_row} times in a row ({reason}); "
+                                  "giving up: lower the learning rate or check the data")
+        good = self._good
+        if good is None:
+            raise DivergenceError(f"training diverged ({reason}) before any good state was saved")
+        trainer = self.estimator.trainer_
+        scale = trainer.lr_scale * self.guard.lr_factor  # type: ignore[union-attr]
+        self._pending.clear()
+        self._restore(good)
+        trainer = self.estimator.trainer_
+        trainer.lr_scale = scale
+        trainer.n_skipped = 0
+        self.guard.reset()  # type: ignore[union-attr]
+        log_event("rollback", f"divergence: {reason}; rolled back to batch {good.step} "
+                  f"(row {good.rows}) and lowered the learning rate to x{scale:g}",
+                  reason=reason, step=good.step, rows=good.rows, lr_scale=scale, rollbacks=self.rollbacks)
+        self._good = self._snapshot()  # same weights, lowered rate
+
+
+def _position_parts(position: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """Numeric leaves of a position, as (dotted name, value), for metrics."""
+    out: list[tuple[str, float]] = []
+    if isinstance(position, Mapping):
+        for k, v in position.items():
+            out += _position_parts(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(position, (int, float)) and not isinstance(position, bool) and math.isfinite(position):
+        out.append((prefix, float(position)))
+    return out

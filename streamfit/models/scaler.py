@@ -1,0 +1,101 @@
+"""Online standardization: a running per-feature mean and variance, merged batch by batch.
+
+The merge is Chan, Golub & LeVeque's parallel update (Welford's for one row): a batch's weighted count,
+mean and sum of squared deviations are computed in float64 and combined with the running ones, so the
+result equals the two-pass statistics of everything seen, whatever the batch sizes.  Counts are
+float64 (sums of sample weights), so weighted rows count by their weight and zero-weight rows not at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["RunningScaler", "merge_moments"]
+
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
+def merge_moments(count: float, mean: np.ndarray, m2: np.ndarray, X: np.ndarray,
+                  sample_weight: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(count, mean, m2)`` after adding the rows of ``X`` (weighted), by Chan et al.'s update.
+
+    ``m2`` is the (weighted) sum of squared deviations from the mean; the variance is ``m2 / count``.
+
+    >>> import numpy as np
+    >>> X = np.arange(10.0).reshape(5, 2)
+    >>> c, m, s = merge_moments(0.0, np.zeros(2), np.zeros(2), X[:2])
+    >>> c, m, s = merge_moments(c, m, s, X[2:])
+    >>> c, m.tolist(), (s / c).tolist() == X.var(axis=0).tolist()
+    (5.0, [4.0, 5.0], True)
+    """
+    X = np.asarray(X, np.float64)
+    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1)
+    n_b = float(w.sum())
+    if n_b <= 0.0:
+        return count, mean, m2
+    mean_b = (w @ X) / n_b
+    m2_b = w @ (X - mean_b) ** 2
+    n = count + n_b
+    delta = mean_b - mean
+    return n, mean + delta * (n_b / n), m2 + m2_b + delta * delta * (count * n_b / n)
+
+
+class RunningScaler:
+    """Per-feature running mean and variance; :meth:`transform` standardizes with the current ones.
+
+    A feature whose spread is below float32 resolution (constant so far) gets scale 1, as in
+    scikit-learn's ``StandardScaler``.
+
+    >>> import numpy as np
+    >>> s = RunningScaler(2)
+    >>> s.update(np.array([[1.0, 10.0], [3.0, 10.0]]))
+    >>> s.mean_.tolist(), s.scale_.tolist()
+    ([2.0, 10.0], [1.0, 1.0])
+    >>> s.transform(np.array([[4.0, 10.0]], np.float32))
+    array([[2., 0.]], dtype=float32)
+    """
+
+    def __init__(self, n_features: int) -> None:
+        self.count = 0.0
+        self.mean_ = np.zeros(n_features)
+        self.m2_ = np.zeros(n_features)
+
+    @property
+    def var_(self) -> np.ndarray:
+        """Population variance of each feature (0 before any row)."""
+        return self.m2_ / self.count if self.count > 0 else np.zeros_like(self.m2_)
+
+    @property
+    def scale_(self) -> np.ndarray:
+        """Standard deviation of each feature, with 1 for features that have been constant."""
+        scale = np.sqrt(self.var_)
+        constant = scale <= np.maximum(10 * np.finfo(np.float64).eps, 4 * _EPS32 * np.abs(self.mean_))
+        return np.where(constant, 1.0, scale)
+
+    def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
+        """Merge the rows of ``X`` (weighted by ``sample_weight``) into the statistics."""
+        self.count, self.mean_, self.m2_ = merge_moments(self.count, self.mean_, self.m2_, X, sample_weight)
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        """``(X - mean) / scale`` computed in ``X``'s float type (as the exported graph computes it)."""
+        X = np.asarray(X)
+        dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
+        return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Plain arrays: ``count`` (float64 scalar), ``mean`` and ``m2`` (float64, one per feature)."""
+        return {"count": np.array(self.count, np.float64), "mean": self.mean_.copy(), "m2": self.m2_.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`; the number of features must match."""
+        mean, m2 = np.asarray(state["mean"], np.float64), np.asarray(state["m2"], np.float64)
+        if mean.shape != self.mean_.shape or m2.shape != self.m2_.shape:
+            raise ValueError(f"scaler state has {mean.shape[0] if mean.ndim else 0} features, expected "
+                             f"{self.mean_.shape[0]}")
+        self.count = float(np.asarray(state["count"], np.float64))
+        self.mean_, self.m2_ = mean.copy(), m2.copy()
+
+    def __repr__(self) -> str:
+        return f"RunningScaler(n_features={self.mean_.shape[0]}, count={self.count})"
