@@ -45,6 +45,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-json", action="store_true", default=None, help="structured JSON log lines")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
+    p.add_argument("--health-interval", type=float, help="seconds between health-file updates (default 1)")
     p.add_argument("--no-guard", dest="guard", action="store_false", default=None, help="disable the divergence guard")
     p.add_argument("--max-rows", type=int)
 
@@ -121,7 +122,7 @@ def _runner(cfg: Any, serve: bool) -> Any:
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
                   keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard,
-                  health_path=cfg.health_file, metrics=metrics, source_options=source_options,
+                  health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
                   features=cfg.features, label=cfg.label, weight=cfg.weight, batch_size=cfg.batch_size,
                   on_bad=cfg.on_bad, classes=cfg.classes, task=cfg.task, progress=cfg.progress and not serve,
                   max_rows=cfg.max_rows)

@@ -50,6 +50,7 @@ class RunConfig:
     log_json: bool = False
     metrics_port: int | None = None
     health_file: str | None = None
+    health_interval: float = 1.0
     guard: bool = True
     guard_factor: float = 100.0
     guard_lr_factor: float = 0.1

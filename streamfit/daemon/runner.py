@@ -86,7 +86,8 @@ class Runner:
                  checkpoint_dir: "str | Path | None" = None, every_batches: int | None = None,
                  every_seconds: float | None = None, keep: int = 3, resume: bool = False,
                  publish_path: "str | Path | None" = None, guard: DivergenceGuard | None = None,
-                 health_path: "str | Path | None" = None, metrics: Metrics | None = None,
+                 health_path: "str | Path | None" = None, health_interval: float = 1.0,
+                 metrics: Metrics | None = None,
                  source_options: Mapping[str, Any] | None = None, **loop_options: Any) -> None:
         if every_batches is not None and every_batches < 1:
             raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
@@ -102,8 +103,10 @@ class Runner:
         self.every_seconds = every_seconds
         self.resume = resume
         self.publish_path = Path(publish_path) if publish_path is not None else None
+        if self.publish_path is not None:
+            self.publish_path.parent.mkdir(parents=True, exist_ok=True)
         self.guard = guard
-        self.health = HealthFile(health_path) if health_path is not None else None
+        self.health = HealthFile(health_path, health_interval) if health_path is not None else None
         self.metrics = metrics
         self.loop_options = loop_options
         # counters across restarts
@@ -127,6 +130,7 @@ class Runner:
         self._skipped: dict[str, int] = {}
         self._t0 = 0.0
         self._rows_at_start = 0
+        self._guard_every = every_batches or 100
 
     # -- control -----------------------------------------------------------------------------------
     def request_checkpoint(self) -> None:
@@ -197,6 +201,8 @@ class Runner:
         if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait):
             return False
         self._pending[snap.step] = snap
+        self._good = snap  # a consistent in-memory state: the rollback target, durable or not
+        self._rollbacks_in_a_row = 0
         self._checkpoint_requested = False
         self._last_checkpoint_time = time.monotonic()
         return True
@@ -213,8 +219,6 @@ class Runner:
             del self._pending[step]
         self.checkpoints += 1
         self.last_checkpoint = str(result.path)
-        self._good = snap
-        self._rollbacks_in_a_row = 0
         log_event("checkpoint", f"checkpoint {result.path.name} written in {result.seconds * 1e3:.1f} ms",
                   path=str(result.path), step=snap.step, rows=snap.rows, seconds=result.seconds,
                   position=snap.position)
@@ -247,6 +251,11 @@ class Runner:
             await self._settle()
             if self._due():
                 self._submit(wait=False)
+        elif self.guard is not None and (self._good is None or self.batches - self._good.step >= self._guard_every):
+            self._good = self._snapshot()  # no checkpoints: in-memory rollback points only
+            self._rollbacks_in_a_row = 0
+        if self.guard is not None and self._good is None:
+            self._good = self._snapshot()  # the first trained batch is the first rollback point
         self._observe(event, summary)
 
     def _observe(self, event: BatchEvent, summary: Any) -> None:
@@ -290,8 +299,6 @@ class Runner:
         ended_by = "end"
         try:
             while True:
-                if self._good is None and self.guard is not None and hasattr(self.estimator, "trainer_"):
-                    self._good = self._snapshot()
                 summary = await self._run_once(stop_event)
                 ended_by = summary.ended_by
                 if self._rollback_reason is None:

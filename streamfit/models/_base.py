@@ -1,0 +1,190 @@
+"""What the ready-made estimators share: a dense graph built from the data, input checks, standardization.
+
+They are :class:`~streamfit.OnnxRegressor` / :class:`~streamfit.OnnxClassifier` whose ONNX model is not a
+parameter: the first ``fit``/``partial_fit`` builds it from ``n_features_in_`` and the number of outputs
+(``classes_``), with initial weights from ``random_state``.  ``standardize=True`` keeps running feature
+statistics (:class:`~streamfit.models.scaler.RunningScaler`), merged from every batch before training on
+it; training and prediction scale on the host, and :meth:`to_onnx` prepends the same ``Sub``/``Div`` to
+the exported graph, so the exported model scales its own inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from onnx import ModelProto
+
+from streamfit.estimators.classifier import OnnxClassifier
+from streamfit.estimators.regressor import OnnxRegressor
+from streamfit.models._graphs import dense_model, layers_of, standardized
+from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
+from streamfit.models.scaler import RunningScaler
+
+__all__ = ["ReadyMade", "ReadyRegressor", "ReadyClassifier", "random_generator"]
+
+Layers = Sequence[tuple[np.ndarray, np.ndarray]]
+
+
+def random_generator(random_state: Any) -> "np.random.RandomState | np.random.Generator":
+    """scikit-learn's ``random_state`` convention: None (global state), an int seed, or a generator."""
+    if random_state is None:
+        return np.random.mtrand._rand
+    if isinstance(random_state, (np.random.RandomState, np.random.Generator)):
+        return random_state
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return np.random.RandomState(int(random_state))
+    raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
+
+
+class ReadyMade:
+    """Mixin (first base) of the ready-made estimators; subclasses say which layers to start from."""
+
+    standardize: bool
+
+    # -- what a model writes -------------------------------------------------------------------------
+    def _hidden_sizes(self) -> tuple[int, ...]:
+        """Widths of the hidden layers (none: a linear model)."""
+        return ()
+
+    def _activation(self) -> str:
+        return "identity"
+
+    def _initial_layers(self, n_in: int, n_out: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(coef, intercept)`` pairs to start from (zeros here: a linear model)."""
+        return [(np.zeros((n_in, n_out), np.float32), np.zeros(n_out, np.float32))]
+
+    # -- shared -------------------------------------------------------------------------------------
+    def _graph(self, layers: Layers) -> ModelProto:
+        hidden = tuple(int(np.shape(c)[1]) for c, _ in layers[:-1])
+        if hidden != self._hidden_sizes():
+            raise ValueError(f"the weights have hidden layers {hidden}, but this {type(self).__name__} has "
+                             f"hidden_layer_sizes={self._hidden_sizes()}")
+        n_in = int(np.shape(layers[0][0])[0])
+        self.n_features_in_ = n_in
+        self.scaler_ = RunningScaler(n_in) if self.standardize else None
+        return dense_model(layers, self._activation())
+
+    def _layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The current ``(coef, intercept)`` of every layer (host copies)."""
+        self._require_fitted()  # type: ignore[attr-defined]
+        return layers_of(self.trainer_.get_weights())  # type: ignore[attr-defined]
+
+    def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
+        if getattr(self, "scaler_", None) is None:
+            return X
+        self.scaler_.update(X, sample_weight)  # statistics first, then train on the batch they include
+        return self.scaler_.transform(X)
+
+    def _inputs(self, X: np.ndarray) -> np.ndarray:
+        return X if getattr(self, "scaler_", None) is None else self.scaler_.transform(X)
+
+    def to_onnx(self) -> ModelProto:
+        """The inference model with the trained weights; with ``standardize=True`` it scales its own inputs."""
+        model = super().to_onnx()  # type: ignore[misc]
+        if getattr(self, "scaler_", None) is None:
+            return model
+        return standardized(model, self.scaler_.mean_, self.scaler_.scale_)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Learned state as plain arrays and numbers: weights, optimizer, schedule, scaler statistics."""
+        state = super().state_dict()  # type: ignore[misc]
+        if getattr(self, "scaler_", None) is not None:
+            state["scaler"] = self.scaler_.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`; an unfitted estimator first builds the graph the weights fit."""
+        super().load_state_dict(state)  # type: ignore[misc]
+        if "scaler" in state:
+            self.scaler_ = RunningScaler(self.n_features_in_)
+            self.scaler_.load_state_dict(state["scaler"])
+        else:
+            self.scaler_ = None
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "trainer_")
+
+    def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
+        tags = super().__sklearn_tags__()  # type: ignore[misc]
+        tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = False
+        return tags
+
+
+class ReadyRegressor(ReadyMade, OnnxRegressor):
+    """A regressor whose graph is built on the first fit from ``X`` (features) and ``y`` (outputs)."""
+
+    def _initialize(self, layers: Layers) -> None:
+        """Become fitted with these layers (first fit, ``from_sklearn``, ``load_state_dict``)."""
+        self.n_outputs_ = int(np.shape(layers[-1][0])[1])
+        self.trainer_ = self._make_trainer(self.loss, self._graph(layers))
+        self.t_ = 0
+
+    def _start(self, X: np.ndarray, y: np.ndarray) -> None:
+        self._initialize(self._initial_layers(X.shape[1], 1 if y.ndim == 1 else y.shape[1]))
+
+    def _restore_trainer(self, state: Mapping[str, Any]) -> None:
+        self._initialize(layers_of(state["trainer"]["weights"]))
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
+        """``max_iter`` epochs over ``X`` (from fresh initial weights unless ``warm_start``)."""
+        X = check_features(X)
+        return super().fit(X, check_targets(y, len(X)), check_sample_weight(sample_weight, len(X)))
+
+    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
+        """One pass over the batch ``X``; the first call builds the model."""
+        X = check_features(X)
+        return super().partial_fit(X, check_targets(y, len(X)),
+                                   check_sample_weight(sample_weight, len(X), all_zero_ok=True))
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted values, shape (rows,) or (rows, outputs)."""
+        return super().predict(check_features(X))
+
+    def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+
+class ReadyClassifier(ReadyMade, OnnxClassifier):
+    """A classifier whose graph is built on the first fit: one logit for 2 classes, else one per class."""
+
+    _given_layers: Layers | None = None
+
+    def _initialize(self, layers: Layers, classes: Any) -> None:
+        """Become fitted with these layers and classes (``from_sklearn``, ``load_state_dict``)."""
+        self._given_layers = layers
+        try:
+            self._start(np.zeros((1, int(np.shape(layers[0][0])[0])), np.float32), classes)
+        finally:
+            del self._given_layers
+        self.t_ = 0
+
+    def _model_and_width(self, X: np.ndarray) -> tuple[Any, int]:
+        n_classes = len(self.classes_)
+        width = 1 if n_classes == 2 else n_classes
+        layers = self._given_layers or self._initial_layers(X.shape[1], width)
+        given = int(np.shape(layers[-1][0])[1])
+        if given != width:
+            raise ValueError(f"the weights give {given} score(s) but {n_classes} classes need {width}")
+        return self._graph(layers), width
+
+    def _restore_trainer(self, state: Mapping[str, Any]) -> None:
+        self._initialize(layers_of(state["trainer"]["weights"]), state["classes_"])
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyClassifier":
+        """``max_iter`` epochs over ``X``; the classes are those of ``y``."""
+        X = check_features(X)
+        return super().fit(X, check_labels(y, len(X)), check_sample_weight(sample_weight, len(X)))
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
+        """One pass over the batch ``X``; the first call needs ``classes`` (every label the stream may hold)."""
+        X = check_features(X)
+        return super().partial_fit(X, check_labels(y, len(X)), classes=classes,
+                                   sample_weight=check_sample_weight(sample_weight, len(X), all_zero_ok=True))
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Scores: the logit of ``classes_[1]`` for 2 classes (shape (rows,)), else one per class."""
+        return super().decision_function(check_features(X))

@@ -1,0 +1,85 @@
+"""LinearRegressor: an online linear regression whose ONNX graph is built from the data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit.models._base import ReadyRegressor
+
+__all__ = ["LinearRegressor"]
+
+
+class LinearRegressor(ReadyRegressor):
+    """``y = X @ coef_.T + intercept_`` trained online (``partial_fit``) or in epochs (``fit``).
+
+    The ONNX graph (``MatMul`` + ``Add``, zero initial weights) is built on the first call from
+    ``n_features_in_`` and the width of ``y`` (one output, or several for a 2-D ``y``).  Any engine loss
+    (``"squared_error"``, ``"huber"``, ``"absolute_error"``, ``"elastic"``), optimizer (``"adam"``,
+    ``"sgd"``, ``"momentum"``, ``"nesterov"``, ``"adagrad"``, ``"adamw"`` or an instance) and schedule
+    (``"constant"``, ``"invscaling"``, ``"optimal"``, ``"adaptive"``, a float or a
+    :class:`~streamfit.schedules.Schedule`) applies; ``eta0``, ``power_t``, ``alpha``, ``l1_ratio``,
+    ``penalty`` and ``momentum`` mean what they mean in scikit-learn's ``SGDRegressor``.  Adam with a
+    constant rate is the default: it needs no feature scaling to be stable.
+
+    Parameters
+    ----------
+    standardize
+        Keep a running mean and variance of every feature, updated from each batch before training on
+        it, and train on standardized features; :meth:`to_onnx` exports a model that scales its inputs.
+    batch_size, max_iter, shuffle, random_state, warm_start
+        Rows per training step; epochs of ``fit``; shuffling between epochs (seeded by ``random_state``);
+        whether ``fit`` continues from the current weights.
+    device, step, on_nonfinite, threads
+        As for :class:`~streamfit.Trainer`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamfit import LinearRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> reg = LinearRegressor(eta0=0.05, random_state=0)
+    >>> for _ in range(100):
+    ...     X = rng.standard_normal((32, 3))
+    ...     _ = reg.partial_fit(X, X @ [1.0, -2.0, 0.5] + 3.0)
+    >>> reg.coef_.round(1).tolist(), reg.intercept_.round(1).tolist()
+    ([1.0, -2.0, 0.5], [3.0])
+    """
+
+    def __init__(self, *, loss: Any = "squared_error", optimizer: Any = "adam", learning_rate: Any = "constant",
+                 eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
+                 penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
+                 shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
+                 standardize: bool = False, device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
+                 threads: int | None = None) -> None:
+        self.loss = loss
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.eta0 = eta0
+        self.power_t = power_t
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
+        self.penalty = penalty
+        self.momentum = momentum
+        self.batch_size = batch_size
+        self.max_iter = max_iter
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.standardize = standardize
+        self.device = device
+        self.step = step
+        self.on_nonfinite = on_nonfinite
+        self.threads = threads
+
+    @property
+    def coef_(self) -> np.ndarray:
+        """Weights, shape (features,) for one output, (outputs, features) for several."""
+        coef = self._layers()[0][0].T
+        return coef[0] if coef.shape[0] == 1 else coef
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        """Intercepts, shape (outputs,)."""
+        return self._layers()[0][1]

@@ -1,0 +1,137 @@
+"""The Runner in process: exact resume, checkpoint contents, rollback on divergence, refusal of bad checkpoints."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import anyio
+import numpy as np
+import pytest
+
+from streamfit import OnnxRegressor
+from streamfit.checkpoint import CheckpointStore
+from streamfit.daemon import Runner
+from streamfit.daemon.guard import DivergenceGuard
+from streamfit.exceptions import CheckpointError, DivergenceError
+from tests.daemon.helpers import write_model, write_stream
+
+
+def _estimator(model, **kw):
+    params = dict(optimizer="adam", learning_rate="constant", eta0=0.01, penalty=None, batch_size=64,
+                  on_nonfinite="skip", threads=1)
+    params.update(kw)
+    return OnnxRegressor(str(model), **params)
+
+
+def _run(runner):
+    return anyio.run(runner.run)
+
+
+def test_resumed_run_equals_uninterrupted(tmp_path):
+    data, total = write_stream(tmp_path)
+    model = write_model(tmp_path)
+    ref = _estimator(model)
+    ref_summary = _run(Runner(ref, f"parquet:{data}", batch_size=64))
+    assert ref_summary.rows == total
+
+    est = _estimator(model)
+    first = _run(Runner(est, f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=5, batch_size=64,
+                        max_rows=1280))
+    assert first.rows == 1280 and first.checkpoints >= 1
+    again = _estimator(model)  # a new process: a fresh estimator from the same configuration
+    second = _run(Runner(again, f"parquet:{data}", checkpoint_dir=tmp_path / "ck", resume=True, batch_size=64))
+    assert second.resumed_from is not None and second.rows == total and second.batches == total // 64
+    for name, w in ref.trainer_.get_weights().items():
+        np.testing.assert_allclose(again.trainer_.get_weights()[name], w, rtol=1e-6, atol=1e-7, err_msg=name)
+    state = again.trainer_.optimizer_state()
+    for name, v in ref.trainer_.optimizer_state().items():
+        np.testing.assert_allclose(state[name], v, rtol=1e-6, atol=1e-9)
+
+
+def test_checkpoint_holds_position_counters_and_plain_model(tmp_path):
+    data, total = write_stream(tmp_path, files=2)
+    model = write_model(tmp_path)
+    publish = tmp_path / "serving" / "model.onnx"
+    _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=8,
+                publish_path=publish, batch_size=64))
+    ckpt = CheckpointStore(tmp_path / "ck").load_latest()
+    assert ckpt.meta["rows"] == total and ckpt.meta["position"] == {"file": "part-001.parquet", "row": 1024}
+    assert ckpt.meta["estimator"]["class"] == "OnnxRegressor"
+    assert json.loads(json.dumps(ckpt.meta)) == ckpt.meta  # plain JSON
+    import onnxruntime as ort
+
+    X = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    a = ort.InferenceSession(ckpt.model_bytes).run(None, {"X": X})[0]
+    b = ort.InferenceSession(publish.read_bytes()).run(None, {"X": X})[0]
+    np.testing.assert_array_equal(a, b)
+    assert len(CheckpointStore(tmp_path / "ck").list()) == 3  # retention: the last 3
+
+
+def test_corrupt_newest_checkpoint_is_skipped_on_resume(tmp_path, caplog):
+    data, total = write_stream(tmp_path, files=2)
+    model = write_model(tmp_path)
+    _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=8,
+                batch_size=64, max_rows=1024))
+    infos = CheckpointStore(tmp_path / "ck").list()
+    newest = infos[-1].path
+    blob = bytearray((newest / "state.npz").read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (newest / "state.npz").write_bytes(bytes(blob))
+    est = _estimator(model)
+    with caplog.at_level(logging.WARNING):
+        summary = _run(Runner(est, f"parquet:{data}", checkpoint_dir=tmp_path / "ck", resume=True, batch_size=64))
+    assert summary.resumed_from == str(infos[-2].path)
+    assert summary.rows == total  # resumed from the older checkpoint's position: nothing lost or repeated
+    assert any("checksum" in r.getMessage() or "corrupt" in r.getMessage().lower() for r in caplog.records)
+
+
+def test_fresh_run_refuses_a_directory_with_checkpoints(tmp_path):
+    data, _ = write_stream(tmp_path, files=1)
+    model = write_model(tmp_path)
+    _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", batch_size=64))
+    with pytest.raises(CheckpointError, match="already holds checkpoints"):
+        _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", batch_size=64))
+
+
+def test_divergence_is_rolled_back_and_never_written(tmp_path, caplog):
+    data, total = write_stream(tmp_path, files=2)
+    model = write_model(tmp_path)
+    est = _estimator(model, optimizer="sgd", eta0=0.01)
+    runner = Runner(est, f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=4, batch_size=64,
+                    guard=DivergenceGuard(factor=50, warmup=3, lr_factor=0.001, max_rollbacks=5))
+    state = {"raised": False}
+
+    async def main():
+        # after 10 batches the learning rate becomes absurd: the run must roll back and go on
+        async def bump():
+            while runner.batches < 10:
+                await anyio.sleep(0.001)
+            est.trainer_.lr_scale = 1e6
+            state["raised"] = True
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(bump)
+            result = await runner.run()
+        return result
+
+    with caplog.at_level(logging.INFO, logger="streamfit.daemon"):
+        summary = anyio.run(main)
+    assert state["raised"] and summary.rollbacks >= 1
+    assert summary.rows == total
+    assert any(getattr(r, "event", None) == "rollback" for r in caplog.records)
+    for info in CheckpointStore(tmp_path / "ck").list():
+        ckpt = CheckpointStore(tmp_path / "ck").load(info.path)
+        assert all(np.isfinite(a).all() for a in ckpt.arrays.values() if a.dtype.kind == "f")
+    assert all(np.isfinite(w).all() for w in est.trainer_.get_weights().values())
+    assert est.trainer_.lr_scale == pytest.approx(1e6 * 0.001) or est.trainer_.lr_scale < 1e6
+
+
+def test_divergence_that_never_ends_stops_with_a_clear_error(tmp_path):
+    data, _ = write_stream(tmp_path, files=1)
+    model = write_model(tmp_path)
+    est = _estimator(model, optimizer="sgd", learning_rate="constant", eta0=1e30)
+    runner = Runner(est, f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=4, batch_size=64,
+                    guard=DivergenceGuard(factor=10, warmup=1, lr_factor=0.5, max_rollbacks=2))
+    with pytest.raises(DivergenceError, match="diverged 3 times in a row"):
+        _run(runner)
