@@ -104,7 +104,7 @@ class ModelSpec:
     initial: dict[str, np.ndarray]
     n_weights: int
     art: Any = None  # OrtArtifacts, built once per model
-    art_error: str | None = None
+    art_error: BaseException | None = None  # why there are none (Unavailable: n/a; anything else: an error)
 
     @property
     def title(self) -> str:
@@ -183,7 +183,7 @@ def make_stepper(path: str, spec: ModelSpec, batch: int, batches: list[tuple[np.
         return _peers.make_sklearn(spec.kind, spec.sizes, batch, batches, LR)
     if path == "ortapi":
         if spec.art is None:
-            raise Unavailable(spec.art_error or "no artifacts")
+            raise spec.art_error or Unavailable("no artifacts")
         run, keep = _peers.make_ort_api(spec.art, batches, LR, args.threads, not args.no_spinning)
         run.keep = keep  # type: ignore[attr-defined]
         return run
@@ -192,7 +192,7 @@ def make_stepper(path: str, spec: ModelSpec, batch: int, batches: list[tuple[np.
     raise ValueError(path)
 
 
-# -- measurement ---
+# -- measurement ---------------------------------------------------------------------------------------------
 def settle(limit: float = 0.5) -> None:
     """Wait until no thread of this process burns CPU (at most ``limit`` seconds).
 
@@ -207,49 +207,98 @@ def settle(limit: float = 0.5) -> None:
             return
 
 
-# -- measurement (interleaved rounds) -------------------------------------------------------------------------------------------
+class CpuMeter:
+    """CPU used by *other* processes during a slice, in cores: machine busy time (/proc/stat, including
+    time stolen by the hypervisor) minus this process's CPU time.  None where /proc/stat is missing."""
+
+    def __init__(self) -> None:
+        self.ok = os.path.exists("/proc/stat")
+        self.hz = os.sysconf("SC_CLK_TCK") if self.ok else 100
+
+    def _busy(self) -> float:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+        return (sum(fields) - fields[3] - fields[4]) / self.hz  # all but idle and iowait
+
+    def snap(self) -> tuple[float, float, float] | None:
+        if not self.ok:
+            return None
+        return self._busy(), time.process_time(), time.perf_counter()
+
+    @staticmethod
+    def foreign(a: tuple[float, float, float] | None, b: tuple[float, float, float] | None) -> float | None:
+        if a is None or b is None or b[2] <= a[2]:
+            return None
+        return max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / (b[2] - a[2]))
+
+
+@dataclass
+class Slice:
+    seconds_per_step: float
+    steps: int
+    foreign: float | None  # cores used by other processes meanwhile
+
+
 @dataclass
 class CaseResult:
     model: str
     batch: int
-    samples: dict[str, list[float]] = field(default_factory=dict)  # seconds per step, one per round
-    steps_per_slice: dict[str, int] = field(default_factory=dict)
+    rounds: list[dict[str, Slice]] = field(default_factory=list)
     na: dict[str, str] = field(default_factory=dict)  # path -> why not measured (missing package)
     errors: dict[str, str] = field(default_factory=dict)  # path -> error (a failure, not a missing package)
+    quiet_limit: float = 0.25  # a slice is "clean" when other processes used less than this many cores
+    min_clean: int = 3  # medians use clean slices only when there are at least this many
+
+    def _clean(self, sl: Slice) -> bool:
+        return sl.foreign is None or sl.foreign < self.quiet_limit
+
+    def slices(self, path: str) -> tuple[list[Slice], bool]:
+        """The slices a figure is taken from: the clean ones if there are enough, else all (False)."""
+        every = [r[path] for r in self.rounds if path in r]
+        clean = [sl for sl in every if self._clean(sl)]
+        return (clean, True) if len(clean) >= self.min_clean else (every, False)
 
     def median(self, path: str) -> float | None:
-        s = self.samples.get(path)
-        return statistics.median(s) if s else None
+        sl, _ = self.slices(path)
+        return statistics.median(x.seconds_per_step for x in sl) if sl else None
 
     def spread(self, path: str) -> float | None:
-        """Half the interquartile range of the per-round times, relative to the median."""
-        s = self.samples.get(path)
-        if not s or len(s) < 3:
+        """Half the interquartile range of the per-slice times, relative to the median."""
+        s = [x.seconds_per_step for x in self.slices(path)[0]]
+        if len(s) < 3:
             return None
         q = statistics.quantiles(s, n=4)
         return (q[2] - q[0]) / 2 / statistics.median(s)
 
-    def paired(self, a: str, b: str) -> list[float]:
-        sa, sb = self.samples.get(a), self.samples.get(b)
-        if not sa or not sb:
-            return []
-        return [x / y for x, y in zip(sa, sb)]
+    def clean_count(self, path: str) -> tuple[int, int]:
+        every = [r[path] for r in self.rounds if path in r]
+        return sum(self._clean(x) for x in every), len(every)
 
-    def time_ratio(self, a: str, b: str) -> tuple[float, float, float] | None:
-        """a's step time / b's step time: median and interquartile range of the per-round ratios."""
-        r = self.paired(a, b)
+    def paired(self, a: str, b: str) -> tuple[list[float], bool]:
+        """Per-round ratios a/b, from the rounds where both slices were clean if there are enough (True)."""
+        both = [(r[a], r[b]) for r in self.rounds if a in r and b in r]
+        clean = [(x, y) for x, y in both if self._clean(x) and self._clean(y)]
+        use, ok = (clean, True) if len(clean) >= self.min_clean else (both, False)
+        return [x.seconds_per_step / y.seconds_per_step for x, y in use], ok
+
+    def time_ratio(self, a: str, b: str) -> tuple[float, float, float, bool] | None:
+        """a's step time / b's step time: median and interquartile range of the per-round ratios, and
+        whether they come from clean rounds."""
+        r, ok = self.paired(a, b)
         if not r:
             return None
         if len(r) < 3:
-            m = statistics.median(r)
-            return m, min(r), max(r)
+            return statistics.median(r), min(r), max(r), ok
         q = statistics.quantiles(r, n=4)
-        return statistics.median(r), q[0], q[2]
+        return statistics.median(r), q[0], q[2], ok
 
-    def rate_ratio(self, a: str, b: str) -> tuple[float, float, float] | None:
+    def rate_ratio(self, a: str, b: str) -> tuple[float, float, float, bool] | None:
         """a's rows/s / b's rows/s (= b's time / a's time)."""
-        t = self.time_ratio(b, a)
-        return t
+        return self.time_ratio(b, a)
+
+    def foreign_mean(self) -> float | None:
+        f = [sl.foreign for r in self.rounds for sl in r.values() if sl.foreign is not None]
+        return statistics.fmean(f) if f else None
 
 
 def fail(path: str, exc: BaseException, case: CaseResult, verbose: bool) -> None:
@@ -261,12 +310,16 @@ def fail(path: str, exc: BaseException, case: CaseResult, verbose: bool) -> None
             traceback.print_exc()
 
 
-def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namespace, log: Callable[[str], None]) -> CaseResult:
+def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namespace, allowance: float,
+            log: Callable[[str], None]) -> CaseResult:
+    """Warm every path up, then interleaved rounds: ``args.rounds`` of them, and more (up to twice as many,
+    within ``allowance`` seconds) while some path has fewer clean slices than rounds."""
     t_case = time.perf_counter()
-    case = CaseResult(spec.kind, batch)
+    case = CaseResult(spec.kind, batch, quiet_limit=args.quiet)
+    meter = CpuMeter()
     batches = make_batches(batch, seed=batch)
     steppers: dict[str, Callable[[int], None]] = {}
-    per_step: dict[str, float] = {}
+    chunk: dict[str, int] = {}
     for path in paths:
         try:
             run = make_stepper(path, spec, batch, batches, args)
@@ -281,33 +334,51 @@ def measure(spec: ModelSpec, batch: int, paths: list[str], args: argparse.Namesp
                     break
                 n = min(2 * n, max(1, done))
             steppers[path] = run
-            per_step[path] = elapsed / done
+            chunk[path] = max(1, round(args.slice / 8 / (elapsed / done)))  # ~8 clock reads per slice
         except Exception as exc:  # noqa: BLE001 - reported in the table
             fail(path, exc, case, args.verbose)
-    for path, t in per_step.items():
-        case.steps_per_slice[path] = max(1, round(args.slice / t))
-        case.samples[path] = []
     names = list(steppers)
-    for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)] if names else []
+    r = 0
+    while names:
+        if r >= args.rounds:
+            short = min(case.clean_count(p)[0] for p in names)
+            if (short >= args.rounds or r >= 2 * args.rounds or args.quick
+                    or time.perf_counter() - t_case > allowance):
+                break
+        order = names[r % len(names):] + names[:r % len(names)]
+        row: dict[str, Slice] = {}
         for path in order:
             if path in case.errors:
                 continue
-            n = case.steps_per_slice[path]
             gc.collect()
             settle(args.settle)
             try:
+                k, steps = chunk[path], 0
+                a = meter.snap()
                 t0 = time.perf_counter()
-                steppers[path](n)
-                case.samples[path].append((time.perf_counter() - t0) / n)
+                while True:
+                    steppers[path](k)
+                    steps += k
+                    elapsed = time.perf_counter() - t0
+                    if elapsed >= args.slice:
+                        break
+                b = meter.snap()
+                row[path] = Slice(elapsed / steps, steps, CpuMeter.foreign(a, b))
             except Exception as exc:  # noqa: BLE001
                 fail(path, exc, case, args.verbose)
-                case.samples.pop(path, None)
+        case.rounds.append(row)
+        names = [p for p in names if p not in case.errors]
+        r += 1
+    for path in case.errors:
+        for row in case.rounds:
+            row.pop(path, None)
     parts = []
     for path in paths:
         m = case.median(path)
         parts.append(f"{path} {fmt_us(m)}" if m is not None else f"{path} n/a")
-    log(f"  {spec.kind:6s} bs={batch:<5d} " + ", ".join(parts) + f"  [{time.perf_counter() - t_case:.1f}s]")
+    fm = case.foreign_mean()
+    log(f"  {spec.kind:6s} bs={batch:<5d} " + ", ".join(parts) + f"  [{len(case.rounds)} rounds, "
+        f"{time.perf_counter() - t_case:.1f}s, other processes {'?' if fm is None else f'{fm:.2f}'} cores]")
     steppers.clear()
     gc.collect()
     return case
@@ -337,8 +408,8 @@ def fmt_rate(rate: float | None) -> str:
     return f"{rate:.0f}"
 
 
-def fmt_ratio(r: tuple[float, float, float] | None) -> str:
-    return "n/a" if r is None else f"{r[0]:.2f}x"
+def fmt_ratio(r: tuple[float, float, float, bool] | None) -> str:
+    return "n/a" if r is None else f"{r[0]:.2f}x" + ("" if r[3] else "*")
 
 
 def cell_missing(case: CaseResult, path: str) -> str:
@@ -358,7 +429,8 @@ def print_tables(specs: dict[str, ModelSpec], results: list[CaseResult], paths: 
         head = f"{'':28s}" + "".join(f"{'bs=' + str(c.batch):>{W}s}" for c in rows)
         out("")
         out(f"== {spec.title} ==")
-        out(f"us/step (median of {args.rounds} interleaved rounds; +-: half the IQR across rounds, % of median)")
+        out(f"us/step: median over interleaved rounds of the slices during which other processes used < {args.quiet}"
+            f" cores (* = fewer than 3 such slices: all used); +-: half the IQR, % of median")
         out(head)
         for path in paths:
             cells = []
@@ -368,9 +440,17 @@ def print_tables(specs: dict[str, ModelSpec], results: list[CaseResult], paths: 
                     cells.append(f"{cell_missing(c, path):>{W}s}")
                     continue
                 s = c.spread(path)
-                txt = fmt_us(m) + (f" +-{s * 100:.0f}%" if s is not None else "")
+                txt = fmt_us(m) + (f" +-{s * 100:.0f}%" if s is not None else "") + ("" if c.slices(path)[1] else "*")
                 cells.append(f"{txt:>{W}s}")
             out(f"{LABELS[path]:28s}" + "".join(cells))
+        cells = []
+        for c in rows:
+            counts = [c.clean_count(p) for p in paths if c.clean_count(p)[1]]
+            txt = f"{min(x[0] for x in counts)}/{len(c.rounds)}" if counts else "-"
+            cells.append(f"{txt:>{W}s}")
+        out(f"{'(clean slices/rounds, min)':28s}" + "".join(cells))
+        cells = [f"{('?' if c.foreign_mean() is None else f'{c.foreign_mean():.2f}'):>{W}s}" for c in rows]
+        out(f"{'(other processes, cores)':28s}" + "".join(cells))
         out("rows/s")
         out(head)
         for path in paths:
@@ -379,12 +459,12 @@ def print_tables(specs: dict[str, ModelSpec], results: list[CaseResult], paths: 
                 m = c.median(path)
                 cells.append(f"{(fmt_rate(c.batch / m) if m else cell_missing(c, path)):>{W}s}")
             out(f"{LABELS[path]:28s}" + "".join(cells))
-        out("step-time ratios, median of per-round pairs (< 1: faster than the on-device API)")
+        out("step-time ratios, median of per-round pairs (< 1: faster than the on-device API; * = from disturbed rounds)")
         out(head)
         for path in [p for p in paths if p != "ortapi"]:
             cells = [f"{fmt_ratio(c.time_ratio(path, 'ortapi')):>{W}s}" for c in rows]
             out(f"{(path + ' / ortapi'):28s}" + "".join(cells))
-        out("fused speed-up, rows/s ratio, median of per-round pairs (> 1: fused is faster)")
+        out("fused speed-up, rows/s ratio, median of per-round pairs (> 1: fused is faster; * = from disturbed rounds)")
         out(head)
         for peer in [p for p in paths if p != "fused"]:
             cells = [f"{fmt_ratio(c.rate_ratio('fused', peer)):>{W}s}" for c in rows]
@@ -413,11 +493,14 @@ def evaluate_targets(results: list[CaseResult]) -> list[dict[str, Any]]:
             met = r[0] <= t.bound if t.what == "time" else r[0] >= t.bound
             status = "met" if met else "MISSED"
             lo, hi = r[1], r[2]
-            if lo <= t.bound <= hi:
+            if not r[3]:
+                status += " (UNRELIABLE: other processes were busy)"
+            elif lo <= t.bound <= hi:
                 status += " (within noise)"
         rows.append({"model": t.model, "batch": t.batch, "kind": t.what, "a": t.a, "b": t.b, "label": t.label,
                      "bound": t.bound, "measured": None if r is None else r[0],
-                     "iqr": None if r is None else [r[1], r[2]], "status": status})
+                     "iqr": None if r is None else [r[1], r[2]], "clean": None if r is None else r[3],
+                     "status": status})
     return rows
 
 
@@ -528,17 +611,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="threads for every path (default: %(default)s, the CPU count)")
     p.add_argument("--cases", help="comma list of MODEL or MODEL:BATCH (models: linear, mlp); default all x 1,32,256,2048")
     p.add_argument("--paths", default=",".join(PATHS), help="comma list of %(default)s")
-    p.add_argument("--rounds", type=int, help="interleaved rounds (default 9; 3 with --quick)")
-    p.add_argument("--slice", type=float, help="seconds per path per round (default 0.3; 0.03 with --quick)")
-    p.add_argument("--warmup", type=float, help="warm-up seconds per path and case (default 0.25; 0.02 with --quick)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 7, more while slices are disturbed; "
+                                              "3 with --quick)")
+    p.add_argument("--slice", type=float, help="seconds per path per round (default 0.25; 0.03 with --quick)")
+    p.add_argument("--warmup", type=float, help="warm-up seconds per path and case (default 0.2; 0.02 with --quick)")
+    p.add_argument("--quiet", type=float, default=0.25, metavar="CORES",
+                   help="a slice counts as clean when other processes used fewer cores meanwhile (default %(default)s)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="time for the whole run; extra rounds stop when it runs out (default 210; 20 with --quick)")
     p.add_argument("--no-spinning", action="store_true", help="ORT intra-op threads do not spin (streamfit and ortapi)")
     p.add_argument("--json", metavar="PATH", help="also write every figure and per-round sample as JSON")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failing paths")
     args = p.parse_args(argv)
-    args.rounds = args.rounds or (3 if args.quick else 9)
-    args.slice = args.slice or (0.03 if args.quick else 0.3)
+    args.rounds = args.rounds or (3 if args.quick else 7)
+    args.slice = args.slice or (0.03 if args.quick else 0.25)
+    args.budget = args.budget or (20.0 if args.quick else 210.0)
     args.settle = 0.03 if args.quick else 0.5  # longest wait for other paths' spinning threads to stop
-    args.warmup = args.warmup if args.warmup is not None else (0.02 if args.quick else 0.25)
+    args.warmup = args.warmup if args.warmup is not None else (0.02 if args.quick else 0.2)
     if args.threads < 1:
         p.error("--threads must be >= 1")
     paths = [x.strip() for x in args.paths.split(",") if x.strip()]
@@ -581,25 +670,18 @@ def main(argv: list[str] | None = None) -> int:
         for kind, spec in specs.items():
             try:
                 spec.art = _peers.OrtArtifacts(spec.proto, os.path.join(tmp.name, kind))
-            except Unavailable as exc:
-                spec.art_error = str(exc)
-            except Exception as exc:  # noqa: BLE001
-                spec.art_error = f"generate_artifacts failed: {type(exc).__name__}: {exc}"
-                if args.verbose:
+            except Exception as exc:  # noqa: BLE001 - reported per case (n/a or ERROR)
+                spec.art_error = exc
+                if args.verbose and not isinstance(exc, Unavailable):
                     traceback.print_exc()
     env = environment(args, torch_mod, limiter)
     log(f"setup took {time.perf_counter() - t_start:.1f}s")
     log(f"measuring {len(cases)} cases x {len(paths)} paths, {args.rounds} rounds x {args.slice}s slices ...")
     results: list[CaseResult] = []
     try:
-        for kind, batch in cases:
-            case = measure(specs[kind], batch, paths, args, log)
-            if "ortapi" in paths and specs[kind].art is None and "ortapi" not in case.errors:
-                msg = specs[kind].art_error or "no artifacts"
-                if msg.startswith("generate_artifacts failed"):
-                    case.na.pop("ortapi", None)
-                    case.errors["ortapi"] = msg
-            results.append(case)
+        for i, (kind, batch) in enumerate(cases):
+            allowance = (args.budget - (time.perf_counter() - t_start)) / (len(cases) - i)
+            results.append(measure(specs[kind], batch, paths, args, allowance, log))
     finally:
         tmp.cleanup()
     env["loadavg_start"] = list(load_start)
@@ -611,7 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     out(f"load average (1/5/15 min) at start {', '.join(f'{x:.2f}' for x in load_start)}, at end "
         f"{', '.join(f'{x:.2f}' for x in env['loadavg_end'])}; run took {env['seconds']}s")
     out(f"method: lr {LR}, float32, {N_DISTINCT} pre-generated batches per case cycled; warm-up {args.warmup}s, then "
-        f"{args.rounds} interleaved rounds of ~{args.slice}s per path")
+        f"{args.rounds}+ interleaved rounds of ~{args.slice}s per path (rotated order, idle threads settled between)")
+    if args.quick:
+        out("--quick: a smoke run; its figures are indicative only")
     print_tables(specs, results, paths, args, out)
     targets = evaluate_targets(results)
     print_targets(targets, out)
@@ -620,14 +704,18 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "env": env,
             "config": {"quick": args.quick, "rounds": args.rounds, "slice_s": args.slice, "warmup_s": args.warmup,
+                       "quiet_cores": args.quiet, "budget_s": args.budget,
                        "threads": args.threads, "paths": paths, "lr": LR, "labels": LABELS},
             "ort_artifact_ir_versions": {k: (s.art.ir_versions if s.art else None) for k, s in specs.items()},
             "cases": [{
                 "model": c.model, "batch": c.batch,
                 "paths": {path: {"us_per_step": c.median(path) * 1e6, "rows_per_s": c.batch / c.median(path),
-                                 "spread": c.spread(path), "steps_per_slice": c.steps_per_slice.get(path),
-                                 "samples_us": [s * 1e6 for s in c.samples[path]]}
+                                 "spread": c.spread(path), "from_clean_slices": c.slices(path)[1],
+                                 "clean_slices": c.clean_count(path)[0]}
                           for path in paths if c.median(path) is not None},
+                "rounds": [{path: {"us_per_step": sl.seconds_per_step * 1e6, "steps": sl.steps,
+                                   "other_processes_cores": sl.foreign} for path, sl in row.items()}
+                           for row in c.rounds],
                 "time_ratio_vs_ortapi": {path: c.time_ratio(path, "ortapi") for path in paths if path != "ortapi"},
                 "fused_rate_ratio": {peer: c.rate_ratio("fused", peer) for peer in paths if peer != "fused"},
                 "na": c.na, "errors": c.errors,

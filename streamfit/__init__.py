@@ -19,3 +19,9 @@ __all__ = [
     "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "SourceError", "CheckpointError",
     "CorruptCheckpointError", "DivergenceError",
 ]
+
+# Ready-made online models and the scikit-learn bridge.
+from streamfit._sklearn import from_sklearn  # noqa: E402
+from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor  # noqa: E402
+
+__all__ += ["LinearRegressor", "LogisticRegression", "MLPRegressor", "MLPClassifier", "from_sklearn"]

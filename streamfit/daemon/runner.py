@@ -131,6 +131,7 @@ class Runner:
         self._t0 = 0.0
         self._rows_at_start = 0
         self._guard_every = every_batches or 100
+        self._submitted_step = 0
 
     # -- control -----------------------------------------------------------------------------------
     def request_checkpoint(self) -> None:
@@ -177,6 +178,7 @@ class Runner:
         self._skipped = {k: int(v) for k, v in meta.get("skipped_rows", {}).items()}
         self._good = snap
         self._committed_step = snap.step
+        self._submitted_step = snap.step
         self._resumed_from = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
         log_event("resume", f"resumed from {ckpt.path.name}: {snap.rows} rows, {snap.step} batches",
@@ -188,8 +190,8 @@ class Runner:
             return False
         if self._checkpoint_requested:
             return True
-        if self.every_batches is not None and self.batches % self.every_batches == 0:
-            return True
+        if self.every_batches is not None and self.batches - self._submitted_step >= self.every_batches:
+            return True  # a checkpoint skipped while a write was in flight is retried at the next batch
         return self.every_seconds is not None and time.monotonic() - self._last_checkpoint_time >= self.every_seconds
 
     def _submit(self, wait: bool) -> bool:
@@ -201,6 +203,7 @@ class Runner:
         if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait):
             return False
         self._pending[snap.step] = snap
+        self._submitted_step = snap.step
         self._good = snap  # a consistent in-memory state: the rollback target, durable or not
         self._rollbacks_in_a_row = 0
         self._checkpoint_requested = False

@@ -128,7 +128,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         T = self._encode(y, len(X))
         width = 1 if self.binary_ else len(self.classes_)
         scores = np.empty((len(X), width), self.trainer_.dtype)
-        self._one_pass(X, T, self._sample_weight(sample_weight, len(X)), scores)
+        sw = self._sample_weight(sample_weight, len(X))
+        self._one_pass(self._fit_inputs(X, sw, first), T, sw, scores)
         return self._proba(scores.reshape(len(X)) if self.binary_ else scores)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxClassifier":

@@ -97,11 +97,12 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         """
         first = not hasattr(self, "trainer_")
         if first:
-            self.trainer_ = self._make_trainer(self.loss)
+            self._start(X, y)
         X = self._check_X(X, reset=first)
         T = self._targets(y, len(X))
+        sw = self._sample_weight(sample_weight, len(X))
         out = np.empty((len(X),) + T.shape[1:], self.trainer_.dtype)
-        self._one_pass(X, T, self._sample_weight(sample_weight, len(X)), out)
+        self._one_pass(self._fit_inputs(X, sw, first), T, sw, out)
         return out
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":

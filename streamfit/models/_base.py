@@ -17,9 +17,11 @@ from onnx import ModelProto
 
 from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
+from streamfit.losses import Loss
 from streamfit.models._graphs import dense_model, layers_of, standardized
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler
+from streamfit.schedules import Schedule, as_schedule
 
 __all__ = ["ReadyMade", "ReadyRegressor", "ReadyClassifier", "random_generator"]
 
@@ -41,6 +43,8 @@ class ReadyMade:
     """Mixin (first base) of the ready-made estimators; subclasses say which layers to start from."""
 
     standardize: bool
+    learning_rate: Any
+    alpha: float
 
     # -- what a model writes -------------------------------------------------------------------------
     def _hidden_sizes(self) -> tuple[int, ...]:
@@ -55,6 +59,13 @@ class ReadyMade:
         return [(np.zeros((n_in, n_out), np.float32), np.zeros(n_out, np.float32))]
 
     # -- shared -------------------------------------------------------------------------------------
+    def _schedule(self, loss: Loss) -> Schedule:
+        # "optimal" sizes its first rate from the slope of a one-output loss at one point; softmax has
+        # none, and every built-in loss is below 1 there, as the squared loss (loss_dloss=None) is.
+        if self.learning_rate == "optimal" and loss.integer_labels:
+            return as_schedule("optimal", alpha=self.alpha)
+        return super()._schedule(loss)  # type: ignore[misc]
+
     def _graph(self, layers: Layers) -> ModelProto:
         hidden = tuple(int(np.shape(c)[1]) for c, _ in layers[:-1])
         if hidden != self._hidden_sizes():
@@ -138,9 +149,15 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
         return super().partial_fit(X, check_targets(y, len(X)),
                                    check_sample_weight(sample_weight, len(X), all_zero_ok=True))
 
+    def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
+        """:meth:`partial_fit`, returning each row's prediction made just before training on it."""
+        X = check_features(X)
+        return super().partial_fit_predict(X, check_targets(y, len(X)),
+                                           check_sample_weight(sample_weight, len(X), all_zero_ok=True))
+
     def predict(self, X: Any) -> np.ndarray:
-        """Predicted values, shape (rows,) or (rows, outputs)."""
-        return super().predict(check_features(X))
+        """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
+        return super().predict(check_features(X)).astype(np.float64)
 
     def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
         tags = super().__sklearn_tags__()
@@ -184,6 +201,12 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
         X = check_features(X)
         return super().partial_fit(X, check_labels(y, len(X)), classes=classes,
                                    sample_weight=check_sample_weight(sample_weight, len(X), all_zero_ok=True))
+
+    def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
+        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it."""
+        X = check_features(X)
+        return super().partial_fit_predict(X, check_labels(y, len(X)), classes=classes,
+                                           sample_weight=check_sample_weight(sample_weight, len(X), all_zero_ok=True))
 
     def decision_function(self, X: Any) -> np.ndarray:
         """Scores: the logit of ``classes_[1]`` for 2 classes (shape (rows,)), else one per class."""

@@ -63,7 +63,8 @@ def dense_model(layers: Sequence[tuple[np.ndarray, np.ndarray]], activation: str
             nodes.append(helper.make_node(op, [out], [f"h_{i}"]))
         prev = f"h_{i}"
     n_in, n_out = int(np.shape(layers[0][0])[0]), int(np.shape(layers[-1][0])[1])
-    graph = helper.make_graph(nodes, "streamfit_dense", [helper.make_tensor_value_info(INPUT, _ELEM[dtype], [None, n_in])],
+    graph = helper.make_graph(nodes, "streamfit_dense",
+                              [helper.make_tensor_value_info(INPUT, _ELEM[dtype], [None, n_in])],
                               [helper.make_tensor_value_info(OUTPUT, _ELEM[dtype], [None, n_out])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
 

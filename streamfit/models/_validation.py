@@ -55,8 +55,9 @@ def check_features(X: Any, dtype: Any = np.float32) -> np.ndarray:
         if arr.dtype.kind not in "fiub":
             raise BadInputError(f"features are {arr.dtype}, expected numbers", reason="wrong_type")
     if arr.ndim != 2:
-        raise BadInputError(f"Expected a 2-D array (rows, features), got shape {arr.shape}; reshape one feature "
-                            "with X.reshape(-1, 1), one row with X.reshape(1, -1)", reason="shape_mismatch")
+        raise BadInputError(f"Expected a 2-D array (rows, features), got shape {arr.shape}. Reshape your data "
+                            "with X.reshape(-1, 1) for one feature, X.reshape(1, -1) for one row",
+                            reason="shape_mismatch")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         what = "sample(s)" if arr.shape[0] == 0 else "feature(s)"
         n = arr.shape[0] if arr.shape[0] == 0 else arr.shape[1]

@@ -8,14 +8,15 @@ Format: each message is ``0xFFFFFFFF``, int32 metadata length, a flatbuffer ``Me
 from __future__ import annotations
 
 import struct
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 __all__ = ["Undecodable", "Truncated", "IpcStreamReader", "SKIPPED"]
 
-#: Reads up to n bytes; returns fewer only at the end of the stream.
-ReadFn = Callable[[int], Awaitable[bytes]]
+#: Receives 1..n bytes, ``b""`` at the end of the stream.
+ReceiveFn = Callable[[int], Awaitable[bytes]]
 SkipFn = Callable[[int], Awaitable[None]]
 
 T = TypeVar("T")
@@ -48,7 +49,9 @@ def _message_header(meta: bytes) -> tuple[int, int]:
 
     def field(i: int) -> int:
         slot = 4 + 2 * i
-        return int.from_bytes(meta[vtable + slot:vtable + slot + 2], "little") if slot + 2 <= vtable_size else 0
+        if slot + 2 > vtable_size:
+            return 0  # field absent from an older, shorter vtable: default value
+        return int.from_bytes(meta[vtable + slot:vtable + slot + 2], "little")
 
     type_at, body_at = field(1), field(3)
     if table + max(type_at + 1, body_at + 8) > size:
@@ -61,43 +64,55 @@ def _message_header(meta: bytes) -> tuple[int, int]:
 
 
 class IpcStreamReader:
-    """Reads one Arrow IPC stream message by message and decodes its record batches."""
+    """Reads one Arrow IPC stream message by message and decodes its record batches.
 
-    def __init__(self, read: ReadFn, skip: SkipFn | None = None) -> None:
-        self._read = read
+    Bytes received are kept in the reader until a whole message is there, so a ``next_batch`` cancelled
+    while waiting for data loses nothing if ``receive`` itself loses nothing when cancelled.
+    """
+
+    def __init__(self, receive: ReceiveFn, skip: SkipFn | None = None) -> None:
+        self._receive = receive
         self._skip = skip
+        self._buf = bytearray()
         self.schema: pa.Schema | None = None
-        self._schema_message = b""
-        self._dictionaries: list[bytes] = []
+        self._schema_message: bytes | bytearray = b""
+        self._dictionaries: list[bytes | bytearray] = []
 
-    async def _exactly(self, n: int, what: str) -> bytes:
-        data = await self._read(n)
-        if len(data) < n:
-            raise Truncated(f"IPC stream ends inside a message ({what}: {len(data)} of {n} bytes)")
-        return data
+    async def _fill(self, n: int) -> bool:
+        """Buffer at least ``n`` bytes (never more: ``receive`` is asked for the shortfall only)."""
+        while len(self._buf) < n:
+            chunk = await self._receive(n - len(self._buf))
+            if not chunk:
+                return False
+            self._buf += chunk
+        return True
 
     async def next_batch(self, decode: bool = True) -> pa.RecordBatch | object | None:
         """Next record batch, ``None`` at the end, ``SKIPPED`` if ``decode`` is false (body not decoded)."""
         while True:
-            head = await self._read(8)
-            if not head:
-                return None  # closed at a message boundary without the end-of-stream marker: also an end
-            if len(head) < 8:
+            if not await self._fill(8):
+                if not self._buf:
+                    return None  # closed at a message boundary without the end-of-stream marker: an end too
                 raise Truncated("IPC stream ends inside a message header")
-            marker, length = struct.unpack("<Ii", head)
+            marker, length = struct.unpack_from("<Ii", self._buf)
             if marker != _CONTINUATION:
                 raise Undecodable("not an Arrow IPC stream (no continuation marker)")
             if length == 0:
+                self._buf.clear()
                 return None
             if not 0 < length <= _MAX_METADATA:
                 raise Undecodable(f"bad IPC metadata length {length}")
-            meta = await self._exactly(length, "metadata")
-            kind, body_length = _message_header(meta)
+            if not await self._fill(8 + length):
+                raise Truncated(f"IPC stream ends inside a message's metadata ({len(self._buf)} bytes)")
+            kind, body_length = _message_header(bytes(self._buf[8:8 + length]))
             if kind == _RECORD_BATCH and not decode and self._skip is not None:
+                self._buf.clear()
                 await self._skip(body_length)
                 return SKIPPED
-            body = await self._exactly(body_length, "body") if body_length else b""
-            message = b"".join((head, meta, body))
+            total = 8 + length + body_length
+            if not await self._fill(total):
+                raise Truncated(f"IPC stream ends inside a message body ({len(self._buf)} of {total} bytes)")
+            message, self._buf = self._buf, bytearray()  # handed to pyarrow without a copy
             if kind == _RECORD_BATCH:
                 return self._decode_batch(message) if decode else SKIPPED
             if kind == _SCHEMA and self.schema is None:
@@ -108,7 +123,7 @@ class IpcStreamReader:
             else:
                 raise Undecodable(f"unexpected IPC message type {kind}")
 
-    def _decode_batch(self, message: bytes) -> pa.RecordBatch:
+    def _decode_batch(self, message: bytearray) -> pa.RecordBatch:
         if self.schema is None:
             raise Undecodable("IPC record batch before the schema")
         if not self._dictionaries:

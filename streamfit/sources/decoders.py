@@ -12,7 +12,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Callable, Union
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -71,7 +71,7 @@ _NAMED: dict[str, Callable[[], Decoder]] = {
 }
 
 
-def get_decoder(decoder: Union[str, Decoder]) -> Decoder:
+def get_decoder(decoder: str | Decoder) -> Decoder:
     """A decoder from a callable or a name: ``"ipc"`` (default), ``"jsonl"`` or ``"csv"``."""
     if callable(decoder):
         return decoder

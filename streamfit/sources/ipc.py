@@ -1,10 +1,12 @@
-"""Arrow IPC sources: a file or stdin (:class:`IpcSource`), a TCP port producers push to (:class:`IpcTcpSource`)."""
+"""Arrow IPC sources: a file or stdin (:class:`IpcSource`), a TCP port (:class:`IpcTcpSource`)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
-from typing import Any, BinaryIO, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, BinaryIO, cast
 
 import anyio
 import pyarrow as pa
@@ -20,43 +22,36 @@ _FORMAT = '{"batch": int, "row": int}'
 _FILE_MAGIC = b"ARROW1"
 
 
-def _read_full(f: BinaryIO, n: int) -> bytes:
-    """Read n bytes (fewer only at end of file), also from raw files whose read() may return short."""
-    data = f.read(n)
-    if data is None or len(data) >= n or not data:
-        return data or b""
-    parts, got = [data], len(data)
-    while got < n:
-        more = f.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
+def _read_some(f: BinaryIO, n: int) -> bytes:
+    return f.read(n) or b""
 
 
 class IpcSource(Source):
-    """Arrow IPC from a file path, ``"-"`` (stdin) or a binary file object, read in a worker thread.
+    """Arrow IPC from a file path, ``"-"`` (stdin) or a binary file object.
 
     Files in the IPC *stream* format are read message by message; files in the IPC *file* format
     (``ARROW1`` magic, a.k.a. Feather v2) are read by random access.  Position ``{"batch": i, "row": r}``:
     record batch ``i`` has its first ``r`` rows consumed.  Only a source opened from a path can
     :meth:`seek`: stdin and file objects cannot be replayed.  Bytes that are not Arrow IPC raise
-    :class:`~streamfit.exceptions.SourceError` (a broken file cannot be skipped over).
+    :class:`~streamfit.exceptions.SourceError` (a broken file cannot be skipped over).  Files are read
+    in a worker thread, a pipe on stdin by waiting for it to be readable, so cancelling ``__anext__``
+    never loses data: a file read finishes first, a pipe keeps what was received.
     """
 
     def __init__(self, source: str | os.PathLike[str] | BinaryIO) -> None:
+        self._stdin = isinstance(source, (str, os.PathLike)) and os.fspath(source) == "-"
         if isinstance(source, (str, os.PathLike)):
-            self._path = None if os.fspath(source) == "-" else os.fspath(source)
-            self._file: Any = sys.stdin.buffer if self._path is None else None
+            self._path = None if self._stdin else os.fspath(source)
+            self._file: Any = None
         elif callable(getattr(source, "read", None)):
             self._path, self._file = None, source
         else:
-            raise TypeError(f"IpcSource expects a path, '-' or a binary file object, got {type(source).__name__}")
-        self._name = self._path or ("stdin" if self._file is sys.stdin.buffer else repr(source))
-        self._stdin = self._path is None and self._file is sys.stdin.buffer
+            raise TypeError(f"IpcSource expects a path, '-' or a binary file object, "
+                            f"got {type(source).__name__}")
+        self._name = "stdin" if self._stdin else self._path or repr(source)
         self._reader: IpcStreamReader | None = None
         self._random: pa.ipc.RecordBatchFileReader | None = None
+        self._shield = True  # reads in worker threads finish before a cancellation is let through
         self._index = -1
         self._start_batch = self._start_row = 0
 
@@ -71,6 +66,9 @@ class IpcSource(Source):
 
     async def _open(self) -> None:
         self._mark_opened()
+        if self._stdin:
+            self._reader = IpcStreamReader(self._stdin_receive())
+            return
         try:
             if self._path is not None:
                 self._file = await anyio.to_thread.run_sync(open, self._path, "rb")
@@ -81,16 +79,32 @@ class IpcSource(Source):
                 await anyio.to_thread.run_sync(self._file.seek, 0)
         except (OSError, pa.ArrowException) as exc:
             raise SourceError(f"cannot open Arrow IPC file {self._name}: {exc}") from exc
-        file, stdin = self._file, self._stdin
+        file = self._file
 
-        async def read(n: int) -> bytes:
-            # stdin may block forever: let cancellation abandon the thread instead of waiting for it.
-            return await anyio.to_thread.run_sync(_read_full, file, n, abandon_on_cancel=stdin)
+        async def receive(n: int) -> bytes:
+            return await anyio.to_thread.run_sync(_read_some, file, n)
 
         async def skip(n: int) -> None:
             await anyio.to_thread.run_sync(file.seek, n, os.SEEK_CUR)
 
-        self._reader = IpcStreamReader(read, skip if self._path is not None else None)
+        self._reader = IpcStreamReader(receive, skip if self._path is not None else None)
+
+    def _stdin_receive(self) -> Callable[[int], Awaitable[bytes]]:
+        """A pipe or terminal: wait until readable, then read what is there (cancellable, nothing lost)."""
+        fd = sys.stdin.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # a redirected file: pollers refuse it, read in a thread
+
+            async def receive_file(n: int) -> bytes:
+                return await anyio.to_thread.run_sync(os.read, fd, n)
+
+            return receive_file
+        self._shield = False
+
+        async def receive(n: int) -> bytes:
+            await anyio.wait_readable(fd)
+            return os.read(fd, n)
+
+        return receive
 
     async def _next(self, index: int, decode: bool) -> Any:
         if self._random is not None:
@@ -101,10 +115,16 @@ class IpcSource(Source):
         return await self._reader.next_batch(decode)
 
     async def __anext__(self) -> SourceBatch:
-        if self._reader is None and self._random is None:
-            await self._open()
-        elif self._closed:
+        if self._closed:
             raise RuntimeError(f"IpcSource({self._name}) is closed")
+        if self._reader is None and self._random is None:
+            with anyio.CancelScope(shield=True):  # opening is short and must not half-happen
+                await self._open()
+        with anyio.CancelScope(shield=self._shield):
+            item = await self._advance()
+        return item
+
+    async def _advance(self) -> SourceBatch:
         while True:
             index = self._index + 1
             try:
@@ -131,6 +151,10 @@ class IpcSource(Source):
 
 def _open_ipc_file(path: str) -> pa.ipc.RecordBatchFileReader:
     return pa.ipc.open_file(pa.memory_map(path, "r"))
+
+
+def _fixed_position(position: Position) -> Callable[[int], Position]:
+    return lambda r: dict(position)
 
 
 def _batch_position(index: int, skip: int, **extra: int) -> Callable[[int], Position]:
@@ -180,33 +204,30 @@ class IpcTcpSource(Source):
                 multi = await anyio.create_tcp_listener(local_host=self.host, local_port=self._port)
             except OSError as exc:
                 raise SourceError(f"cannot listen on {self.host}:{self._port}: {exc}") from exc
-            self._listener, *extra = multi.listeners
+            first, *extra = multi.listeners
+            self._listener = cast(SocketListener, first)
             for listener in extra:  # a host name resolving to several addresses: keep the first only
                 await listener.aclose()
-            self._bound_port = int(self._listener.extra(SocketAttribute.local_port))
+            self._bound_port = int(first.extra(SocketAttribute.local_port))
         return self.port
 
-    async def __aenter__(self) -> "IpcTcpSource":
+    async def __aenter__(self) -> IpcTcpSource:
         await self.listen()
         return self
 
-    async def _read(self, n: int) -> bytes:
-        parts: list[bytes] = []
-        got = 0
+    async def _receive(self, n: int) -> bytes:
+        """Up to n bytes, b"" at the end; anyio's receive is cancel-safe, and so is the reader's buffer."""
         assert self._stream is not None
-        while got < n:
-            try:
-                chunk = await self._stream.receive(min(n - got, 1 << 20))
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        return b"".join(parts)
+        try:
+            return await self._stream.receive(min(n, 1 << 20))
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return b""
 
     async def _drop_connection(self) -> None:
         stream, self._stream, self._reader = self._stream, None, None
         if stream is not None:
-            await stream.aclose()
+            with anyio.CancelScope(shield=True):  # instant; a cancellation must not leak the socket
+                await stream.aclose()
 
     async def __anext__(self) -> SourceBatch:
         if self._closed:
@@ -218,7 +239,7 @@ class IpcTcpSource(Source):
                 if self.max_connections is not None and self._connections >= self.max_connections:
                     raise StopAsyncIteration
                 self._stream = await self._listener.accept()
-                self._reader = IpcStreamReader(self._read)
+                self._reader = IpcStreamReader(self._receive)
                 self._connections += 1
                 self._index = -1
             conn, index = self._connections - 1, self._index + 1
@@ -229,7 +250,7 @@ class IpcTcpSource(Source):
                 reason = "truncated" if isinstance(exc, Truncated) else "undecodable"
                 where = f"connection {conn} batch {index}"
                 position = {"connection": conn, "batch": index + 1, "row": 0}
-                return SourceBatch(None, lambda r: dict(position), where=where,
+                return SourceBatch(None, _fixed_position(position), where=where,
                                    error=BadInputError(f"Arrow IPC over TCP, {where}: {exc}",
                                                        reason=reason, position=position))
             if batch is None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 import collections
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import pyarrow as pa
@@ -22,6 +23,7 @@ from streamfit.sources.decoders import Decoder, _one_batch, get_decoder
 __all__ = ["KafkaSource"]
 
 _log = logging.getLogger(__name__)
+_librdkafka_log = logging.getLogger("streamfit.sources.librdkafka")  # instead of librdkafka's stderr
 _FORMAT = '{"topic": str, "partitions": {"<partition>": {"offset": int, "row": int}}}'
 
 
@@ -40,15 +42,16 @@ class KafkaSource(Source):
     message before offset ``o`` is done and the first ``r`` rows of message ``o`` are.  :meth:`seek`
     positions win over the group's committed offsets (applied when a partition is first assigned);
     :meth:`commit` commits offset ``o`` per partition, so a partly consumed message is read again by a
-    new consumer unless it seeks.  Consecutive messages of one partition are concatenated up to
-    ``coalesce_rows`` rows (small JSON messages); an undecodable value yields a :class:`SourceBatch`
-    with ``error`` (reason ``"undecodable"``) and is skipped.  ``config`` is passed to librdkafka.
+    new consumer unless it seeks.  Consecutive small messages of one partition (JSON lines...) are
+    concatenated up to ``coalesce_rows`` rows, larger ones pass without a copy; an undecodable value
+    yields a :class:`SourceBatch` with ``error`` (reason ``"undecodable"``) and is skipped.  ``config``
+    is passed to librdkafka (``session.timeout.ms``, ``fetch.wait.max.ms``, security...).
     Partitions revoked by a rebalance leave the position: their owner continues from the group offsets.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",
                  config: Mapping[str, Any] | None = None, max_messages: int = 500, poll_timeout: float = 0.2,
-                 coalesce_rows: int = 8192) -> None:
+                 coalesce_rows: int = 1024) -> None:
         self._kafka = _import_kafka()
         if not topic or not isinstance(topic, str):
             raise ValueError(f"Invalid topic: {topic!r}")
@@ -58,6 +61,8 @@ class KafkaSource(Source):
             raise ValueError(f"Invalid max_messages: {max_messages!r}, expected an int >= 1")
         if not poll_timeout > 0:
             raise ValueError(f"Invalid poll_timeout: {poll_timeout!r}, expected seconds > 0")
+        if not isinstance(coalesce_rows, int) or coalesce_rows < 0:
+            raise ValueError(f"Invalid coalesce_rows: {coalesce_rows!r}, expected an int >= 0")
         conf = {"bootstrap.servers": bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
                 "enable.auto.commit": False, "enable.auto.offset.store": False}
         conf.update(config or {})
@@ -115,7 +120,7 @@ class KafkaSource(Source):
 
     def _create(self) -> Any:
         try:
-            consumer = self._kafka.Consumer(self.config, logger=logging.getLogger("streamfit.sources.librdkafka"))
+            consumer = self._kafka.Consumer(self.config, logger=_librdkafka_log)
             consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                on_lost=self._on_revoke)
         except self._kafka.KafkaException as exc:
@@ -167,7 +172,8 @@ class KafkaSource(Source):
         fatal_codes = (kafka.KafkaError.UNKNOWN_TOPIC_OR_PART, kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED,
                        kafka.KafkaError.GROUP_AUTHORIZATION_FAILED)
         if err.fatal() or err.code() in fatal_codes:
-            raise SourceError(f"Kafka error on topic {self.topic!r}: {err.str()}") from kafka.KafkaException(err)
+            cause = kafka.KafkaException(err)
+            raise SourceError(f"Kafka error on topic {self.topic!r}: {err.str()}") from cause
         _log.warning("Kafka (topic %s): %s", self.topic, err.str())
 
     def _error_batch(self, partition: int, offset: int, exc: Exception) -> SourceBatch:
@@ -206,7 +212,8 @@ class KafkaSource(Source):
                 live[partition] = (offsets[k], skips[k] + r - starts[k])
             return snapshot(live)
 
-        where = f"partition {partition} offset {offsets[0]}" + (f"..{offsets[-1]}" if len(offsets) > 1 else "")
+        last = f"..{offsets[-1]}" if len(offsets) > 1 else ""
+        where = f"partition {partition} offset {offsets[0]}{last}"
         out.append(SourceBatch(batch, position_at, where=where,
                                meta={"partition": partition, "first_offset": offsets[0],
                                      "last_offset": offsets[-1]}))
@@ -216,7 +223,8 @@ class KafkaSource(Source):
         if self._lock is None:
             self._mark_opened()
             self._lock = anyio.Lock()
-            self._consumer = await anyio.to_thread.run_sync(self._create)
+            with anyio.CancelScope(shield=True):  # creating the consumer is quick and must not half-happen
+                self._consumer = await anyio.to_thread.run_sync(self._create)
         return self._lock
 
     async def __anext__(self) -> SourceBatch:
@@ -225,7 +233,10 @@ class KafkaSource(Source):
             async with lock:
                 if self._closed:
                     raise RuntimeError(f"KafkaSource({self.topic}) is closed")
-                self._queue.extend(await anyio.to_thread.run_sync(self._fetch))
+                # shielded: a cancellation waits for the poll (<= poll_timeout) instead of dropping messages
+                # already consumed (positions have moved past them)
+                with anyio.CancelScope(shield=True):
+                    self._queue.extend(await anyio.to_thread.run_sync(self._fetch))
         return self._queue.popleft()
 
     async def commit(self, position: Position) -> None:
@@ -233,7 +244,8 @@ class KafkaSource(Source):
         parts = position.get("partitions") if isinstance(position, Mapping) else None
         if not isinstance(parts, Mapping) or position.get("topic") != self.topic:
             raise ValueError(f"KafkaSource({self.topic}): invalid position {position!r}, expected {_FORMAT}")
-        offsets = [self._kafka.TopicPartition(self.topic, int(p), position_int(v, "offset", "KafkaSource", _FORMAT))
+        offsets = [self._kafka.TopicPartition(self.topic, int(p),
+                                              position_int(v, "offset", "KafkaSource", _FORMAT))
                    for p, v in parts.items()]
         if not offsets:
             return
@@ -242,7 +254,8 @@ class KafkaSource(Source):
             if self._closed:
                 raise RuntimeError(f"KafkaSource({self.topic}) is closed")
             try:
-                await anyio.to_thread.run_sync(lambda: self._consumer.commit(offsets=offsets, asynchronous=False))
+                await anyio.to_thread.run_sync(
+                    lambda: self._consumer.commit(offsets=offsets, asynchronous=False))
             except self._kafka.KafkaException as exc:
                 raise SourceError(f"Kafka commit to group {self.group!r} failed: {exc}") from exc
 
@@ -257,7 +270,8 @@ class KafkaSource(Source):
                     try:
                         await anyio.to_thread.run_sync(consumer.close)
                     except (self._kafka.KafkaException, RuntimeError) as exc:
-                        raise SourceError(f"closing the Kafka consumer of {self.topic!r} failed: {exc}") from exc
+                        raise SourceError(f"closing the Kafka consumer of {self.topic!r} failed: "
+                                          f"{exc}") from exc
         await super().aclose()
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Union
+from collections.abc import Callable, Iterable, Iterator
+from typing import Union
 
 import anyio
 import pyarrow as pa
@@ -11,7 +12,7 @@ from streamfit.sources._base import Position, Source, SourceBatch, position_int
 
 __all__ = ["MemorySource"]
 
-MemoryItem = Union[pa.RecordBatch, pa.Table, pa.RecordBatchReader]
+MemoryItem = Union[pa.RecordBatch, pa.Table, pa.RecordBatchReader]  # noqa: UP007 - a runtime alias on 3.10
 _FORMAT = '{"batch": int, "row": int}'
 
 
@@ -62,7 +63,8 @@ class MemorySource(Source):
             raise RuntimeError("MemorySource is closed")
         while True:
             if self._threaded:
-                batch = await anyio.to_thread.run_sync(next, self._batches, None)
+                with anyio.CancelScope(shield=True):  # a cancelled next() would drop the batch it read
+                    batch = await anyio.to_thread.run_sync(next, self._batches, None)
             else:
                 batch = next(self._batches, None)
             if batch is None:

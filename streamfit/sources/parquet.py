@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import anyio
 import pyarrow as pa
@@ -41,7 +41,8 @@ def _list_directory(root: str) -> list[str]:
 class _FileScan:
     """Batches of one file from row ``skip`` on: whole row groups before it are not read."""
 
-    def __init__(self, path: str, skip: int, columns: list[str] | None, batch_size: int, readahead: int) -> None:
+    def __init__(self, path: str, skip: int, columns: list[str] | None, batch_size: int,
+                 readahead: int) -> None:
         fragment = ds.ParquetFileFormat().make_fragment(path, filesystem=pafs.LocalFileSystem())
         metadata = fragment.metadata
         self.num_rows = metadata.num_rows
@@ -208,12 +209,14 @@ class ParquetSource(Source):
     async def __anext__(self) -> SourceBatch:
         if not self._opened:
             self._mark_opened()
-            await anyio.to_thread.run_sync(self._discover)
-            self._pending = await anyio.to_thread.run_sync(self._new_files)
+            with anyio.CancelScope(shield=True):  # a listing is short and must not half-happen
+                await anyio.to_thread.run_sync(self._discover)
+                self._pending = await anyio.to_thread.run_sync(self._new_files)
         elif self._closed:
             raise RuntimeError("ParquetSource is closed")
         while True:
-            item = await anyio.to_thread.run_sync(self._step)
+            with anyio.CancelScope(shield=True):  # a batch read is short; cancelling it would drop its rows
+                item = await anyio.to_thread.run_sync(self._step)
             if item is not None:
                 return item
             if not self.follow:

