@@ -285,24 +285,77 @@ def proc_cpu(pid: int | str = "self") -> float:
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def system_busy() -> float:
+    """CPU seconds all processes spent busy since boot (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal ...
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)) / os.sysconf("SC_CLK_TCK")
+
+
 class CpuMeter:
-    """CPU seconds of this process (``time.process_time``, all threads) and optionally of another
-    process (the broker) between :meth:`mark` calls."""
+    """CPU used during a sample: this process (``time.process_time``, all threads: exact, cheap), another
+    process (the broker) and everything else on the machine (from /proc, sampled by a thread every
+    ``period`` s and interpolated, so that marks taken once per batch stay cheap).
 
-    def __init__(self, other_pid: int | None = None) -> None:
+    Use as a context manager around a sample; :meth:`mark` inside it, :meth:`cores` for two marks.
+    """
+
+    def __init__(self, other_pid: int | None = None, period: float = 0.05) -> None:
         self.other_pid = other_pid
+        self.period = period
+        self._samples: list[tuple[float, float, float]] = []  # (t, system busy s, other process s)
+        self._stop: Any = None
+        self._thread: Any = None
 
-    def mark(self) -> tuple[float, float, float]:
-        other = proc_cpu(self.other_pid) if self.other_pid is not None else 0.0
-        return time.perf_counter(), time.process_time(), other
+    def _sample(self) -> None:
+        try:
+            other = proc_cpu(self.other_pid) if self.other_pid is not None else 0.0
+        except OSError:
+            other = self._samples[-1][2] if self._samples else 0.0
+        self._samples.append((time.perf_counter(), system_busy(), other))
+
+    def __enter__(self) -> "CpuMeter":
+        import threading
+
+        self._samples = []
+        self._sample()
+        self._stop = threading.Event()
+
+        def run() -> None:
+            while not self._stop.wait(self.period):
+                self._sample()
+
+        self._thread = threading.Thread(target=run, name="bench-cpu-meter", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
 
     @staticmethod
-    def cores(a: tuple[float, float, float], b: tuple[float, float, float]) -> dict[str, float]:
-        """Cores used between two marks: ``cpu`` (this process) and ``other_cpu``."""
+    def mark() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time()
+
+    def _at(self, t: float) -> tuple[float, float]:
+        s = self._samples
+        if not s:
+            return 0.0, 0.0
+        ts = [x[0] for x in s]
+        return float(np.interp(t, ts, [x[1] for x in s])), float(np.interp(t, ts, [x[2] for x in s]))
+
+    def cores(self, a: tuple[float, float], b: tuple[float, float]) -> dict[str, float]:
+        """Cores used between two marks: ``cpu`` (this process), ``other_cpu`` (the other process) and
+        ``others`` (every other process on the machine; /proc/stat has 10 ms resolution)."""
         wall = b[0] - a[0]
         if wall <= 0:
             return {}
-        return {"cpu": (b[1] - a[1]) / wall, "other_cpu": (b[2] - a[2]) / wall}
+        cpu = (b[1] - a[1]) / wall
+        (sa, oa), (sb, ob) = self._at(a[0]), self._at(b[0])
+        other = (ob - oa) / wall
+        return {"cpu": cpu, "other_cpu": other, "others": max(0.0, (sb - sa) / wall - cpu - other)}
 
 
 def load_average() -> str:
@@ -356,6 +409,9 @@ class Rounds:
         q = statistics.quantiles(pairs, n=4)
         return statistics.median(pairs), q[0], q[2]
 
+    def all_extra(self, key: str) -> list[float]:
+        return [s.extra[key] for v in self.samples.values() for s in v if key in s.extra]
+
     def median_extra(self, path: str, key: str) -> float | None:
         v = [s.extra[key] for s in self.samples.get(path, []) if key in s.extra]
         return statistics.median(v) if v else None
@@ -384,8 +440,9 @@ def interleave(paths: dict[str, Callable[[], Sample]], rounds: int, *, settle_s:
                 continue
             res.samples[p].append(s)
             if log is not None:
+                others = f", other processes {s.extra['others']:.2f} cores" if "others" in s.extra else ""
                 log(f"    round {r + 1}/{rounds} {p:28s} {fmt_rate(s.rate):>8s} rows/s "
-                    f"({s.rows} rows in {s.seconds:.2f} s)")
+                    f"({s.rows} rows in {s.seconds:.2f} s{others})")
     return res
 
 

@@ -90,7 +90,8 @@ def run_arm(est: Any, source_factory: Callable[[], Any], every: float | None, se
 
     ck = tempfile.mkdtemp(prefix="ck-", dir=tmp) if every is not None else None
     stop = anyio.Event()
-    marks: list[tuple[float, int, float]] = []
+    marks: list[tuple[tuple[float, float], int]] = []
+    meter = C.CpuMeter()
     pauses: list[tuple[float, float]] = []
     state = {"t0": None, "stopped_at": None}
 
@@ -98,7 +99,7 @@ def run_arm(est: Any, source_factory: Callable[[], Any], every: float | None, se
         now = time.perf_counter()
         if state["stopped_at"] is not None:
             return
-        marks.append((now, ev.rows, time.process_time()))
+        marks.append(((now, time.process_time()), ev.rows))
         if state["t0"] is None:
             state["t0"] = now
         elif now - state["t0"] >= warmup + seconds:
@@ -119,18 +120,19 @@ def run_arm(est: Any, source_factory: Callable[[], Any], every: float | None, se
     runner._submit = timed_submit  # type: ignore[method-assign]
     n_writes = len(events.writes)
     try:
-        anyio.run(runner.run, stop)
+        with meter:
+            anyio.run(runner.run, stop)
     finally:
         if ck is not None:
             shutil.rmtree(ck, ignore_errors=True)
-    t_first = marks[0][0] + warmup
-    first = next(i for i, m in enumerate(marks) if m[0] >= t_first)
-    a, b = marks[first], marks[-1]
+    t_first = marks[0][0][0] + warmup
+    first = next(i for i, m in enumerate(marks) if m[0][0] >= t_first)
+    (a, ra), (b, rb) = marks[first], marks[-1]
     wall = b[0] - a[0]
     in_window = [p for t, p in pauses if a[0] <= t <= b[0]]
     writes = events.writes[n_writes:]
-    return C.Sample(b[1] - a[1], wall, {
-        "cpu": (b[2] - a[2]) / wall,
+    return C.Sample(rb - ra, wall, {
+        **meter.cores(a, b),
         "checkpoints": float(len(in_window)),
         "pause_ms": statistics.median(in_window) * 1e3 if in_window else float("nan"),
         "pause_total_s": sum(in_window),
@@ -166,7 +168,7 @@ def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable
     W = 14
     out("")
     out(f"{'arm':8s}{'rows/s':>{W}s}{'+-IQR/2':>{W}s}{'vs none':>{W + 8}s}{'ckpts/run':>{W}s}"
-        f"{'pause ms':>{W}s}{'write ms':>{W}s}{'pause cost':>{W}s}{'cores':>{W - 4}s}")
+        f"{'pause ms':>{W}s}{'write ms':>{W}s}{'pause cost':>{W}s}{'cores':>{W - 4}s}{'others':>{W - 4}s}")
     for name in arms:
         if name in res.errors:
             out(f"{name:8s} ERROR {res.errors[name]}")
@@ -185,9 +187,10 @@ def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable
             f"{(f'{pause:.2f}' if pause == pause and pause is not None else '-'):>{W}s}"
             f"{(f'{write:.1f}' if write == write and write is not None else '-'):>{W}s}"
             f"{(f'{cost * 100:.2f}%' if cost else '-'):>{W}s}"
-            f"{res.median_extra(name, 'cpu') or 0:>{W - 4}.2f}")
+            f"{res.median_extra(name, 'cpu') or 0:>{W - 4}.2f}{res.median_extra(name, 'others') or 0:>{W - 4}.2f}")
     out("vs none: rows/s change against the no-checkpoint arm, median of same-round pairs [quartiles];"
-        " pause cost: share of the window the loop spent in the snapshot")
+        " pause cost: share of the window the loop spent in the snapshot; cores: this process; others: every"
+        " other process on the machine during the samples")
     target_arm = "5s" if "5s" in arms else None
     if target_arm and target_arm not in res.errors and res.ratio(target_arm, "none"):
         r = res.ratio(target_arm, "none")

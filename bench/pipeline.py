@@ -204,11 +204,12 @@ class Probe(Source):
 
 
 def run_memory(est: Any, batches: list[tuple[np.ndarray, np.ndarray]], steps: int, meter: C.CpuMeter) -> C.Sample:
-    a = meter.mark()
-    for i in range(steps):
-        X, y = batches[i % len(batches)]
-        est.partial_fit(X, y)
-    b = meter.mark()
+    with meter:
+        a = meter.mark()
+        for i in range(steps):
+            X, y = batches[i % len(batches)]
+            est.partial_fit(X, y)
+        b = meter.mark()
     dt = b[0] - a[0]
     return C.Sample(steps * len(batches[0][1]), dt, {"step_ms": dt / steps * 1e3, **meter.cores(a, b)})
 
@@ -225,7 +226,7 @@ async def _read(uri: str, layout: str, max_rows: int, batch: int, rebatch: bool,
     sink = 0.0
     a = b = None
     row0 = 0
-    pending: tuple[float, float, float] | None = None
+    pending: tuple[float, float] | None = None
     try:
         async for sb in source:
             if a is None and source.steady_t is not None:  # Kafka: count from the second fetch on
@@ -253,7 +254,8 @@ async def _read(uri: str, layout: str, max_rows: int, batch: int, rebatch: bool,
 
 def run_read(uri: Callable[[], str], layout: str, max_rows: int, batch: int, rebatch: bool,
              meter: C.CpuMeter) -> C.Sample:
-    return anyio.run(_read, uri(), layout, max_rows, batch, rebatch, meter)
+    with meter:
+        return anyio.run(_read, uri(), layout, max_rows, batch, rebatch, meter)
 
 
 def run_loop(est: Any, source: Any, layout: str, batch: int, max_rows: int, evaluate: bool, meter: C.CpuMeter,
@@ -261,7 +263,7 @@ def run_loop(est: Any, source: Any, layout: str, batch: int, max_rows: int, eval
     """One loop over ``max_rows`` rows (the source must hold at least that many); steady-state window:
     from the TRIM-th batch, at least ``warmup_s`` after the first, and for Kafka from the first batch
     holding rows of the second fetch (see :class:`Probe`), to the TRIM-th-last batch."""
-    marks: list[tuple[tuple[float, float, float], int]] = []
+    marks: list[tuple[tuple[float, float], int]] = []
 
     def on_batch(ev: Any) -> None:
         marks.append((meter.mark(), ev.rows))
@@ -269,7 +271,8 @@ def run_loop(est: Any, source: Any, layout: str, batch: int, max_rows: int, eval
     probe = Probe(open_source(source))
     loop = loop_cls(est, probe, features=C.feature_names(layout), batch_size=batch, max_rows=max_rows,
                     evaluate=evaluate, queue_size=QUEUE_SIZE, on_batch=on_batch)
-    summary = anyio.run(loop.run)
+    with meter:
+        summary = anyio.run(loop.run)
     n = len(marks)
     if summary.rows < max_rows or n < 3:
         raise RuntimeError(f"the loop trained {summary.rows} rows, expected {max_rows} ({summary.ended_by})")
@@ -632,6 +635,11 @@ def report(cases: list[Case], models: list[str], args: argparse.Namespace, round
             key = f"{m}:{p}"
             if any(key in c.rounds.samples for c in cases):
                 out(f"{'  ' + LABELS[p]:34s}" + "".join(rate_cell(c, key) for c in cases))
+    loads = []
+    for c in cases:
+        o = c.rounds.all_extra("others")
+        loads.append(f"{(f'{np.median(o):.2f} [{min(o):.2f}-{max(o):.2f}]' if o else '-'):>{W}s}")
+    out(f"{'other processes, cores [min-max]':34s}" + "".join(loads))
     out("")
     out("CPU: cores used (this process + the broker) and core-microseconds per row, medians")
     out(head)
