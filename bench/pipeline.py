@@ -399,6 +399,24 @@ def profile_loop(case: Case, model: str, est: Any, batch: int, evaluate: bool, m
             "memory_step_ms": case.rounds.median_extra(f"{model}:memory", "step_ms")}
 
 
+def handoff_us(n: int = 300) -> tuple[float, float]:
+    """Median round trip of ``anyio.to_thread.run_sync`` on a no-op (the loop's per-batch hand-off), and of
+    the same with a 1 ms sleep in the worker minus 1 ms (a worker that was idle long enough to park)."""
+    async def main() -> tuple[float, float]:
+        fast, slow = [], []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await anyio.to_thread.run_sync(lambda: None)
+            fast.append(time.perf_counter() - t0)
+        for _ in range(n // 10):
+            await anyio.sleep(0.002)
+            t0 = time.perf_counter()
+            await anyio.to_thread.run_sync(time.sleep, 0.001)
+            slow.append(time.perf_counter() - t0 - 0.001)
+        return float(np.median(fast)) * 1e6, float(np.median(slow)) * 1e6
+    return anyio.run(main)
+
+
 def print_profile(case: Case, out: Callable[[str], None]) -> None:
     for p in case.profile:
         pb = p["per_batch_ms"]
@@ -685,6 +703,9 @@ def report(cases: list[Case], models: list[str], args: argparse.Namespace, round
     if any(c.profile for c in cases):
         out("")
         out("where the time goes: one instrumented loop each (totals over the whole run, per training batch)")
+        fast, slow = handoff_us()
+        out(f"  anyio.to_thread.run_sync round trip here: {fast:.0f} us back to back, {slow:.0f} us after 2 ms "
+            f"idle (median)")
         for c in cases:
             print_profile(c, out)
 

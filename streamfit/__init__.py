@@ -1,27 +1,68 @@
 """streamfit: asynchronous, streaming, online training of ONNX models with onnxruntime-training.
 
-The public face; internals live in private modules (``_engine``, ``_stream``, ...).
+The public face; internals live in private modules (``_engine``, ``_stream``, ...).  Names are imported
+on first use, so ``import streamfit.checkpoint`` (a serving process reading checkpoints) does not load
+onnxruntime.
 """
 
 from __future__ import annotations
 
-from streamfit import losses, optim, schedules
-from streamfit._engine.trainer import Trainer
-from streamfit.estimators import OnnxClassifier, OnnxRegressor
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from streamfit.exceptions import (BadInputError, CheckpointError, CorruptCheckpointError, DivergenceError,
                                   ModelError, NonFiniteError, SourceError, StreamfitError)
-from streamfit.penalties import Penalty
 
 __version__ = "0.1.0"
 
+_LAZY = {
+    "Trainer": "streamfit._engine.trainer",
+    "OnnxRegressor": "streamfit.estimators",
+    "OnnxClassifier": "streamfit.estimators",
+    "LinearRegressor": "streamfit.models",
+    "LogisticRegression": "streamfit.models",
+    "MLPRegressor": "streamfit.models",
+    "MLPClassifier": "streamfit.models",
+    "from_sklearn": "streamfit._sklearn",
+    "Penalty": "streamfit.penalties",
+    "train_stream": "streamfit._stream",
+    "train_stream_sync": "streamfit._stream",
+    "StreamSummary": "streamfit._stream",
+    "StreamLoop": "streamfit._stream",
+    "open_source": "streamfit.sources",
+    "Runner": "streamfit.daemon",
+}
+_SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon", "estimators", "models"}
+
 __all__ = [
-    "__version__", "Trainer", "OnnxRegressor", "OnnxClassifier", "Penalty", "losses", "optim", "schedules",
+    "__version__", *_LAZY, *sorted(_SUBMODULES),
     "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "SourceError", "CheckpointError",
     "CorruptCheckpointError", "DivergenceError",
 ]
 
-# Ready-made online models and the scikit-learn bridge.
-from streamfit._sklearn import from_sklearn  # noqa: E402
-from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor  # noqa: E402
 
-__all__ += ["LinearRegressor", "LogisticRegression", "MLPRegressor", "MLPClassifier", "from_sklearn"]
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"streamfit.{name}")
+    else:
+        raise AttributeError(f"module 'streamfit' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from streamfit import checkpoint, daemon, estimators, losses, models, optim, schedules, sources
+    from streamfit._engine.trainer import Trainer
+    from streamfit._sklearn import from_sklearn
+    from streamfit._stream import StreamLoop, StreamSummary, train_stream, train_stream_sync
+    from streamfit.daemon import Runner
+    from streamfit.estimators import OnnxClassifier, OnnxRegressor
+    from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
+    from streamfit.penalties import Penalty
+    from streamfit.sources import open_source
