@@ -60,6 +60,8 @@ def as_features(X: Any, dtype: np.dtype) -> np.ndarray:
 
 def as_labels(y: Any) -> np.ndarray:
     """A numpy array from numpy data or an Arrow Array/ChunkedArray/single-column table."""
+    if type(y) is np.ndarray:
+        return y
     if isinstance(y, (pa.Table, pa.RecordBatch)):
         if y.num_columns != 1:
             raise BadInputError(f"labels must be one column, got {y.column_names}", reason="shape_mismatch")

@@ -19,7 +19,8 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.graph import GraphBuilder, onnx_dtype
 from streamfit._engine.model import PreparedModel
-from streamfit._engine.rewrites import decompose_fused_matmul, float64_activation_grads, replace_relu_grad
+from streamfit._engine.rewrites import (_shape_table, decompose_fused_matmul, float64_activation_grads,
+                                       remove_noop_reshapes, replace_relu_grad, simplify_broadcast_gradients)
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
@@ -79,6 +80,9 @@ def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
         raise ModelError(f"onnxruntime-training cannot build the gradient of this model: {exc}") from exc
     info = builder.get_graph_info()
     gradient = onnx.load_from_string(builder.get_gradient_model())
+    shapes = _shape_table(pm.model, pm.initial)
+    simplify_broadcast_gradients(gradient, shapes)
+    remove_noop_reshapes(gradient, shapes, protect={pm.output_name})
     if pm.dtype == np.float64:  # contrib gradient kernels registered for float only
         decompose_fused_matmul(gradient, pm.dtype)
         replace_relu_grad(gradient, pm.dtype)

@@ -42,6 +42,8 @@ class FusedStep:
         self.scalars = scalars
         out = HostScalars([Names.loss, Names.check], pm.dtype)
         self.outputs = out
+        self._loss = out.arrays[Names.loss]
+        self._check = out.arrays[Names.check]
         self.cache = StagingCache(device, self._bindings)
 
     def _session_for(self, rows: int) -> ort.InferenceSession:
@@ -75,8 +77,8 @@ class FusedStep:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
         io = staging.extra["io"][self.params.current]
         staging.extra["session"].run_with_iobinding(io, None)
-        loss = float(self.outputs.arrays[Names.loss])
-        ok = math.isfinite(loss) and math.isfinite(self.outputs.arrays[Names.check])
+        loss = float(self._loss)
+        ok = math.isfinite(loss) and math.isfinite(self._check)
         if ok:
             self.params.swap()
         return loss, ok

@@ -104,3 +104,163 @@ def float64_activation_grads(model: ModelProto, dtype: np.dtype) -> int:
                 helper.make_node("Mul", [dy, out + "_sfyd"], [out])]
 
     return _replace(model, rewrite)
+
+
+# -- static simplification of ORT's generic gradient chains --------------------------------------------
+
+Dim = "int | str | None"
+
+
+def _shape_table(forward: ModelProto, weights: dict[str, np.ndarray]) -> dict[str, list]:
+    """Static shapes (ints, symbols or None per dim) of forward tensors and of their ``*_grad`` twins."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(forward)
+    except Exception:  # shape inference is best effort: no table, no rewrite
+        return {}
+    table: dict[str, list] = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.output) + list(inferred.graph.value_info):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            table[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+    for init in inferred.graph.initializer:
+        table[init.name] = list(init.dims)
+    for name, arr in weights.items():
+        table[name] = list(arr.shape)
+    for name in list(table):
+        table.setdefault(f"{name}_grad", table[name])
+    return table
+
+
+def _static_reduce_axes(sx: list, so: list) -> list[int] | None:
+    """Axes to sum a broadcast gradient over, when shapes decide it statically (leading axes only)."""
+    if sx is None or so is None or len(sx) > len(so):
+        return None
+    lead = len(so) - len(sx)
+    for i, d in enumerate(sx):
+        o = so[lead + i]
+        if d is None or o is None or d != o:
+            return None  # a broadcast inside the trailing dims, or unknown: leave ORT's generic chain
+    return list(range(lead))
+
+
+def _consumers(model: ModelProto) -> dict[str, list]:
+    uses: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            uses.setdefault(name, []).append(node)
+    return uses
+
+
+def _producers(model: ModelProto) -> dict[str, object]:
+    return {out: node for node in model.graph.node for out in node.output}
+
+
+def _rename_uses(model: ModelProto, old: str, new: str) -> None:
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+
+
+def _remove_dead(model: ModelProto) -> None:
+    keep = {o.name for o in model.graph.output}
+    while True:
+        used = {name for node in model.graph.node for name in node.input} | keep
+        alive = [n for n in model.graph.node if any(o in used for o in n.output) or not n.output]
+        if len(alive) == len(model.graph.node):
+            break
+        del model.graph.node[:]
+        model.graph.node.extend(alive)
+    used = {name for node in model.graph.node for name in node.input}
+    inits = [i for i in model.graph.initializer if i.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(inits)
+
+
+def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> int:
+    """Replace Shape/BroadcastGradientArgs/ReduceSum/Reshape chains by static reductions.
+
+    For ``Y = Add(XW, B)`` with B of shape [k] and XW of shape [N, k], ORT emits six nodes to find at run
+    time that dB = ReduceSum(dY, axis 0) and dXW = dY; when the shapes say so statically, one ReduceSum
+    (or nothing) does.  Node overhead dominates small batches, and XW no longer feeds a Shape node, so
+    ORT can fuse MatMul + Add into one Gemm.
+    """
+    producers = _producers(model)
+    uses = _consumers(model)
+    count = 0
+    for node in list(model.graph.node):
+        if node.op_type != "BroadcastGradientArgs":
+            continue
+        shape_nodes = [producers.get(name) for name in node.input]
+        if any(s is None or s.op_type != "Shape" for s in shape_nodes):
+            continue
+        tensors = [s.input[0] for s in shape_nodes]
+        sa, sb = shapes.get(tensors[0]), shapes.get(tensors[1])
+        if sa is None or sb is None:
+            continue
+        so = sa if len(sa) >= len(sb) else sb  # the broadcast output shape, when one side already is it
+        plans = []
+        for axes_name, sx, shape_out in zip(node.output, (sa, sb), (s.output[0] for s in shape_nodes)):
+            axes = _static_reduce_axes(sx, so)
+            if axes is None:
+                break
+            chain = []
+            for red in uses.get(axes_name, []):
+                if red.op_type != "ReduceSum" or red.input[1] != axes_name:
+                    break
+                reshapes = uses.get(red.output[0], [])
+                if len(reshapes) != 1 or reshapes[0].op_type != "Reshape" or reshapes[0].input[1] != shape_out:
+                    break
+                chain.append((red, reshapes[0]))
+            else:
+                plans.append((axes, chain))
+                continue
+            break
+        if len(plans) != 2:
+            continue
+        new_nodes = []
+        for axes, chain in plans:
+            for red, reshape in chain:
+                grad_in, grad_out = red.input[0], reshape.output[0]
+                model.graph.node.remove(red)
+                model.graph.node.remove(reshape)
+                if axes:
+                    axes_const = _const(model, f"sf_axes_{'_'.join(map(str, axes))}", np.array(axes, np.int64))
+                    new_nodes.append(helper.make_node("ReduceSum", [grad_in, axes_const], [grad_out], keepdims=0,
+                                                      name=f"sf_{grad_out}_reduce"))
+                else:
+                    _rename_uses(model, grad_out, grad_in)
+                    for out in model.graph.output:
+                        if out.name == grad_out:  # a graph output keeps its name
+                            new_nodes.append(helper.make_node("Identity", [grad_in], [grad_out]))
+        model.graph.node.extend(new_nodes)
+        count += 1
+    if count:
+        _remove_dead(model)
+    return count
+
+
+def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: set[str] = frozenset()) -> int:
+    """Drop ``Reshape(x, [-1, k])`` when x is already 2-D with last dimension k (MatMul_Grad emits them).
+
+    ``protect``: tensor names that must survive (the model's output).
+    """
+    inits = {i.name: i for i in model.graph.initializer}
+    graph_outputs = {o.name for o in model.graph.output} | set(protect)
+    count = 0
+    for node in list(model.graph.node):
+        if node.op_type != "Reshape" or node.input[1] not in inits or node.output[0] in graph_outputs:
+            continue
+        target = numpy_helper.to_array(inits[node.input[1]]).tolist()
+        shape = shapes.get(node.input[0])
+        if shape is None or len(shape) != len(target) or target.count(-1) > 1 or 0 in target:
+            continue
+        if all(t == -1 or (isinstance(d, int) and d == t) for d, t in zip(shape, target)):
+            model.graph.node.remove(node)
+            _rename_uses(model, node.output[0], node.input[0])
+            count += 1
+    if count:
+        _remove_dead(model)
+    return count

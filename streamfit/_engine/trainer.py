@@ -137,7 +137,8 @@ class Trainer:
 
     def _stage(self, X: np.ndarray, y: Any, sample_weight: Any) -> Staging:
         assert self._strategy is not None
-        y = np.asarray(y)
+        if type(y) is not np.ndarray:
+            y = np.asarray(y)
         if self.loss.integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
             y = self._targets(y, X.shape[0]).astype(np.int64)
         key = (X.shape, y.shape, y.dtype.kind)
@@ -170,8 +171,10 @@ class Trainer:
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Train on one batch; return its mean loss (computed before the update)."""
-        X = self._features(X)
-        self._ensure_strategy(X)
+        if type(X) is not np.ndarray or X.ndim == 0 or X.shape[0] == 0 or X.dtype.kind not in "fiub":
+            X = self._features(X)  # converts, or raises a clear BadInputError
+        if self._strategy is None:
+            self._ensure_strategy(X)
         staging = self._stage(X, y, sample_weight)
         self._set_scalars(X.shape[0])
         loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]

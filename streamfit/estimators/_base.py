@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -79,12 +80,15 @@ class OnnxEstimator(_SkBase):
 
     # -- data --------------------------------------------------------------------------------------
     def _check_X(self, X: Any, reset: bool) -> np.ndarray:
-        dtype = self.trainer_.dtype if hasattr(self, "trainer_") else np.float32
-        X = as_features(X, dtype)
+        trainer = self.__dict__.get("trainer_")
+        dtype = trainer.dtype if trainer is not None else np.float32
+        if not (type(X) is np.ndarray and X.dtype == dtype and X.ndim == 2 and X.flags.c_contiguous):
+            X = as_features(X, dtype)  # the common case above (a ready float array) skips the conversion
+        width = math.prod(X.shape[1:])
         if reset or not hasattr(self, "n_features_in_"):
-            self.n_features_in_ = int(np.prod(X.shape[1:]))
-        elif int(np.prod(X.shape[1:])) != self.n_features_in_:
-            raise BadInputError(f"X has {int(np.prod(X.shape[1:]))} features, but {type(self).__name__} "
+            self.n_features_in_ = width
+        elif width != self.n_features_in_:
+            raise BadInputError(f"X has {width} features, but {type(self).__name__} "
                                 f"is expecting {self.n_features_in_} features as input", reason="shape_mismatch")
         return X
 
@@ -105,6 +109,11 @@ class OnnxEstimator(_SkBase):
     def _one_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
                   outputs: np.ndarray | None = None) -> float:
         """One pass in minibatches; ``outputs`` (if given) receives each row's model output before its step."""
+        if len(X) <= self.batch_size and outputs is None:  # one step: no slicing, no bookkeeping
+            loss = self.trainer_.step(X, T, sw)
+            self.t_ = self.trainer_.n_steps
+            self.loss_ = loss if math.isfinite(loss) else float("nan")
+            return self.loss_
         total, rows = 0.0, 0
         for sl in self._batches(len(X)):
             loss = self.trainer_.step(X[sl], T[sl], None if sw is None else sw[sl])
