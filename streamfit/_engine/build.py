@@ -19,7 +19,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.graph import GraphBuilder, onnx_dtype
 from streamfit._engine.model import PreparedModel
-from streamfit._engine.rewrites import (_shape_table, decompose_fused_matmul, float64_activation_grads,
+from streamfit._engine.rewrites import (_shape_table, bias_grads_as_matmul, decompose_fused_matmul, propagate_matmul_shapes, float64_activation_grads,
                                        remove_noop_reshapes, replace_relu_grad, simplify_broadcast_gradients)
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
@@ -81,6 +81,7 @@ def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
     info = builder.get_graph_info()
     gradient = onnx.load_from_string(builder.get_gradient_model())
     shapes = _shape_table(pm.model, pm.initial)
+    propagate_matmul_shapes(gradient, shapes)
     simplify_broadcast_gradients(gradient, shapes)
     remove_noop_reshapes(gradient, shapes, protect={pm.output_name})
     if pm.dtype == np.float64:  # contrib gradient kernels registered for float only
@@ -173,6 +174,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     grad_model.CopyFrom(graphs.gradient)
     if large_batch:
         replace_relu_grad(grad_model, pm.dtype)
+        bias_grads_as_matmul(grad_model, pm.dtype)
     graph = grad_model.graph
     yields = [n for n in graph.node if n.op_type == "YieldOp"]
     if len(yields) != 1:

@@ -13,6 +13,7 @@ from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import GradientGraphs, Names, build_fused
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.rewrites import ONES
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
@@ -57,11 +58,18 @@ class FusedStep:
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         bindings = []
         session = self._session_for(staging.x.shape[0])
+        extra: dict[str, Any] = {}
+        if any(i.name == ONES for i in session.get_inputs()):
+            value, ones = self.device.staging((staging.x.shape[0],), self.pm.dtype)
+            ones.fill(1)
+            extra["ones"] = (value, ones)  # kept alive with the staging buffers
         for src, dst in ((0, 1), (1, 0)):
             io = C.SessionIOBinding(session._sess)
             io.bind_ortvalue_input(self.pm.input_name, staging.x_value)
             io.bind_ortvalue_input(Names.target, staging.t_value)
             io.bind_ortvalue_input(Names.sample_weight, staging.sw_value)
+            if "ones" in extra:
+                io.bind_ortvalue_input(ONES, extra["ones"][0])
             for name, value in self.scalars.values.items():
                 io.bind_ortvalue_input(name, value)
             for name in self.params.names:
@@ -71,7 +79,7 @@ class FusedStep:
                 io.bind_ortvalue_output(name, value)
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
-        return {"io": bindings, "session": session._sess}
+        return {"io": bindings, "session": session._sess, **extra}
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""

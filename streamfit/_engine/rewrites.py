@@ -133,6 +133,22 @@ def _shape_table(forward: ModelProto, weights: dict[str, np.ndarray]) -> dict[st
     return table
 
 
+def propagate_matmul_shapes(model: ModelProto, table: dict[str, list]) -> None:
+    """Add the 2-D output shapes of the gradient graph's MatMul/FusedMatMul/Gemm nodes to ``table``."""
+    for node in model.graph.node:
+        if node.op_type not in ("MatMul", "FusedMatMul", "Gemm") or len(node.input) < 2:
+            continue
+        a, b = table.get(node.input[0]), table.get(node.input[1])
+        if a is None or b is None or len(a) != 2 or len(b) != 2:
+            continue
+        attrs = _attrs(node)
+        if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
+            continue
+        rows = a[1] if attrs.get("transA", 0) else a[0]
+        cols = b[0] if attrs.get("transB", 0) else b[1]
+        table.setdefault(node.output[0], [rows, cols])
+
+
 def _static_reduce_axes(sx: list, so: list) -> list[int] | None:
     """Axes to sum a broadcast gradient over, when shapes decide it statically (leading axes only)."""
     if sx is None or so is None or len(sx) > len(so):
@@ -203,6 +219,9 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
         so = sa if len(sa) >= len(sb) else sb  # the broadcast output shape, when one side already is it
         plans = []
         for axes_name, sx, shape_out in zip(node.output, (sa, sb), (s.output[0] for s in shape_nodes)):
+            if not axes_name:  # that side's gradient is not needed
+                plans.append(([], []))
+                continue
             axes = _static_reduce_axes(sx, so)
             if axes is None:
                 break
@@ -262,5 +281,30 @@ def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: se
             _rename_uses(model, node.output[0], node.input[0])
             count += 1
     if count:
+        _remove_dead(model)
+    return count
+
+
+ONES = "sf_ones"
+
+
+def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype) -> int:
+    """``ReduceSum(dZ, axes=[0])`` over a large batch -> ``MatMul(ones[N], dZ)``: a GEMV runs on all
+    threads where ORT's ReduceSum over axis 0 runs on one.  Adds the graph input ``sf_ones`` ([N])."""
+    count = 0
+    for node in model.graph.node:
+        if node.op_type != "ReduceSum" or not node.name.startswith("sf_") or not node.name.endswith("_reduce"):
+            continue
+        if _attrs(node).get("keepdims", 1) != 0 or len(node.input) < 2 or node.input[1] != "sf_axes_0":
+            continue
+        grad = node.input[0]
+        node.op_type = "MatMul"
+        del node.attribute[:]
+        del node.input[:]
+        node.input.extend([ONES, grad])
+        count += 1
+    if count:
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        model.graph.input.append(helper.make_tensor_value_info(ONES, elem, ["N"]))
         _remove_dead(model)
     return count
