@@ -61,7 +61,7 @@ def test_seed_example_forward_backward_equals_fused(seed_example):
     X, y, _, onx = seed_example
     a = OnnxRegressor(onx, batch_size=10, max_iter=3, step="fused").fit(X, y)
     b = OnnxRegressor(onx, batch_size=10, max_iter=3, step="forward_backward").fit(X, y)
-    np.testing.assert_allclose(a.predict(X), b.predict(X), rtol=1e-5)
+    np.testing.assert_allclose(a.predict(X), b.predict(X), rtol=1e-5, atol=1e-4)  # outputs up to ~250: float32 noise
 
 
 def test_to_onnx_predictions_equal_estimator(seed_example):

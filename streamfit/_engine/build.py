@@ -24,6 +24,7 @@ from streamfit._engine.rewrites import (_shape_table, bias_grads_as_matmul, deco
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
+from streamfit.optim.sgd import SGD
 from streamfit.penalties import Penalty
 
 __all__ = ["Names", "GradientGraphs", "build_gradient_graphs", "build_fused", "build_loss_model",
@@ -39,6 +40,8 @@ class Names:
     target = "sf_target"
     sample_weight = "sf_sample_weight"
     inv_n = "sf_inv_n"
+    grad_scale = "sf_grad_scale"  # lr / N: the fused SGD step backpropagates lr-scaled gradients
+    decay = "sf_decay"  # 1 - lr * l2: the fused SGD step's weight decay factor
     loss = "sf_loss"
     check = "sf_check"
 
@@ -156,6 +159,55 @@ def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer
     return inputs, outputs
 
 
+def _foldable_sgd(optimizer: Optimizer, penalty: Penalty | None) -> bool:
+    """Plain SGD with at most an L2 penalty: its update can ride on the gradient GEMMs."""
+    return optimizer.name == "sgd" and type(optimizer).update is SGD.update and (penalty is None or penalty.l1 == 0)
+
+
+def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, grads: list[str],
+                    penalty: Penalty | None, large_batch: bool
+                    ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """SGD on lr-scaled gradients: ``w_new = decay * w - g``, folded into the Gemm that makes ``g``.
+
+    The backward already yields ``lr * g`` (dL/dY was scaled by lr/N), so a weight whose gradient is a
+    plain Gemm becomes ``Gemm(A, B, C=w, alpha=-alpha, beta=1)``: the update costs no extra pass over
+    the weights.  At large batches a vector-shaped weight keeps a separate Sub (its folded GEMV is slower).
+    """
+    elem = onnx_dtype(pm.dtype)
+    producers = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    inputs = [_value_info(Names.scalar("lr"), elem, [])]
+    outputs, sums = [], [Names.loss]
+    l2 = penalty is not None and penalty.l2 > 0
+    if l2:
+        inputs.append(_value_info(Names.decay, elem, []))
+    for w, g in zip(pm.weights, grads):
+        shape = list(pm.initial[w].shape)
+        new = Names.new(w)
+        base = b.op("Mul", w, Names.decay) if l2 and w in pm.penalized else w
+        gemm = producers.get(g)
+        attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute} if gemm is not None else {}
+        foldable = (gemm is not None and gemm.op_type == "Gemm" and len(gemm.input) == 2
+                    and consumers.get(g, 0) == 0 and not (large_batch and min(shape or [1]) <= 1))
+        if foldable:
+            gemm.input.append(base)
+            del gemm.attribute[:]
+            gemm.attribute.extend([helper.make_attribute(k, v) for k, v in attrs.items() if k not in ("alpha", "beta")])
+            gemm.attribute.extend([helper.make_attribute("alpha", -float(attrs.get("alpha", 1.0))),
+                                   helper.make_attribute("beta", 1.0)])
+            gemm.output[0] = new
+        else:
+            b.op("Sub", base, g, out=new)
+        outputs.append(_value_info(new, elem, shape))
+        sums.append(b.op("ReduceSum", new, keepdims=0))
+    b.op("Sum", *sums, out=Names.check)
+    outputs.append(_value_info(Names.check, elem, []))
+    return inputs, outputs
+
+
 def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
     versions = {imp.domain: imp.version for imp in model.opset_import}
     versions[""] = max(versions.get("", 0), versions.pop("ai.onnx", 0), 13)
@@ -185,11 +237,17 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     sw_shape = ["N"] if y_rank <= 1 else ["N", 1]
     new_inputs = [_label_input(loss, pm.dtype, y_rank), _value_info(Names.sample_weight, onnx_dtype(pm.dtype), sw_shape),
                   _value_info(Names.inv_n, onnx_dtype(pm.dtype), [])]
-    loss_out, dy = loss.graph(b, y_name, Names.target, Names.sample_weight, Names.inv_n)
+    fold = _foldable_sgd(optimizer, penalty)
+    loss_out, dy = loss.graph(b, y_name, Names.target, Names.sample_weight, Names.inv_n,
+                              Names.grad_scale if fold else None)
     existing = {i.name for i in graph.input}
     _rename_output(b, loss_out, Names.loss, existing)
     _rename_output(b, dy, dy_name, existing)
-    upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
+    if fold:
+        new_inputs.append(_value_info(Names.grad_scale, onnx_dtype(pm.dtype), []))
+        upd_inputs, upd_outputs = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch)
+    else:
+        upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
     position = list(graph.node).index(yield_node)
     nodes = list(graph.node)
     nodes[position:position + 1] = []

@@ -54,6 +54,7 @@ class ForwardBackwardStep:
         self.update_session = make_session(build_update_model(pm, optimizer, penalty).SerializeToString(),
                                            options, device, pm.dtype)
         self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
+        self._update_inputs = {i.name for i in self.update_session.get_inputs()}
         self._state: Any = None
         self.cache = StagingCache(device, self._bindings)
 
@@ -96,7 +97,7 @@ class ForwardBackwardStep:
         for w, g in zip(self.pm.weights, grads):
             io.bind_ortvalue_input(f"{w}__grad", g)
         for name, value in self.scalars.values.items():
-            if name != Names.inv_n:
+            if name in self._update_inputs:
                 io.bind_ortvalue_input(name, value)
         for name in self.params.names:
             io.bind_ortvalue_input(name, src[name])

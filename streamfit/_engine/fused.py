@@ -59,6 +59,7 @@ class FusedStep:
         bindings = []
         session = self._session_for(staging.x.shape[0])
         extra: dict[str, Any] = {}
+        inputs = {i.name for i in session.get_inputs()}
         if any(i.name == ONES for i in session.get_inputs()):
             value, ones = self.device.staging((staging.x.shape[0],), self.pm.dtype)
             ones.fill(1)
@@ -71,7 +72,8 @@ class FusedStep:
             if "ones" in extra:
                 io.bind_ortvalue_input(ONES, extra["ones"][0])
             for name, value in self.scalars.values.items():
-                io.bind_ortvalue_input(name, value)
+                if name in inputs:
+                    io.bind_ortvalue_input(name, value)
             for name in self.params.names:
                 io.bind_ortvalue_input(name, self.params.sets[src][name])
                 io.bind_ortvalue_output(Names.new(name), self.params.sets[dst][name])

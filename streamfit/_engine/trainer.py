@@ -77,8 +77,9 @@ class Trainer:
             for slot, arr in self.optimizer.init_state(self.prepared.initial[w]).items():
                 values[Names.slot(w, slot)] = arr
         self.params = PingPong(self.device, values)
-        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.inv_n],
-                                   self.prepared.dtype)
+        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names]
+                                   + [Names.inv_n, Names.grad_scale, Names.decay], self.prepared.dtype)
+        self._l2 = penalty.l2 if penalty is not None else 0.0
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
         self._staged: dict[tuple[Any, ...], Staging] = {}
@@ -164,10 +165,14 @@ class Trainer:
 
     # -- training -----------------------------------------------------------------------------------
     def _set_scalars(self, n: int) -> None:
-        values = self.optimizer.scalars(self.schedule.lr * self.lr_scale, self.n_steps)
+        lr = self.schedule.lr * self.lr_scale
+        values = self.optimizer.scalars(lr, self.n_steps)
+        arrays = self.scalars.arrays
         for name, value in zip(self.optimizer.scalar_names, values):
-            self.scalars.set(Names.scalar(name), value)
-        self.scalars.set(Names.inv_n, 1.0 / n)
+            arrays[Names.scalar(name)][()] = value
+        arrays[Names.inv_n][()] = 1.0 / n
+        arrays[Names.grad_scale][()] = lr / n
+        arrays[Names.decay][()] = 1.0 - lr * self._l2
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Train on one batch; return its mean loss (computed before the update)."""

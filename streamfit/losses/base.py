@@ -32,10 +32,15 @@ class Loss(abc.ABC):
     def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """numpy twin of :meth:`_terms` (the reference the tests check the graph against)."""
 
-    def graph(self, b: GraphBuilder, y: str, t: str, sw: str, inv_n: str) -> tuple[str, str]:
-        """Emit the nodes; return the names of the scalar loss and of dL/dY (shape of ``y``)."""
+    def graph(self, b: GraphBuilder, y: str, t: str, sw: str, inv_n: str,
+              grad_scale: str | None = None) -> tuple[str, str]:
+        """Emit the nodes; return the names of the scalar loss and of dL/dY (shape of ``y``).
+
+        ``grad_scale`` (default ``inv_n``) scales dL/dY: the fused SGD step passes ``lr / N`` so that the
+        backward pass yields ``lr * gradient`` and the update folds into the gradient GEMMs.
+        """
         per_row, dl = self._terms(b, y, t)
-        scale = b.op("Mul", sw, inv_n)
+        scale = b.op("Mul", sw, grad_scale or inv_n)
         loss = b.op("Mul", b.op("ReduceSum", b.op("Mul", per_row, sw), keepdims=0), inv_n)
         return loss, b.op("Mul", dl, scale)
 
