@@ -31,11 +31,14 @@ class FusedStep:
 
     def __init__(self, pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
                  penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
-                 params: PingPong, scalars: HostScalars) -> None:
+                 params: PingPong, scalars: HostScalars,
+                 small_batch_options: ort.SessionOptions | None = None) -> None:
         self.pm = pm
         self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank)
         self.large_model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True)
-        self.session = make_session(self.model.SerializeToString(), options, device, pm.dtype)
+        # batches below large_batch_rows may run with their own options (the Trainer gives them one thread)
+        self.session = make_session(self.model.SerializeToString(), small_batch_options or options, device,
+                                    pm.dtype)
         self._options = options
         self._large_session: ort.InferenceSession | None = None  # built on the first large batch
         self.device = device

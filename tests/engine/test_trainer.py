@@ -219,3 +219,21 @@ def test_last_output_is_the_prediction_before_the_update(step):
         trainer.step(X[:batch], y[:batch])
         np.testing.assert_allclose(trainer.last_output, before, rtol=1e-5, atol=1e-6)
         assert not np.allclose(trainer.predict(X[:batch]), before)  # the step did change the model
+
+
+def test_session_options_and_device_parsing():
+    from streamfit._engine.device import parse_device, session_options
+
+    opts = session_options(threads=3, spinning=False)
+    assert opts.intra_op_num_threads == 3
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert opts.get_session_config_entry("session.set_denormal_as_zero") == "1"
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        session_options(threads=0)
+    cuda = parse_device("cuda:2", check=False)
+    assert (cuda.kind, cuda.index, str(cuda)) == ("cuda", 2, "cuda:2")
+    assert cuda.providers[0] == ("CUDAExecutionProvider", {"device_id": "2"})  # the index reaches ORT
+    assert parse_device("CPU").providers == ["CPUExecutionProvider"]
+    trainer = Trainer(linear_model(3), threads=None)
+    assert trainer.small_batch_options.intra_op_num_threads == 1  # small batches: one thread by default
+    assert Trainer(linear_model(3), threads=2).small_batch_options.intra_op_num_threads == 2
