@@ -285,6 +285,14 @@ def proc_cpu(pid: int | str = "self") -> float:
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(native_id: int) -> float | None:
+    """CPU seconds one thread of this process used so far (None once it has exited)."""
+    try:
+        return proc_cpu(f"self/task/{native_id}")
+    except OSError:
+        return None
+
+
 def system_busy() -> float:
     """CPU seconds all processes spent busy since boot (all cores), from /proc/stat."""
     with open("/proc/stat") as f:

@@ -226,7 +226,9 @@ class Rebatcher:
             text = f"{message} (at {where}, row {row} of the record batch; position {_fmt_pos(position)})"
         if self.on_bad == "raise":
             raise BadInputError(text, reason=reason, column=column, position=position) from cause
-        logger.warning("skipped %s: %s", f"{rows} row(s)" if rows or row is not None else "message", text)
+        logger.warning("skipped %s: %s", f"{rows} row(s)" if rows or row is not None else "message", text,
+                       extra={"event": "skipped_input",  # structured fields for the daemon's JSON log lines
+                              "fields": {"reason": reason, "column": column, "rows": rows, "position": position}})
 
     def _segment(self, sb: SourceBatch) -> _Segment | None:
         if sb.error is not None or sb.batch is None:

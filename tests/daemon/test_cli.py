@@ -77,3 +77,28 @@ def test_metrics_endpoint_and_health_file(tmp_path):
     assert "streamfit_checkpoint_write_seconds" in body and 'streamfit_source_position{part="row"} 512.0' in body
     health = json.loads((tmp_path / "h.json").read_text())
     assert health["rows"] == total and health["last_batch_at"] > 0
+
+
+def test_skipped_input_is_a_structured_log_line(tmp_path):
+    import logging
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streamfit.daemon.health import JsonFormatter
+
+    data, _ = write_stream(tmp_path, files=1, rows=256)
+    bad = pa.table({**{f"x{j}": pa.array([1.0, None], pa.float32()) for j in range(6)}, "y": pa.array([1.0, 2.0], pa.float32())})
+    pq.write_table(bad, data / "part-999.parquet")
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("streamfit.stream").addHandler(handler)  # main() resets the handlers of "streamfit"
+    try:
+        assert main(["train", "--source", f"parquet:{data}", "--model", str(write_model(tmp_path)), "--no-progress",
+                     "--batch-size", "64", "--on-bad", "skip"]) == 0
+    finally:
+        logging.getLogger("streamfit.stream").removeHandler(handler)
+    lines = [json.loads(JsonFormatter().format(r)) for r in records]
+    skipped = [line for line in lines if line.get("event") == "skipped_input"]
+    assert skipped and skipped[0]["reason"] == "null" and skipped[0]["position"]["file"] == "part-999.parquet"
