@@ -61,22 +61,27 @@ class Device:
         arr = np.zeros(shape, dtype)
         if self.kind == "cuda":
             pinned = _pinned_device(self.index)
-            if pinned is not None:
+            try:
                 value = C.OrtValue.ortvalue_from_shape_and_type(list(shape), np.dtype(dtype).type, pinned)
-                return value, value.numpy()  # host-visible: numpy() is a view of pinned memory
-        return C.OrtValue.ortvalue_from_numpy(arr, C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)), arr
+                view = value.numpy()
+            except Exception:  # no pinned allocator in this build: plain memory below
+                value = None
+            if value is not None:
+                # numpy() must be a view of the pinned memory for writes to reach it; else use plain memory
+                if view.size == 0 or view.ctypes.data == value.data_ptr():
+                    view[...] = 0
+                    return value, view
+        cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        return C.OrtValue.ortvalue_from_numpy(arr, cpu), arr
 
     def to_numpy(self, value: C.OrtValue) -> np.ndarray:
         """Host copy of a device value (a fresh array on CUDA; a copy on CPU too, so it is a snapshot)."""
         return np.array(value.numpy(), copy=True)
 
 
-def _pinned_device(index: int) -> C.OrtDevice | None:
+def _pinned_device(index: int) -> C.OrtDevice:
     # OrtDevice(CPU, CUDA_PINNED=1, index): the memory type ORT's CUDA provider uses for pinned buffers.
-    try:
-        return C.OrtDevice(C.OrtDevice.cpu(), 1, index)
-    except Exception:  # pragma: no cover - builds without the constructor
-        return None
+    return C.OrtDevice(C.OrtDevice.cpu(), 1, index)
 
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")

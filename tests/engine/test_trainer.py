@@ -237,3 +237,11 @@ def test_session_options_and_device_parsing():
     trainer = Trainer(linear_model(3), threads=None)
     assert trainer.small_batch_options.intra_op_num_threads == 1  # small batches: one thread by default
     assert Trainer(linear_model(3), threads=2).small_batch_options.intra_op_num_threads == 2
+
+
+def test_cuda_staging_falls_back_to_host_memory_that_the_bound_value_sees():
+    from streamfit._engine.device import Device
+
+    value, arr = Device("cuda", 1).staging((2, 3), np.float32)  # no pinned allocator in the CPU build
+    arr[...] = 7.0
+    np.testing.assert_array_equal(value.numpy(), np.full((2, 3), 7.0, np.float32))
