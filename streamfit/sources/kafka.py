@@ -64,7 +64,10 @@ class KafkaSource(Source):
         if not isinstance(coalesce_rows, int) or coalesce_rows < 0:
             raise ValueError(f"Invalid coalesce_rows: {coalesce_rows!r}, expected an int >= 0")
         conf = {"bootstrap.servers": bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
-                "enable.auto.commit": False, "enable.auto.offset.store": False}
+                "enable.auto.commit": False, "enable.auto.offset.store": False,
+                # a trainer wants data as soon as it is there: librdkafka's default lets a fetch wait up to
+                # 500 ms for more bytes, which starved the training loop (3x fewer rows/s measured here)
+                "fetch.wait.max.ms": 10}
         conf.update(config or {})
         if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
             raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")
