@@ -193,7 +193,8 @@ def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable
         m = res.median_rate(name)
         sp = res.spread(name)
         ratio = res.ratio(name, "none") if name != "none" else None
-        vs = "-" if ratio is None else f"{(ratio[0] - 1) * 100:+.1f}% [{(ratio[1] - 1) * 100:+.1f},{(ratio[2] - 1) * 100:+.1f}]"
+        vs = "-" if ratio is None else \
+            f"{(ratio[0] - 1) * 100:+.1f}% [{(ratio[1] - 1) * 100:+.1f},{(ratio[2] - 1) * 100:+.1f}]"
         ck = res.median_extra(name, "checkpoints")
         pause = res.median_extra(name, "pause_ms")
         write = res.median_extra(name, "write_ms")

@@ -52,6 +52,10 @@ Targets (issue "async streaming loop"):
     Kafka:   linear loop rows/s >= 90 % of raw consume+decode rows/s     (every Kafka variant; linear and
              linear-t1)
 
+The tables also give a CPU ceiling per model and source: cores / (core-us per row of in-memory training +
+core-us per row of the read, the broker's CPU included), the loop's rate if reading and training overlapped
+perfectly and only CPU limited them; on 2 cores the Parquet read alone keeps the MLP loop below ~90 %.
+
 ``--profile`` (and automatically, in a full run, every missed target) runs the loop once more with timers:
 the estimator call and the metrics rows computed in the worker thread, the thread hand-off and per-batch
 bookkeeping on the event loop, the time the trainer waited for a batch, the time in ``source.__anext__``
@@ -703,6 +707,20 @@ def report(cases: list[Case], models: list[str], args: argparse.Namespace, round
         txt = f"{cpu:.2f}" + (f"+{other:.2f}" if other is not None else "") + f" {cores / rate * 1e6:.2f}us"
         return f"{txt:>{W}s}"
 
+    ncpu = os.cpu_count() or 1
+
+    def core_us(c: Case, key: str) -> float | None:
+        cpu, rate = c.rounds.median_extra(key, "cpu"), c.rounds.median_rate(key)
+        if cpu is None or not rate:
+            return None
+        other = c.rounds.median_extra(key, "other_cpu") if c.source == "kafka" else 0.0
+        return (cpu + (other or 0.0)) / rate
+
+    def ceiling(c: Case, m: str) -> float | None:
+        """rows/s if training and reading were perfectly overlapped and CPU-bound on all cores."""
+        a, b = core_us(c, f"{m}:memory"), core_us(c, "read")
+        return None if a is None or b is None else ncpu / (a + b)
+
     out("")
     out(f"rows/s, median of {rounds} interleaved round(s) (+-: half the IQR across rounds, % of the median)")
     out(head)
@@ -715,6 +733,9 @@ def report(cases: list[Case], models: list[str], args: argparse.Namespace, round
             key = f"{m}:{p}"
             if any(key in c.rounds.samples for c in cases):
                 out(f"{'  ' + LABELS[p]:34s}" + "".join(rate_cell(c, key) for c in cases))
+        cells = [ceiling(c, m) if m in c.models else None for c in cases]
+        if any(cells):
+            out(f"{'  CPU ceiling (see below)':34s}" + "".join(f"{C.fmt_rate(x) if x else '-':>{W}s}" for x in cells))
     loads = []
     for c in cases:
         o = c.rounds.all_extra("others")
@@ -745,8 +766,19 @@ def report(cases: list[Case], models: list[str], args: argparse.Namespace, round
                 continue
             cells = [f"{C.fmt_ratio(c.rounds.ratio(ka, kb)):>{W}s}" for c in cases]
             out(f"{'  ' + a + ' / ' + b:34s}" + "".join(cells))
+        cells = []
+        for c in cases:
+            x = ceiling(c, m) if m in c.models else None
+            mem, read = c.rounds.median_rate(f"{m}:memory"), c.rounds.median_rate("read")
+            cells.append(f"{(f'{x / mem:.0%} / {x / read:.0%}' if x and mem and read else '-'):>{W}s}")
+        if any(x.strip() != "-" for x in cells):
+            out(f"{'  CPU ceiling / memory, / read':34s}" + "".join(cells))
     if any(c.rounds.ratio("rebatch", "read") for c in cases):
-        out(f"{'rebatch / read':34s}" + "".join(f"{C.fmt_ratio(c.rounds.ratio('rebatch', 'read')):>{W}s}" for c in cases))
+        cells = [f"{C.fmt_ratio(c.rounds.ratio('rebatch', 'read')):>{W}s}" for c in cases]
+        out(f"{'rebatch / read':34s}" + "".join(cells))
+    out(f"CPU ceiling = {ncpu} cores / (core-us per row of in-memory training + of the read, broker included): the "
+        f"loop's rows/s if reading and training overlapped perfectly and only CPU limited them (ORT's spinning "
+        f"threads count as used)")
     out("")
     out(f"targets (>= {TARGET:.0%}):")
     for c in cases:

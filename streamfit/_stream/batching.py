@@ -375,6 +375,8 @@ class Rebatcher:
             if (self._fill == 0 and seg.plan.zero_copy and seg.rows is None and seg.n - i >= bs and room >= bs):
                 yield self._emit_view(seg, i)
                 i += bs
+                if self.done:  # max_rows reached exactly on the zero-copy path
+                    return
                 continue
             k = min(seg.n - i, bs - self._fill, room)
             self._copy(seg, i, k)

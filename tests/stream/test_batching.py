@@ -156,3 +156,20 @@ def test_invalid_arguments():
         Rebatcher(4, dtype=np.int32)
     with pytest.raises(ValueError, match="both a feature"):
         Rebatcher(4, features=["x", "y"])
+
+
+def test_max_rows_on_the_zero_copy_path_emits_no_empty_batch():
+    import numpy as np
+    import pyarrow as pa
+
+    from streamfit._stream.batching import Rebatcher
+    from streamfit.sources._base import SourceBatch
+
+    X = np.arange(64 * 4, dtype=np.float32)
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(X), 4)
+    batch = pa.record_batch([vec, pa.array(np.zeros(64, np.float32))], ["x", "y"])
+    sb = SourceBatch(batch, lambda r: {"batch": 0, "row": r})
+    rb = Rebatcher(16, features=["x"], label="y", max_rows=48)
+    out = list(rb.push(sb)) + list(rb.flush())
+    assert [b.n_rows for b in out] == [16, 16, 16]
+    assert out[-1].position == {"batch": 0, "row": 48}
