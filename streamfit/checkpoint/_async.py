@@ -125,7 +125,7 @@ class AsyncCheckpointWriter:
             if self._pending is not None or self._running:
                 if not wait:
                     self._skipped += 1
-                    logger.info("checkpoint of step %d skipped: a write is still in flight", step)
+                    logger.debug("checkpoint of step %d skipped: a write is still in flight", step)
                     return False
                 if not self._cond.wait_for(self._idle, timeout):
                     raise CheckpointError(f"checkpoint of step {step}: previous write still running after {timeout} s")
@@ -186,7 +186,7 @@ class AsyncCheckpointWriter:
             else:
                 seconds = time.perf_counter() - start
                 self._last = WriteResult(job.step, path, seconds)
-                logger.info("checkpoint of step %d written to %s in %.3f s", job.step, path, seconds)
+                logger.debug("checkpoint of step %d written to %s in %.3f s", job.step, path, seconds)
             finally:
                 del job  # drop the snapshot before waiting for the next one
                 with self._cond:
