@@ -50,7 +50,7 @@ class KafkaSource(Source):
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",
-                 config: Mapping[str, Any] | None = None, max_messages: int = 500, poll_timeout: float = 0.2,
+                 config: Mapping[str, Any] | None = None, max_messages: int = 500, poll_timeout: float = 0.02,
                  coalesce_rows: int = 1024) -> None:
         self._kafka = _import_kafka()
         if not topic or not isinstance(topic, str):
