@@ -67,12 +67,9 @@ class PingPong:
 
 
 class HostScalars:
-    """0-d host arrays bound once as inputs; setting a value writes into the bound memory."""
+    """0-d host arrays bound once as inputs: writing ``arrays[name][()]`` changes what the next run reads."""
 
     def __init__(self, names: Iterable[str], dtype: np.dtype) -> None:
         cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
         self.arrays = {n: np.zeros((), dtype) for n in names}
         self.values = {n: C.OrtValue.ortvalue_from_numpy(a, cpu) for n, a in self.arrays.items()}
-
-    def set(self, name: str, value: float) -> None:
-        self.arrays[name][()] = value

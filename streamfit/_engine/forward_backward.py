@@ -14,8 +14,7 @@ import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import (GradientGraphs, Names, build_loss_model, build_update_model,
-                                     sample_weight_shape)
+from streamfit._engine.build import GradientGraphs, Names, build_loss_model, build_update_model
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.staging import Staging, StagingCache
@@ -123,6 +122,3 @@ class ForwardBackwardStep:
         dy = io.get_outputs()[1]  # bound second, after the loss
         grads = self.backward(dy)
         return loss, self.apply(grads)
-
-    def sample_weight_shape(self, n: int) -> tuple[int, ...]:
-        return sample_weight_shape(n, self.y_rank)

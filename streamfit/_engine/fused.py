@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 

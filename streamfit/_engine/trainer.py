@@ -6,7 +6,6 @@ import os
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-import onnxruntime as ort
 from onnx import ModelProto
 from onnxruntime.capi import _pybind_state as C
 
