@@ -23,7 +23,7 @@ from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
 from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import restore_estimator, snapshot_estimator
-from streamfit.exceptions import CheckpointError, DivergenceError
+from streamfit.exceptions import CheckpointError, DivergenceError, SourceError
 from streamfit.sources import Position, Source, SourceBatch, open_source
 
 __all__ = ["Runner", "RunSummary"]
@@ -143,7 +143,11 @@ class Runner:
         spec = self.source_spec
         source = spec() if callable(spec) else open_source(spec, **self.source_options)
         if position is not None:
-            source.seek(position)
+            try:
+                source.seek(position)
+            except NotImplementedError as exc:
+                raise SourceError(f"{type(source).__name__} cannot restart at a saved position ({exc}); resuming "
+                                  "or rolling back needs a replayable source: Parquet, an IPC file or Kafka") from exc
         return source
 
     # -- state ---------------------------------------------------------------------------------------

@@ -136,3 +136,16 @@ def test_divergence_that_never_ends_stops_with_a_clear_error(tmp_path):
                     guard=DivergenceGuard(factor=10, warmup=1, lr_factor=0.5, max_rollbacks=2))
     with pytest.raises(DivergenceError, match="diverged 3 times in a row"):
         _run(runner)
+
+
+def test_resume_on_a_source_that_cannot_seek_says_why(tmp_path):
+    from streamfit.exceptions import SourceError
+    from streamfit.sources import IpcTcpSource
+
+    data, _ = write_stream(tmp_path, files=1, rows=256)
+    model = write_model(tmp_path)
+    _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", batch_size=64))
+    runner = Runner(_estimator(model), lambda: IpcTcpSource(port=0), checkpoint_dir=tmp_path / "ck", resume=True,
+                    batch_size=64)
+    with pytest.raises(SourceError, match="cannot restart at a saved position"):
+        _run(runner)
