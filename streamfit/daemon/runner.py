@@ -312,10 +312,14 @@ class Runner:
                     break
                 await self._roll_back()
             if self._writer is not None and self.batches and (self._committed_step < self.batches):
-                if self.batches not in self._pending:
-                    self._submit(wait=True)
-                self._writer.flush()
+                # wait in a worker thread: the event loop stays free to see a second signal
+                await anyio.to_thread.run_sync(self._writer.flush)
                 await self._settle()
+                if self._committed_step < self.batches:
+                    if self.batches not in self._pending:
+                        self._submit(wait=True)  # the writer is idle: returns at once
+                    await anyio.to_thread.run_sync(self._writer.flush)
+                    await self._settle()
         finally:
             if self._writer is not None:
                 self._writer.close()

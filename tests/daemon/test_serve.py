@@ -154,3 +154,19 @@ def test_kafka_kills_resume_exactly_and_commit_offsets(tmp_path, reference, kafk
     finally:
         consumer.close()
     assert committed == len(record_batches(FILES, ROWS))  # every message committed, after the final checkpoint
+
+
+def test_second_signal_exits_at_once(tmp_path):
+    data, total = write_stream(tmp_path, 1, 1024)
+    model = write_model(tmp_path)
+    health = tmp_path / "health.json"
+    marker = tmp_path / "marker"
+    # the final checkpoint write parks in the writer thread: only a second signal can end the process
+    proc = _serve(f"parquet:{data}", model, tmp_path / "ck", health, ["--checkpoint-every-batches", "100000"],
+                  env={"STREAMFIT_CHECKPOINT_TEST_PAUSE": f"files_written:{marker}"})
+    _wait(lambda: _health(health).get("rows", 0) >= total, proc, what="the stream")
+    proc.send_signal(signal.SIGTERM)
+    _wait(marker.exists, proc, what="the final checkpoint write")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 128 + signal.SIGTERM
