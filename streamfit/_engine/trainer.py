@@ -82,6 +82,10 @@ class Trainer:
         self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names]
                                    + [Names.inv_n, Names.grad_scale, Names.decay], self.prepared.dtype)
         self._l2 = penalty.l2 if penalty is not None else 0.0
+        arrays = self.scalars.arrays  # bound once; each step writes these 0-d arrays in place
+        self._optimizer_scalars = [arrays[Names.scalar(s)] for s in self.optimizer.scalar_names]
+        self._inv_n, self._grad_scale, self._decay = (arrays[Names.inv_n], arrays[Names.grad_scale],
+                                                      arrays[Names.decay])
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
         self._staged: dict[tuple[Any, ...], Staging] = {}
@@ -169,13 +173,11 @@ class Trainer:
     # -- training -----------------------------------------------------------------------------------
     def _set_scalars(self, n: int) -> None:
         lr = self.schedule.lr * self.lr_scale
-        values = self.optimizer.scalars(lr, self.n_steps)
-        arrays = self.scalars.arrays
-        for name, value in zip(self.optimizer.scalar_names, values):
-            arrays[Names.scalar(name)][()] = value
-        arrays[Names.inv_n][()] = 1.0 / n
-        arrays[Names.grad_scale][()] = lr / n
-        arrays[Names.decay][()] = 1.0 - lr * self._l2
+        for target, value in zip(self._optimizer_scalars, self.optimizer.scalars(lr, self.n_steps)):
+            target[()] = value
+        self._inv_n[()] = 1.0 / n
+        self._grad_scale[()] = lr / n
+        self._decay[()] = 1.0 - lr * self._l2
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Train on one batch; return its mean loss (computed before the update)."""
