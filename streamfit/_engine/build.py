@@ -148,7 +148,7 @@ def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer
         w_new, new_state = optimizer.update(b, w, g, state, scalars)
         if use_penalty:
             w_new = penalty.proximal(b, w_new, scalars["lr"])
-        produced = {**{slot: v for slot, v in new_state.items()}, "": w_new}
+        produced = {**new_state, "": w_new}
         for slot, value in produced.items():
             target = Names.new(state[slot] if slot else w)
             _rename_output(b, value, target, graph_inputs | set(scalars.values()) | set(state.values()))

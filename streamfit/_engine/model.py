@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import onnx
@@ -190,8 +190,3 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
                          initial, notes)
 
-
-def ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
-    """``names`` sorted by their position in ``order``."""
-    rank = {n: i for i, n in enumerate(order)}
-    return sorted(names, key=rank.__getitem__)

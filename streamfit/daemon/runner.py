@@ -127,7 +127,8 @@ class Runner:
         self._source: Source | None = None
         self._rollback_reason: str | None = None
         self._writer: AsyncCheckpointWriter | None = None
-        self._skipped: dict[str, int] = {}
+        self._skipped: dict[str, int] = {}  # skipped rows of finished (and resumed) runs, by reason
+        self._loop_running = False
         self._t0 = 0.0
         self._rows_at_start = 0
         self._guard_every = every_batches or 100
@@ -159,7 +160,7 @@ class Runner:
         meta: dict[str, Any] = {"rows": snap.rows, "batches": snap.step, "position": snap.position,
                                 "estimator": snap.state, "rollbacks": self.rollbacks,
                                 "source": self.source_spec if isinstance(self.source_spec, str) else None,
-                                "skipped_rows": dict(self._skipped)}
+                                "skipped_rows": self._skipped_rows()}
         if summary is not None:
             meta["metrics"] = {"stream": summary.stream_metrics, "window": summary.window_metrics}
         return meta
@@ -243,9 +244,6 @@ class Runner:
         self.rows = self._base_rows + event.rows
         self.batches = self._base_batches + event.batch
         self.position = event.position
-        summary = self._loop.summary()
-        self._skipped = {k: self._base_skipped.get(k, 0) + v for k, v in summary.skipped_rows.items()}
-        self._skipped.update({k: v for k, v in self._base_skipped.items() if k not in self._skipped})
         if self.guard is not None:
             trainer = getattr(self.estimator, "trainer_", None)
             refused = 0 if trainer is None else trainer.n_skipped - self._refused_base
@@ -263,9 +261,17 @@ class Runner:
             self._rollbacks_in_a_row = 0
         if self.guard is not None and self._good is None:
             self._good = self._snapshot()  # the first trained batch is the first rollback point
-        self._observe(event, summary)
+        self._observe(event)
 
-    def _observe(self, event: BatchEvent, summary: Any) -> None:
+    def _skipped_rows(self) -> dict[str, int]:
+        """Skipped rows by reason: finished (and resumed) runs plus the loop running now."""
+        counts = dict(self._skipped)
+        if self._loop is not None and self._loop_running:
+            for reason, n in self._loop.rebatcher.skipped_rows.items():
+                counts[reason] = counts.get(reason, 0) + n
+        return counts
+
+    def _observe(self, event: BatchEvent) -> None:
         elapsed = time.perf_counter() - self._t0
         rate = (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0
         if self.health is not None:
@@ -280,10 +286,11 @@ class Runner:
             m.last_batch.set(time.time())
             m.rollbacks.set(self.rollbacks)
             m.ckpt_age.set(time.monotonic() - self._last_checkpoint_time)
-            window_loss = summary.window_metrics.get("loss")
+            assert self._loop is not None
+            window_loss = self._loop.summary().window_metrics.get("loss")
             if window_loss is not None:
                 m.loss.set(window_loss)
-            for reason, count in self._skipped.items():
+            for reason, count in self._skipped_rows().items():
                 m.skipped.labels(reason).set(count)
             for part, value in _position_parts(self.position):
                 m.position.labels(part).set(value)
@@ -342,13 +349,17 @@ class Runner:
             await self._source.aclose()
         self._source = self._open(self.position)
         self._base_rows, self._base_batches = self.rows, self.batches
-        self._base_skipped = dict(self._skipped)
         trainer = getattr(self.estimator, "trainer_", None)
         self._refused_base = 0 if trainer is None else trainer.n_skipped
         self._rollback_reason = None
         self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
                                 stop_event=stop_event, **self.loop_options)
-        summary = await self._loop.run()
+        self._loop_running = True
+        try:
+            summary = await self._loop.run()
+        finally:
+            self._skipped = self._skipped_rows()  # fold this loop's counts in
+            self._loop_running = False
         if self._rollback_reason is None and summary.position is not None:
             self.position = summary.position  # may move past trailing skipped input
         return summary

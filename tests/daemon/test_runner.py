@@ -149,3 +149,43 @@ def test_resume_on_a_source_that_cannot_seek_says_why(tmp_path):
                     batch_size=64)
     with pytest.raises(SourceError, match="cannot restart at a saved position"):
         _run(runner)
+
+
+def test_checkpoint_on_demand(tmp_path):
+    data, total = write_stream(tmp_path, files=2)
+    model = write_model(tmp_path)
+    runner = Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", batch_size=64)
+    requested = []
+
+    async def main():
+        async def ask():
+            while runner.batches < 5:
+                await anyio.sleep(0.001)
+            requested.append(runner.batches)
+            runner.request_checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            return await runner.run()
+
+    summary = anyio.run(main)
+    steps = [info.step for info in CheckpointStore(tmp_path / "ck").list()]
+    assert summary.checkpoints == 2 and steps[-1] == total // 64  # the requested one and the final one
+    assert requested and requested[0] <= steps[0] < total // 64
+
+
+def test_skipped_rows_are_counted_across_resume(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, total = write_stream(tmp_path, files=2, rows=512)
+    bad = pa.table({**{f"x{j}": pa.array([1.0, None, 2.0], pa.float32()) for j in range(6)},
+                    "y": pa.array([1.0, 2.0, 3.0], pa.float32())})
+    pq.write_table(bad, data / "part-000b.parquet")  # between the two good files
+    model = write_model(tmp_path)
+    first = _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=2,
+                        batch_size=64, on_bad="skip", max_rows=640))
+    second = _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=tmp_path / "ck", resume=True,
+                         batch_size=64, on_bad="skip"))
+    assert first.skipped_rows == {"null": 1} and second.skipped_rows == {"null": 1}
+    assert second.rows == total + 2
