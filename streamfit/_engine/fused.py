@@ -34,7 +34,8 @@ class FusedStep:
                  small_batch_options: ort.SessionOptions | None = None) -> None:
         self.pm = pm
         self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank)
-        self.large_model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True)
+        self.large_model: Any = None  # built with its session on the first large batch
+        self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True)
         # batches below large_batch_rows may run with their own options (the Trainer gives them one thread)
         self.session = make_session(self.model.SerializeToString(), small_batch_options or options, device,
                                     pm.dtype)
@@ -53,6 +54,7 @@ class FusedStep:
         if rows < self.large_batch_rows:
             return self.session
         if self._large_session is None:
+            self.large_model = self._build_large()
             self._large_session = make_session(self.large_model.SerializeToString(), self._options, self.device,
                                                self.pm.dtype)
         return self._large_session
@@ -62,7 +64,7 @@ class FusedStep:
         session = self._session_for(staging.x.shape[0])
         extra: dict[str, Any] = {}
         inputs = {i.name for i in session.get_inputs()}
-        if any(i.name == ONES for i in session.get_inputs()):
+        if ONES in inputs:
             value, ones = self.device.staging((staging.x.shape[0],), self.pm.dtype)
             ones.fill(1)
             extra["ones"] = (value, ones)  # kept alive with the staging buffers
