@@ -38,9 +38,8 @@ class Names:
     """Names of the inputs and outputs streamfit adds to a graph."""
 
     target = "sf_target"
-    sample_weight = "sf_sample_weight"
-    inv_n = "sf_inv_n"
-    grad_scale = "sf_grad_scale"  # lr / N: the fused SGD step backpropagates lr-scaled gradients
+    loss_weight = "sf_loss_weight"  # per row: loss_factor * sample_weight / N
+    grad_weight = "sf_grad_weight"  # per row: scale * sample_weight / N (scale = lr in the fused SGD step)
     decay = "sf_decay"  # 1 - lr * l2: the fused SGD step's weight decay factor
     loss = "sf_loss"
     check = "sf_check"
@@ -108,7 +107,7 @@ def _label_input(loss: Loss, dtype: np.dtype, y_rank: int) -> onnx.ValueInfoProt
 
 
 def sample_weight_shape(n: int, y_rank: int) -> tuple[int, ...]:
-    """Sample weights broadcast against per-row losses: (N,) for 1-D outputs, (N, 1) otherwise."""
+    """Per-row weights broadcast against per-row losses: (N,) for 1-D outputs, (N, 1) otherwise."""
     return (n,) if y_rank <= 1 else (n, 1)
 
 
@@ -159,8 +158,15 @@ def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer
     return inputs, outputs
 
 
-def _foldable_sgd(optimizer: Optimizer, penalty: Penalty | None) -> bool:
-    """Plain SGD with at most an L2 penalty: its update can ride on the gradient GEMMs."""
+def _row_weight_inputs(dtype: np.dtype, y_rank: int) -> list[onnx.ValueInfoProto]:
+    shape: list[Any] = ["N"] if y_rank <= 1 else ["N", 1]
+    return [_value_info(Names.loss_weight, onnx_dtype(dtype), shape),
+            _value_info(Names.grad_weight, onnx_dtype(dtype), shape)]
+
+
+def folds_lr_into_gradients(optimizer: Optimizer, penalty: Penalty | None) -> bool:
+    """Plain SGD with at most an L2 penalty: the fused step backpropagates lr-scaled gradients (the
+    grad weights carry the lr) and its update rides on the gradient GEMMs."""
     return optimizer.name == "sgd" and type(optimizer).update is SGD.update and (penalty is None or penalty.l1 == 0)
 
 
@@ -234,17 +240,13 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     yield_node = yields[0]
     y_name, dy_name = yield_node.input[0], yield_node.output[0]
     b = GraphBuilder(pm.dtype, prefix="sf_f_")
-    sw_shape = ["N"] if y_rank <= 1 else ["N", 1]
-    new_inputs = [_label_input(loss, pm.dtype, y_rank), _value_info(Names.sample_weight, onnx_dtype(pm.dtype), sw_shape),
-                  _value_info(Names.inv_n, onnx_dtype(pm.dtype), [])]
-    fold = _foldable_sgd(optimizer, penalty)
-    loss_out, dy = loss.graph(b, y_name, Names.target, Names.sample_weight, Names.inv_n,
-                              Names.grad_scale if fold else None)
+    new_inputs = [_label_input(loss, pm.dtype, y_rank)] + _row_weight_inputs(pm.dtype, y_rank)
+    fold = folds_lr_into_gradients(optimizer, penalty)
+    loss_out, dy = loss.graph(b, y_name, Names.target, Names.loss_weight, Names.grad_weight)
     existing = {i.name for i in graph.input}
     _rename_output(b, loss_out, Names.loss, existing)
     _rename_output(b, dy, dy_name, existing)
     if fold:
-        new_inputs.append(_value_info(Names.grad_scale, onnx_dtype(pm.dtype), []))
         upd_inputs, upd_outputs = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch)
     else:
         upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
@@ -291,19 +293,17 @@ def _toposort(model: ModelProto) -> ModelProto:
 
 
 def build_loss_model(loss: Loss, dtype: np.dtype, y_rank: int) -> ModelProto:
-    """The forward/backward strategy's loss graph: (Y, target, sample weight, 1/N) -> (loss, dL/dY)."""
+    """The forward/backward strategy's loss graph: (Y, target, loss and grad weights) -> (loss, dL/dY)."""
     b = GraphBuilder(dtype, prefix="sf_l_")
     y = "sf_y"
-    loss_out, dy = loss.graph(b, y, Names.target, Names.sample_weight, Names.inv_n)
+    loss_out, dy = loss.graph(b, y, Names.target, Names.loss_weight, Names.grad_weight)
     _rename_output(b, loss_out, Names.loss, set())
     _rename_output(b, dy, "sf_dy", set())
     elem = onnx_dtype(dtype)
     y_shape = ["N"] + [f"d{i}" for i in range(1, y_rank)]
-    sw_shape = ["N"] if y_rank <= 1 else ["N", 1]
     graph = helper.make_graph(
         b.nodes, "streamfit_loss",
-        [_value_info(y, elem, y_shape), _label_input(loss, dtype, y_rank),
-         _value_info(Names.sample_weight, elem, sw_shape), _value_info(Names.inv_n, elem, [])],
+        [_value_info(y, elem, y_shape), _label_input(loss, dtype, y_rank)] + _row_weight_inputs(dtype, y_rank),
         [_value_info(Names.loss, elem, []), _value_info("sf_dy", elem, y_shape)], b.initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
 

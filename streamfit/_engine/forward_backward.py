@@ -55,13 +55,14 @@ class ForwardBackwardStep:
         self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
         self._update_inputs = {i.name for i in self.update_session.get_inputs()}
         self._state: Any = None
-        self.cache = StagingCache(device, self._bindings)
+        self.lr_in_grad_weights = False  # dL/dY is the plain gradient; the update graph applies the lr
+        self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
 
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         io = C.SessionIOBinding(self.loss_session._sess)
         io.bind_ortvalue_input(Names.target, staging.t_value)
-        io.bind_ortvalue_input(Names.sample_weight, staging.sw_value)
-        io.bind_ortvalue_input(Names.inv_n, self.scalars.values[Names.inv_n])
+        io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
+        io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
         io.bind_ortvalue_output(Names.loss, self.outputs.values[Names.loss])
         io.bind_output("sf_dy", self.device.ort_device())
         return {"loss_io": io}

@@ -9,7 +9,7 @@ import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import GradientGraphs, Names, build_fused
+from streamfit._engine.build import GradientGraphs, Names, build_fused, folds_lr_into_gradients
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.rewrites import ONES
@@ -48,7 +48,9 @@ class FusedStep:
         self.outputs = out
         self._loss = out.arrays[Names.loss]
         self._check = out.arrays[Names.check]
-        self.cache = StagingCache(device, self._bindings)
+        #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
+        self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
+        self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
 
     def _session_for(self, rows: int) -> ort.InferenceSession:
         if rows < self.large_batch_rows:
@@ -72,7 +74,8 @@ class FusedStep:
             io = C.SessionIOBinding(session._sess)
             io.bind_ortvalue_input(self.pm.input_name, staging.x_value)
             io.bind_ortvalue_input(Names.target, staging.t_value)
-            io.bind_ortvalue_input(Names.sample_weight, staging.sw_value)
+            io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
+            io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
             if "ones" in extra:
                 io.bind_ortvalue_input(ONES, extra["ones"][0])
             for name, value in self.scalars.values.items():

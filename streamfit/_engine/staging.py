@@ -16,43 +16,64 @@ __all__ = ["Staging", "StagingCache"]
 
 @dataclass
 class Staging:
-    """Host buffers for one batch shape (features, targets, sample weights) and their OrtValues.
+    """Host buffers for one batch shape (features, targets, per-row weights) and their OrtValues.
 
+    The loss graph takes the sample weights as two per-row vectors, ``lw = loss_factor * sw / N`` and
+    ``gw = grad_scale * sw``; without sample weights they are constant, so they are rewritten only when
+    ``grad_scale`` changes (a learning-rate schedule in the fused SGD step) or weights come and go.
     ``extra`` holds whatever a strategy binds per shape (its IOBindings).
     """
 
     x: np.ndarray
     t: np.ndarray
-    sw: np.ndarray
+    lw: np.ndarray
+    gw: np.ndarray
     x_value: C.OrtValue
     t_value: C.OrtValue
-    sw_value: C.OrtValue
+    lw_value: C.OrtValue
+    gw_value: C.OrtValue
     #: the model's output for this batch, computed by the step before the update (progressive validation)
     y: np.ndarray
     y_value: C.OrtValue
+    loss_factor: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
-    sw_is_ones: bool = True
+    #: what lw/gw hold now: None = not filled; else (weighted, grad_scale)
+    _weights_for: tuple[bool, float] | None = None
+    _t_view: np.ndarray | None = None
 
-    def load(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None) -> None:
-        """Copy one batch in (a short last batch gets its own Staging, so shapes always match)."""
-        np.copyto(self.x, X, casting="same_kind")
-        np.copyto(self.t, T.reshape(self.t.shape), casting="same_kind")
+    def load(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None, grad_scale: float) -> None:
+        """Copy one batch in; ``X`` has exactly ``x``'s shape, ``T`` as many elements as ``t``.
+
+        The caller has checked the shapes and that both are numeric arrays (plain assignment casts as
+        ``same_kind`` would for them); a short last batch gets its own Staging.
+        """
+        self.x[...] = X
+        view = self._t_view
+        if view is None or view.shape != T.shape:
+            view = self._t_view = self.t.reshape(T.shape)
+        view[...] = T
         if sw is None:
-            if not self.sw_is_ones:
-                self.sw.fill(1)
-                self.sw_is_ones = True
+            if self._weights_for != (False, grad_scale):
+                n = self.x.shape[0]
+                self.lw.fill(self.loss_factor / n)
+                self.gw.fill(grad_scale)
+                self._weights_for = (False, grad_scale)
         else:
-            np.copyto(self.sw, sw.reshape(self.sw.shape), casting="same_kind")
-            self.sw_is_ones = False
+            sw = sw.reshape(self.lw.shape)
+            np.multiply(sw, self.loss_factor / self.x.shape[0], out=self.lw, casting="same_kind")
+            np.multiply(sw, grad_scale, out=self.gw, casting="same_kind")
+            self._weights_for = (True, grad_scale)
 
 
 class StagingCache:
     """The Staging of each batch shape seen recently (LRU, so a stream of odd sizes stays bounded)."""
 
-    def __init__(self, device: Device, make_extra: Callable[[Staging], dict[str, Any]], size: int = 8) -> None:
+    def __init__(self, device: Device, make_extra: Callable[[Staging], dict[str, Any]], size: int = 8,
+                 loss_factor: float = 1.0) -> None:
         self.device = device
         self.make_extra = make_extra
         self.size = size
+        self.loss_factor = loss_factor
         self._cache: OrderedDict[tuple[Any, ...], Staging] = OrderedDict()
 
     def get(self, x_shape: tuple[int, ...], x_dtype: Any, t_shape: tuple[int, ...], t_dtype: Any,
@@ -64,10 +85,10 @@ class StagingCache:
             return staging
         xv, x = self.device.staging(x_shape, x_dtype)
         tv, t = self.device.staging(t_shape, t_dtype)
-        swv, sw = self.device.staging(sw_shape, x_dtype)
-        sw.fill(1)
+        lwv, lw = self.device.staging(sw_shape, x_dtype)
+        gwv, gw = self.device.staging(sw_shape, x_dtype)
         yv, y = self.device.staging(y_shape, x_dtype)
-        staging = Staging(x, t, sw, xv, tv, swv, y, yv)
+        staging = Staging(x, t, lw, gw, xv, tv, lwv, gwv, y, yv, loss_factor=self.loss_factor)
         staging.extra = self.make_extra(staging)
         self._cache[key] = staging
         if len(self._cache) > self.size:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Literal, Mapping, Sequence
 
@@ -79,13 +80,16 @@ class Trainer:
             for slot, arr in self.optimizer.init_state(self.prepared.initial[w]).items():
                 values[Names.slot(w, slot)] = arr
         self.params = PingPong(self.device, values)
-        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names]
-                                   + [Names.inv_n, Names.grad_scale, Names.decay], self.prepared.dtype)
+        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.decay],
+                                   self.prepared.dtype)
         self._l2 = penalty.l2 if penalty is not None else 0.0
-        arrays = self.scalars.arrays  # bound once; each step writes these 0-d arrays in place
+        arrays = self.scalars.arrays  # bound once; a step writes these 0-d arrays in place when they change
         self._optimizer_scalars = [arrays[Names.scalar(s)] for s in self.optimizer.scalar_names]
-        self._inv_n, self._grad_scale, self._decay = (arrays[Names.inv_n], arrays[Names.grad_scale],
-                                                      arrays[Names.decay])
+        self._decay = arrays[Names.decay]
+        # an optimizer that keeps the base scalars() feeds the lr only: rewritten only when the lr changes
+        self._scalars_per_step = type(self.optimizer).scalars is not Optimizer.scalars
+        self._fed_lr: float | None = None
+        self._lr_in_grad_weights = False
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
         self._staged: dict[tuple[Any, ...], Staging] = {}
@@ -127,11 +131,15 @@ class Trainer:
         extra = {"small_batch_options": self.small_batch_options} if cls is FusedStep else {}
         self._strategy = cls(self.prepared, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
                              self.options, y_rank, self.params, self.scalars, **extra)
+        self._lr_in_grad_weights = self._strategy.lr_in_grad_weights
 
     def _targets(self, y: Any, n: int) -> np.ndarray:
         y = np.asarray(y)
-        if y.shape[0] != n:
-            raise BadInputError(f"got {n} rows of features but {y.shape[0]} labels", reason="shape_mismatch")
+        if y.dtype.kind not in "fiub":
+            raise BadInputError(f"labels are {y.dtype}, expected numbers", reason="wrong_type")
+        if y.ndim == 0 or y.shape[0] != n:
+            raise BadInputError(f"got {n} rows of features but {f'{y.shape[0]} labels' if y.ndim else 'a scalar label'}",
+                                reason="shape_mismatch")
         if self.loss.integer_labels:
             if y.dtype.kind not in "iub" and not (y.dtype.kind == "f" and np.all(y == np.round(y))):
                 raise BadInputError(f"labels must be integer class indices, got {y.dtype}", reason="wrong_type")
@@ -143,13 +151,14 @@ class Trainer:
                                 reason="shape_mismatch")
         return y.reshape((n,) + self._y_tail)
 
-    def _stage(self, X: np.ndarray, y: Any, sample_weight: Any) -> Staging:
+    def _stage(self, X: np.ndarray, y: Any, sample_weight: Any, lr: float) -> Staging:
+        """The batch copied into the staging buffers of its shape (validated and bound on first sight)."""
         assert self._strategy is not None
         if type(y) is not np.ndarray:
             y = np.asarray(y)
         if self.loss.integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
             y = self._targets(y, X.shape[0]).astype(np.int64)
-        key = (X.shape, y.shape, y.dtype.kind)
+        key = (X.shape, X.dtype.kind, y.shape, y.dtype.kind)
         hit = self._staged.get(key)  # shapes seen before: validated already, buffers bound already
         if hit is None:
             n = X.shape[0]
@@ -161,23 +170,25 @@ class Trainer:
             if len(self._staged) >= self._strategy.cache.size:
                 self._staged.clear()
             self._staged[key] = hit = staging
+        n = X.shape[0]
+        scale = lr / n if self._lr_in_grad_weights else 1.0 / n
         if sample_weight is not None:
             sw = np.asarray(sample_weight)
-            if sw.size != X.shape[0]:
-                raise BadInputError(f"got {sw.size} sample weights for {X.shape[0]} rows", reason="shape_mismatch")
-            hit.load(X, y, sw)
+            if sw.size != n:
+                raise BadInputError(f"got {sw.size} sample weights for {n} rows", reason="shape_mismatch")
+            if sw.dtype.kind not in "fiub":
+                raise BadInputError(f"sample weights are {sw.dtype}, expected numbers", reason="wrong_type")
+            hit.load(X, y, sw, scale)
         else:
-            hit.load(X, y, None)
+            hit.load(X, y, None, scale)
         return hit
 
     # -- training -----------------------------------------------------------------------------------
-    def _set_scalars(self, n: int) -> None:
-        lr = self.schedule.lr * self.lr_scale
+    def _set_scalars(self, lr: float) -> None:
         for target, value in zip(self._optimizer_scalars, self.optimizer.scalars(lr, self.n_steps)):
             target[()] = value
-        self._inv_n[()] = 1.0 / n
-        self._grad_scale[()] = lr / n
         self._decay[()] = 1.0 - lr * self._l2
+        self._fed_lr = lr
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Train on one batch; return its mean loss (computed before the update)."""
@@ -185,8 +196,10 @@ class Trainer:
             X = self._features(X)  # converts, or raises a clear BadInputError
         if self._strategy is None:
             self._ensure_strategy(X)
-        staging = self._stage(X, y, sample_weight)
-        self._set_scalars(X.shape[0])
+        lr = self.schedule.lr * self.lr_scale
+        staging = self._stage(X, y, sample_weight, lr)
+        if lr != self._fed_lr or self._scalars_per_step:
+            self._set_scalars(lr)
         loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
         self._last_staging = staging
         return self._finish(loss, ok)
@@ -205,12 +218,12 @@ class Trainer:
         if not ok:
             self.n_skipped += 1
             if self.on_nonfinite == "raise":
-                what = "loss" if not np.isfinite(loss) else "gradients or updated weights"
+                what = "loss" if not math.isfinite(loss) else "gradients or updated weights"
                 raise NonFiniteError(f"step {self.n_steps + 1}: non-finite {what} (loss={loss}); the step was "
                                      "not applied and the weights are unchanged", step=self.n_steps + 1, what=what)
             return loss
         self.n_steps += 1
-        self.schedule.step(loss if np.isfinite(loss) else None)
+        self.schedule.step(loss if math.isfinite(loss) else None)
         return loss
 
     # -- piece by piece (forward/backward strategy) -------------------------------------------------
@@ -243,7 +256,7 @@ class Trainer:
         if missing:
             raise KeyError(f"gradients missing for {missing}")
         arrays = [np.ascontiguousarray(grads[w], dtype=self.dtype) for w in self.prepared.weights]
-        self._set_scalars(getattr(self, "_fb_n", 1))
+        self._set_scalars(self.schedule.lr * self.lr_scale)
         ok = fb.apply([self.device.resident(a) for a in arrays])
         self._finish(float("nan") if loss is None else float(loss), ok)
         return ok

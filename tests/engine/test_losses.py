@@ -42,7 +42,9 @@ def test_numpy_gradient_matches_finite_differences(loss):
 def test_onnx_loss_graph_matches_numpy(loss):
     y, t, sw = _data(loss)
     sess = ort.InferenceSession(build_loss_model(loss, np.dtype(np.float64), 2).SerializeToString())
-    feeds = {"sf_y": y, Names.target: t, Names.sample_weight: sw.reshape(-1, 1), Names.inv_n: np.array(1 / len(y))}
+    # the engine feeds the weighting as per-row vectors: loss_factor * sw / N and sw / N
+    w = sw.reshape(-1, 1) / len(y)
+    feeds = {"sf_y": y, Names.target: t, Names.loss_weight: loss.loss_factor * w, Names.grad_weight: w}
     value, dy = sess.run(None, feeds)
     ref_value, ref_dy = loss.numpy(y, t, sw)
     assert value == pytest.approx(ref_value, rel=1e-12)

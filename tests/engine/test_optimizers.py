@@ -16,18 +16,21 @@ OPTIMIZERS = [SGD(), Momentum(0.8), Nesterov(0.9), Adam(), Adam(beta1=0.5, beta2
 PENALTIES = [None, Penalty(alpha=0.01, l1_ratio=0.0), Penalty(alpha=0.02, l1_ratio=1.0), Penalty(alpha=0.03, l1_ratio=0.4)]
 
 
-def numpy_run(opt, penalty, X, y, sw, steps, batch, eta0):
-    """Reference: a numpy linear model trained with the same rule (squared error, invscaling rate)."""
+def numpy_run(opt, penalty, X, y, sw, steps, batch, eta0, power_t=0.25):
+    """Reference: a numpy linear model trained with the same rule (squared error, invscaling rate).
+
+    ``sw``: the sample weights, or a function (step, slice) -> the weights that step used."""
     rng = np.random.default_rng(1)
     w = {"W": (rng.standard_normal((X.shape[1], 1)) * 0.1), "B": np.zeros(1)}
     state = {k: opt.init_state(v) for k, v in w.items()}
     for t in range(steps):
         sl = slice((t * batch) % len(X), (t * batch) % len(X) + batch)
-        xb, yb, swb = X[sl], y[sl].reshape(-1, 1), sw[sl].reshape(-1, 1)
+        swb = (sw(t, sl) if callable(sw) else sw[sl]).reshape(-1, 1)
+        xb, yb = X[sl], y[sl].reshape(-1, 1)
         n = len(xb)
         dy = (xb @ w["W"] + w["B"] - yb) * swb / n
         grads = {"W": xb.T @ dy, "B": dy.sum(axis=0)}
-        lr = eta0 / (t + 1) ** 0.25
+        lr = eta0 / (t + 1) ** power_t
         scal = dict(zip(opt.scalar_names, opt.scalars(lr, t)))
         for k in w:
             g = grads[k]
@@ -96,3 +99,33 @@ def test_names_and_validation():
     assert get_penalty(None) is None
     with pytest.raises(ValueError, match="unknown penalty"):
         get_penalty("l3")
+
+
+@pytest.mark.parametrize("schedule", ["invscaling", "constant"])
+@pytest.mark.parametrize("opt", [SGD(), Adam()], ids=repr)
+def test_weighted_and_unweighted_batches_of_one_shape_alternate(opt, schedule):
+    # the per-row loss/grad weights of a shape are refilled only when the weights or the lr change:
+    # alternating sample_weight=None and given, under a changing and a constant lr, must stay exact
+    from streamfit.schedules import Constant
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((60, 5))
+    y = X @ rng.standard_normal(5) + 0.3 + 0.1 * rng.standard_normal(60)
+    sw = rng.uniform(0.5, 1.5, 60)
+    power_t = 0.25 if schedule == "invscaling" else 0.0
+    for step in ("fused", "forward_backward"):
+        lr = InvScaling(eta0=0.05, power_t=0.25) if schedule == "invscaling" else Constant(0.05)
+        trainer = Trainer(linear_model(5, dtype=np.float64, seed=1), optimizer=opt, step=step, learning_rate=lr)
+        for t in range(100):
+            sl = slice((t * 6) % 60, (t * 6) % 60 + 6)
+            weighted = t % 3 == 1
+            trainer.step(X[sl], y[sl], sample_weight=sw[sl] if weighted else None)
+        ref_w, _ = numpy_run(opt, None, X, y, _weights_as_used(sw), 100, 6, 0.05, power_t)
+        got = trainer.get_weights()
+        for k in ref_w:
+            np.testing.assert_allclose(got[k], ref_w[k], rtol=1e-9, atol=1e-12, err_msg=f"{step} {k}")
+
+
+def _weights_as_used(sw):
+    """Per step t (batch t*6 % 60): the weights of the rows where t % 3 == 1, else ones."""
+    return lambda t, sl: sw[sl] if t % 3 == 1 else np.ones(sl.stop - sl.start)
