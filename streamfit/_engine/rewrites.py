@@ -3,7 +3,7 @@
 ORT's CPU provider registers ``FusedMatMul`` for float only, so float64 models need it spelled out
 as Transpose + MatMul.  The contrib ``ReluGrad`` CPU kernel is single-threaded and slow (about half of
 an MLP step at batch 2048 here); ``dY * clip(Y * 2**126, 0, 1)`` computes the same mask with
-multi-threaded elementwise kernels.
+multi-threaded elementwise kernels (one ``HardSigmoid`` for float32).
 """
 
 from __future__ import annotations
@@ -69,16 +69,26 @@ def decompose_fused_matmul(model: ModelProto, dtype: np.dtype) -> int:
 
 
 def replace_relu_grad(model: ModelProto, dtype: np.dtype) -> int:
-    """ReluGrad(dY, Y) -> dY * clip(Y * 2**(max exponent), 0, 1): 1 where Y > 0 (Y is a Relu output)."""
-    big = _const(model, "sf_relu_big", np.array(2.0 ** (126 if dtype == np.float32 else 1022), dtype))
-    zero = _const(model, "sf_zero", np.array(0, dtype))
-    one = _const(model, "sf_one", np.array(1, dtype))
+    """ReluGrad(dY, Y) -> dY * clip(Y * 2**(max exponent), 0, 1): 1 where Y > 0 (Y is a Relu output).
+
+    float32: the mask is one ``HardSigmoid(Y, alpha=2**126, beta=0)`` (= max(0, min(1, alpha * Y)), the
+    same arithmetic; one pass over Y instead of a Mul and a Clip, about 15 us less per [2048, 256] layer).
+    float64 keeps Mul + Clip: HardSigmoid's CPU kernel is float only, and 2**1022 is no float attribute.
+    """
+    hard_sigmoid = np.dtype(dtype) == np.float32
+    if not hard_sigmoid:
+        big = _const(model, "sf_relu_big", np.array(2.0 ** 1022, dtype))
+        zero = _const(model, "sf_zero", np.array(0, dtype))
+        one = _const(model, "sf_one", np.array(1, dtype))
 
     def rewrite(node):  # type: ignore[no-untyped-def]
         if node.op_type != "ReluGrad" or node.domain != "com.microsoft":
             return None
         dy, y = node.input[0], node.input[1]
         out = node.output[0]
+        if hard_sigmoid:
+            return [helper.make_node("HardSigmoid", [y], [out + "_sfmask"], alpha=2.0 ** 126, beta=0.0),
+                    helper.make_node("Mul", [dy, out + "_sfmask"], [out])]
         return [helper.make_node("Mul", [y, big], [out + "_sfbig"]),
                 helper.make_node("Clip", [out + "_sfbig", zero, one], [out + "_sfmask"]),
                 helper.make_node("Mul", [dy, out + "_sfmask"], [out])]
