@@ -35,6 +35,7 @@ class PingPong:
                 self._keep.append(backing)
             self.sets[1][name] = value
         self.current = 0
+        self.generation = 0  # counts write()s: what a cached fact about the live values refers to
 
     def live(self) -> dict[str, C.OrtValue]:
         return self.sets[self.current]
@@ -53,6 +54,7 @@ class PingPong:
     def write(self, values: Mapping[str, np.ndarray]) -> None:
         """Overwrite live values in place (shapes and dtypes must match)."""
         live = self.live()
+        self.generation += 1
         for name, array in values.items():
             if name not in live:
                 raise KeyError(f"unknown buffer {name!r}; known: {self.names}")

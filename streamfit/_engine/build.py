@@ -9,6 +9,7 @@ Both use the same loss/penalty/optimizer emitters, hence the same arithmetic.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,10 @@ class Names:
     decay = "sf_decay"  # 1 - lr * l2: the fused SGD step's weight decay factor
     loss = "sf_loss"
     check = "sf_check"
+    bound_in0 = "sf_bound_in0"  # sum of squares of the first operands of the bounded weights' gradient Gemms
+    bound_in1 = "sf_bound_in1"  # ... and of the second operands
+    #: model metadata: JSON {"weights": [...], "alpha": max |alpha|} of the weights checked by a bound
+    bounded_meta = "streamfit.bounded"
 
     @staticmethod
     def scalar(name: str) -> str:
@@ -170,14 +175,27 @@ def folds_lr_into_gradients(optimizer: Optimizer, penalty: Penalty | None) -> bo
     return optimizer.name == "sgd" and type(optimizer).update is SGD.update and (penalty is None or penalty.l1 == 0)
 
 
+#: Weights at least this large are checked by a bound in the small-batch graph (a ReduceSum over them
+#: costs more than two ReduceSumSquare over the small operands of their gradient).
+BOUND_MIN_SIZE = 4096
+
+
 def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, grads: list[str],
                     penalty: Penalty | None, large_batch: bool
-                    ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+                    ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], dict[str, Any]]:
     """SGD on lr-scaled gradients: ``w_new = decay * w - g``, folded into the Gemm that makes ``g``.
 
     The backward already yields ``lr * g`` (dL/dY was scaled by lr/N), so a weight whose gradient is a
     plain Gemm becomes ``Gemm(A, B, C=w, alpha=-alpha, beta=1)``: the update costs no extra pass over
     the weights.  At large batches a vector-shaped weight keeps a separate Sub (its folded GEMV is slower).
+
+    The finiteness check reads every new weight once (a ReduceSum), which at small batches costs as much
+    as the update of a large weight.  So in the small-batch graph a large folded weight is checked by a
+    bound instead: ``|alpha * A @ B|`` is at most ``|alpha| * ||A||_F * ||B||_F``, and the graph outputs
+    the sums of squares of the operands (``bound_in0``, ``bound_in1``).  The step (see
+    :class:`~streamfit._engine.fused.FusedStep`) keeps a bound on those weights' magnitude, and checks
+    them exactly whenever the bound does not prove them finite.  Returns the inputs, outputs and what
+    the bound covers (``{"weights": [...], "alpha": max |alpha|}``, empty when nothing is bounded).
     """
     elem = onnx_dtype(pm.dtype)
     producers = {out: node for node in graph.node for out in node.output}
@@ -190,6 +208,9 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     l2 = penalty is not None and penalty.l2 > 0
     if l2:
         inputs.append(_value_info(Names.decay, elem, []))
+    bounded: list[str] = []
+    operands: tuple[dict[str, None], dict[str, None]] = ({}, {})  # ordered sets of the Gemm operands
+    alpha_max = 0.0
     for w, g in zip(pm.weights, grads):
         shape = list(pm.initial[w].shape)
         new = Names.new(w)
@@ -208,10 +229,22 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         else:
             b.op("Sub", base, g, out=new)
         outputs.append(_value_info(new, elem, shape))
-        sums.append(b.op("ReduceSum", new, keepdims=0))
-    b.op("Sum", *sums, out=Names.check)
+        if foldable and not large_batch and int(np.prod(shape)) >= BOUND_MIN_SIZE:
+            bounded.append(w)
+            operands[0][gemm.input[0]] = None
+            operands[1][gemm.input[1]] = None
+            alpha_max = max(alpha_max, abs(float(attrs.get("alpha", 1.0))))
+        else:
+            sums.append(b.op("ReduceSum", new, keepdims=0))
+    b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
     outputs.append(_value_info(Names.check, elem, []))
-    return inputs, outputs
+    if not bounded:
+        return inputs, outputs, {}
+    for names, out in zip(operands, (Names.bound_in0, Names.bound_in1)):
+        squares = [b.op("ReduceSumSquare", name, keepdims=0) for name in names]
+        b.op("Sum", *squares, out=out) if len(squares) > 1 else b.op("Identity", squares[0], out=out)
+        outputs.append(_value_info(out, elem, []))
+    return inputs, outputs, {"weights": bounded, "alpha": alpha_max}
 
 
 def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
@@ -246,8 +279,9 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     existing = {i.name for i in graph.input}
     _rename_output(b, loss_out, Names.loss, existing)
     _rename_output(b, dy, dy_name, existing)
+    bound: dict[str, Any] = {}
     if fold:
-        upd_inputs, upd_outputs = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch)
+        upd_inputs, upd_outputs, bound = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch)
     else:
         upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
     position = list(graph.node).index(yield_node)
@@ -266,7 +300,17 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     del grad_model.opset_import[:]
     grad_model.opset_import.extend(_opsets(graphs.gradient))
     grad_model.ir_version = min(grad_model.ir_version or 10, 10)
+    if bound:  # the graph carries what its bound outputs cover, for the step that runs it
+        grad_model.metadata_props.append(onnx.StringStringEntryProto(key=Names.bounded_meta, value=json.dumps(bound)))
     return _toposort(grad_model)
+
+
+def bounded_weights(model: ModelProto) -> dict[str, Any]:
+    """What a fused graph's bound outputs cover (see :func:`emit_sgd_folded`); empty when none."""
+    for prop in model.metadata_props:
+        if prop.key == Names.bounded_meta:
+            return json.loads(prop.value)
+    return {}
 
 
 def _toposort(model: ModelProto) -> ModelProto:

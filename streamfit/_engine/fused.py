@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import GradientGraphs, Names, build_fused, folds_lr_into_gradients
+from streamfit._engine.build import GradientGraphs, Names, bounded_weights, build_fused, folds_lr_into_gradients
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.rewrites import ONES
@@ -44,10 +45,12 @@ class FusedStep:
         self.device = device
         self.params = params
         self.scalars = scalars
-        out = HostScalars([Names.loss, Names.check], pm.dtype)
+        out = HostScalars([Names.loss, Names.check, Names.bound_in0, Names.bound_in1], pm.dtype)
         self.outputs = out
         self._loss = out.arrays[Names.loss]
         self._check = out.arrays[Names.check]
+        self._bound = MagnitudeBound(bounded_weights(self.model), params, out.arrays[Names.bound_in0],
+                                     out.arrays[Names.bound_in1], scalars.arrays.get(Names.decay), pm.dtype)
         #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
@@ -84,18 +87,76 @@ class FusedStep:
             for name in self.params.names:
                 io.bind_ortvalue_input(name, self.params.sets[src][name])
                 io.bind_ortvalue_output(Names.new(name), self.params.sets[dst][name])
+            outputs = {o.name for o in session.get_outputs()}
             for name, value in self.outputs.values.items():
-                io.bind_ortvalue_output(name, value)
+                if name in outputs:
+                    io.bind_ortvalue_output(name, value)
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
-        return {"io": bindings, "session": session._sess, **extra}
+        # the small-batch graph checks some weights by a bound; after a step of the large-batch graph
+        # (which checks them exactly) the bound must be recomputed
+        bound = None if not self._bound.weights else ("check" if session is self.session else "forget")
+        return {"io": bindings, "session": session._sess, "bound": bound, **extra}
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
-        io = staging.extra["io"][self.params.current]
-        staging.extra["session"].run_with_iobinding(io, None)
+        extra = staging.extra
+        extra["session"].run_with_iobinding(extra["io"][self.params.current], None)
         loss = float(self._loss)
         ok = math.isfinite(loss) and math.isfinite(self._check)
+        bound = extra["bound"]
+        if bound is not None and ok:
+            if bound == "check":
+                ok = self._bound.accept()
+            else:
+                self._bound.forget()
         if ok:
             self.params.swap()
         return loss, ok
+
+
+class MagnitudeBound:
+    """Proves the new values of large SGD-updated weights finite without reading them (small batches).
+
+    The graph gives ``s0, s1``, the sums of squares of the operands of those weights' gradient Gemms;
+    every update element is at most ``d = alpha * sqrt(s0 * s1)`` in magnitude.  Keeping ``bound``, an
+    upper bound of the weights' magnitude (``decay * bound + d`` after each step, recomputed from the
+    values after any write or exactly checked step), the new weights are finite when ``bound`` stays
+    below a quarter of the dtype's largest value.  When it does not (a non-finite or huge operand), the
+    new weights are checked exactly, so the answer is always the exact one.
+    """
+
+    def __init__(self, info: dict[str, Any], params: PingPong, s0: np.ndarray, s1: np.ndarray,
+                 decay: np.ndarray | None, dtype: np.dtype) -> None:
+        self.weights: list[str] = list(info.get("weights", ()))
+        self.alpha = float(info.get("alpha", 1.0))
+        self.params = params
+        self._s0, self._s1, self._decay = s0, s1, decay
+        self.limit = float(np.finfo(dtype).max) / 4
+        self.bound: float | None = None  # None: not known for the live values
+        self._generation = -1
+        self.exact_checks = 0  # steps the bound could not prove finite (checked exactly instead)
+
+    def forget(self) -> None:
+        self.bound = None
+
+    def _magnitude(self, values: dict[str, Any]) -> float:
+        return max(float(np.abs(values[w].numpy()).max()) for w in self.weights)
+
+    def accept(self) -> bool:
+        """True when the spare (new) values of the bounded weights are all finite."""
+        if self.bound is None or self._generation != self.params.generation:
+            self.bound = self._magnitude(self.params.live())
+            self._generation = self.params.generation
+        d = self.alpha * math.sqrt(float(self._s0) * float(self._s1))  # nan/inf for non-finite operands
+        decay = 1.0 if self._decay is None else max(1.0, abs(float(self._decay)))
+        bound = self.bound * decay + d
+        if bound < self.limit:  # False for nan
+            self.bound = bound
+            return True
+        self.exact_checks += 1
+        spare = self.params.spare()
+        if not all(np.isfinite(spare[w].numpy()).all() for w in self.weights):
+            return False
+        self.bound = self._magnitude(spare)
+        return True

@@ -37,8 +37,9 @@ class Staging:
     y_value: C.OrtValue
     loss_factor: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
-    #: what lw/gw hold now: None = not filled; else (weighted, grad_scale)
-    _weights_for: tuple[bool, float] | None = None
+    #: what lw/gw hold now: sample weights (True) or none, for which grad_scale (nan: not filled yet)
+    _weighted: bool = False
+    _grad_scale: float = float("nan")
     _t_view: np.ndarray | None = None
 
     def load(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None, grad_scale: float) -> None:
@@ -53,16 +54,15 @@ class Staging:
             view = self._t_view = self.t.reshape(T.shape)
         view[...] = T
         if sw is None:
-            if self._weights_for != (False, grad_scale):
-                n = self.x.shape[0]
-                self.lw.fill(self.loss_factor / n)
+            if self._weighted or grad_scale != self._grad_scale:  # nan != anything: first fill
+                self.lw.fill(self.loss_factor / self.x.shape[0])
                 self.gw.fill(grad_scale)
-                self._weights_for = (False, grad_scale)
+                self._weighted, self._grad_scale = False, grad_scale
         else:
             sw = sw.reshape(self.lw.shape)
             np.multiply(sw, self.loss_factor / self.x.shape[0], out=self.lw, casting="same_kind")
             np.multiply(sw, grad_scale, out=self.gw, casting="same_kind")
-            self._weights_for = (True, grad_scale)
+            self._weighted, self._grad_scale = True, grad_scale
 
 
 class StagingCache:

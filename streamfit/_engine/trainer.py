@@ -90,6 +90,7 @@ class Trainer:
         self._scalars_per_step = type(self.optimizer).scalars is not Optimizer.scalars
         self._fed_lr: float | None = None
         self._lr_in_grad_weights = False
+        self._integer_labels = self.loss.integer_labels
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
         self._staged: dict[tuple[Any, ...], Staging] = {}
@@ -151,37 +152,30 @@ class Trainer:
                                 reason="shape_mismatch")
         return y.reshape((n,) + self._y_tail)
 
-    def _stage(self, X: np.ndarray, y: Any, sample_weight: Any, lr: float) -> Staging:
-        """The batch copied into the staging buffers of its shape (validated and bound on first sight)."""
+    def _staging_for(self, X: np.ndarray, y: np.ndarray, key: tuple[Any, ...]) -> Staging:
+        """The staging buffers of a batch shape not seen recently: labels validated, buffers bound."""
+        if self._strategy is None:
+            self._ensure_strategy(X)
         assert self._strategy is not None
-        if type(y) is not np.ndarray:
-            y = np.asarray(y)
-        if self.loss.integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
-            y = self._targets(y, X.shape[0]).astype(np.int64)
-        key = (X.shape, X.dtype.kind, y.shape, y.dtype.kind)
-        hit = self._staged.get(key)  # shapes seen before: validated already, buffers bound already
-        if hit is None:
-            n = X.shape[0]
-            T = self._targets(y, n)
-            t_dtype = np.int64 if self.loss.integer_labels else self.dtype
-            sw_shape = sample_weight_shape(n, len(self._y_tail or ()) + 1)
-            y_shape = (n,) + tuple(self._y_tail or ())
-            staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape, y_shape)
-            if len(self._staged) >= self._strategy.cache.size:
-                self._staged.clear()
-            self._staged[key] = hit = staging
         n = X.shape[0]
-        scale = lr / n if self._lr_in_grad_weights else 1.0 / n
-        if sample_weight is not None:
-            sw = np.asarray(sample_weight)
-            if sw.size != n:
-                raise BadInputError(f"got {sw.size} sample weights for {n} rows", reason="shape_mismatch")
-            if sw.dtype.kind not in "fiub":
-                raise BadInputError(f"sample weights are {sw.dtype}, expected numbers", reason="wrong_type")
-            hit.load(X, y, sw, scale)
-        else:
-            hit.load(X, y, None, scale)
-        return hit
+        T = self._targets(y, n)
+        t_dtype = np.int64 if self.loss.integer_labels else self.dtype
+        sw_shape = sample_weight_shape(n, len(self._y_tail or ()) + 1)
+        y_shape = (n,) + tuple(self._y_tail or ())
+        staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape, y_shape)
+        if len(self._staged) >= self._strategy.cache.size:
+            self._staged.clear()
+        self._staged[key] = staging
+        return staging
+
+    @staticmethod
+    def _sample_weights(sample_weight: Any, n: int) -> np.ndarray:
+        sw = np.asarray(sample_weight)
+        if sw.size != n:
+            raise BadInputError(f"got {sw.size} sample weights for {n} rows", reason="shape_mismatch")
+        if sw.dtype.kind not in "fiub":
+            raise BadInputError(f"sample weights are {sw.dtype}, expected numbers", reason="wrong_type")
+        return sw
 
     # -- training -----------------------------------------------------------------------------------
     def _set_scalars(self, lr: float) -> None:
@@ -191,13 +185,25 @@ class Trainer:
         self._fed_lr = lr
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Train on one batch; return its mean loss (computed before the update)."""
+        """Train on one batch; return its mean loss (computed before the update).
+
+        The path for a batch shape seen before is kept lean (at batch 1 the whole step is a few
+        microseconds): the shapes and dtype kinds were validated when the shape was first staged.
+        """
         if type(X) is not np.ndarray or X.ndim == 0 or X.shape[0] == 0 or X.dtype.kind not in "fiub":
             X = self._features(X)  # converts, or raises a clear BadInputError
-        if self._strategy is None:
-            self._ensure_strategy(X)
+        if type(y) is not np.ndarray:
+            y = np.asarray(y)
+        if self._integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
+            y = self._targets(y, X.shape[0]).astype(np.int64)
+        key = (X.shape, X.dtype.kind, y.shape, y.dtype.kind)
+        staging = self._staged.get(key)
+        if staging is None:
+            staging = self._staging_for(X, y, key)
+        n = X.shape[0]
         lr = self.schedule.lr * self.lr_scale
-        staging = self._stage(X, y, sample_weight, lr)
+        staging.load(X, y, None if sample_weight is None else self._sample_weights(sample_weight, n),
+                     lr / n if self._lr_in_grad_weights else 1.0 / n)
         if lr != self._fed_lr or self._scalars_per_step:
             self._set_scalars(lr)
         loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]

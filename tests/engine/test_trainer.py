@@ -245,3 +245,74 @@ def test_cuda_staging_falls_back_to_host_memory_that_the_bound_value_sees():
     value, arr = Device("cuda", 1).staging((2, 3), np.float32)  # no pinned allocator in the CPU build
     arr[...] = 7.0
     np.testing.assert_array_equal(value.numpy(), np.full((2, 3), 7.0, np.float32))
+
+
+# -- the small-batch graph checks large SGD-updated weights by a bound (MagnitudeBound) ---------------------
+def _no_bias_mlp(d=64, seed=0):
+    """X -> MatMul W0 -> Relu -> MatMul W1 -> Y: both weights large enough to be checked by the bound."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32), f"W{i}")
+             for i in range(2)]
+    nodes = [helper.make_node("MatMul", ["X", "W0"], ["M"]), helper.make_node("Relu", ["M"], ["H"]),
+             helper.make_node("MatMul", ["H", "W1"], ["Y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, d])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, d])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_bounded_check_trains_exactly_like_forward_backward(batch):
+    from streamfit._engine.build import bounded_weights
+
+    X, y = _stream(n=256)
+    runs = {}
+    for step in ("fused", "forward_backward"):
+        trainer = Trainer(mlp_model([10, 80, 64, 1], "Relu", seed=1), step=step, learning_rate=InvScaling(0.02),
+                          penalty=Penalty(1e-3, 0.0))  # L2: the bound grows by the decay factor too
+        for i in range(0, 256, batch):
+            trainer.step(X[i:i + batch], y[i:i + batch])
+        runs[step] = trainer
+    fused = runs["fused"]
+    assert bounded_weights(fused._strategy.model)["weights"] == ["W1"]  # 80x64: checked by the bound
+    assert fused._strategy._bound.exact_checks == 0 and fused.n_skipped == 0
+    for name, w in fused.get_weights().items():
+        np.testing.assert_allclose(w, runs["forward_backward"].get_weights()[name], rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_bounded_check_refuses_an_overflowing_update_of_a_bounded_weight():
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((4, 64)) * 100).astype(np.float32)
+    y = rng.standard_normal((4, 64)).astype(np.float32)
+    trainer = Trainer(_no_bias_mlp(), learning_rate=1e36, on_nonfinite="skip")
+    before = trainer.get_weights()
+    H = np.maximum(X @ before["W0"], 0)
+    dY = (H @ before["W1"] - y) * np.float32(1e36 / 4)
+    with np.errstate(over="ignore"):
+        assert np.isfinite(dY).all() and not np.isfinite(before["W1"] - H.T @ dY).all()  # the update overflows
+    trainer.step(X, y)  # finite loss (computed before the update)
+    assert np.isfinite(trainer.last_loss)
+    assert trainer.n_skipped == 1 and trainer.n_steps == 0
+    assert trainer._strategy._bound.exact_checks == 1  # the bound could not prove it; the exact check refused
+    for name, w in trainer.get_weights().items():
+        np.testing.assert_array_equal(w, before[name])
+
+
+def test_bounded_check_applies_a_finite_step_it_cannot_prove_and_resumes_bounding():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2, 64)).astype(np.float32)
+    X[:, 0] = 0.0  # row 0 of W0 neither reaches the output nor gets a gradient
+    y = rng.standard_normal((2, 64)).astype(np.float32)
+    trainer = Trainer(_no_bias_mlp(), learning_rate=1e-3)
+    weights = trainer.get_weights()
+    weights["W0"][0, :] = 1e38  # finite, but above the bound's limit (a quarter of float32's max)
+    trainer.set_weights(weights)
+    trainer.step(X, y)
+    bound = trainer._strategy._bound
+    assert trainer.n_steps == 1 and bound.exact_checks == 1
+    after = trainer.get_weights()
+    assert not np.array_equal(after["W1"], weights["W1"])  # the step was applied
+    weights["W0"][0, :] = 1.0
+    trainer.set_weights(weights)  # a write: the bound is recomputed from the values
+    trainer.step(X, y)
+    assert trainer.n_steps == 2 and bound.exact_checks == 1 and bound.bound < 1e3
