@@ -43,9 +43,9 @@ class Names:
     grad_weight = "sf_grad_weight"  # per row: scale * sample_weight / N (scale = lr in the fused SGD step)
     decay = "sf_decay"  # 1 - lr * l2: the fused SGD step's weight decay factor
     loss = "sf_loss"
-    check = "sf_check"
-    bound_in0 = "sf_bound_in0"  # sum of squares of the first operands of the bounded weights' gradient Gemms
-    bound_in1 = "sf_bound_in1"  # ... and of the second operands
+    check = "sf_check"  # one finiteness-check scalar; or several, sf_check_<i>, all of which must be finite
+    bound_in0 = "sf_bound0_"  # + i: sums of squares of the first operands of the bounded weights' gradient Gemms
+    bound_in1 = "sf_bound1_"  # + i: ... and of their second operands
     #: model metadata: JSON {"weights": [...], "alpha": max |alpha|} of the weights checked by a bound
     bounded_meta = "streamfit.bounded"
 
@@ -178,6 +178,19 @@ def folds_lr_into_gradients(optimizer: Optimizer, penalty: Penalty | None) -> bo
 #: Weights at least this large are checked by a bound in the small-batch graph (a ReduceSum over them
 #: costs more than two ReduceSumSquare over the small operands of their gradient).
 BOUND_MIN_SIZE = 4096
+#: Up to this many check scalars are separate outputs that the step reads (a Sum node costs ~0.4 us).
+MAX_SEPARATE_SCALARS = 8
+
+
+def _scalar_outputs(b: GraphBuilder, terms: list[str], prefix: str, elem: int) -> list[onnx.ValueInfoProto]:
+    """Graph outputs ``<prefix><i>`` for the scalars ``terms`` (made by ``b``'s nodes), summed if many."""
+    if len(terms) > MAX_SEPARATE_SCALARS:
+        terms = [b.op("Sum", *terms)]
+    outputs = []
+    for i, term in enumerate(terms):
+        _rename_output(b, term, f"{prefix}{i}", set())
+        outputs.append(_value_info(f"{prefix}{i}", elem, []))
+    return outputs
 
 
 def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, grads: list[str],
@@ -192,7 +205,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     The finiteness check reads every new weight once (a ReduceSum), which at small batches costs as much
     as the update of a large weight.  So in the small-batch graph a large folded weight is checked by a
     bound instead: ``|alpha * A @ B|`` is at most ``|alpha| * ||A||_F * ||B||_F``, and the graph outputs
-    the sums of squares of the operands (``bound_in0``, ``bound_in1``).  The step (see
+    the sums of squares of the operands (``bound_in0``, ``bound_in1`` outputs).  The step (see
     :class:`~streamfit._engine.fused.FusedStep`) keeps a bound on those weights' magnitude, and checks
     them exactly whenever the bound does not prove them finite.  Returns the inputs, outputs and what
     the bound covers (``{"weights": [...], "alpha": max |alpha|}``, empty when nothing is bounded).
@@ -204,7 +217,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         for name in node.input:
             consumers[name] = consumers.get(name, 0) + 1
     inputs = [_value_info(Names.scalar("lr"), elem, [])]
-    outputs, sums = [], [Names.loss]
+    outputs, sums = [], []  # the loss is an output of its own, checked by the step
     l2 = penalty is not None and penalty.l2 > 0
     if l2:
         inputs.append(_value_info(Names.decay, elem, []))
@@ -236,14 +249,11 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
             alpha_max = max(alpha_max, abs(float(attrs.get("alpha", 1.0))))
         else:
             sums.append(b.op("ReduceSum", new, keepdims=0))
-    b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
-    outputs.append(_value_info(Names.check, elem, []))
+    outputs += _scalar_outputs(b, sums, Names.check + "_", elem)
     if not bounded:
         return inputs, outputs, {}
-    for names, out in zip(operands, (Names.bound_in0, Names.bound_in1)):
-        squares = [b.op("ReduceSumSquare", name, keepdims=0) for name in names]
-        b.op("Sum", *squares, out=out) if len(squares) > 1 else b.op("Identity", squares[0], out=out)
-        outputs.append(_value_info(out, elem, []))
+    for names, prefix in zip(operands, (Names.bound_in0, Names.bound_in1)):
+        outputs += _scalar_outputs(b, [b.op("ReduceSumSquare", name, keepdims=0) for name in names], prefix, elem)
     return inputs, outputs, {"weights": bounded, "alpha": alpha_max}
 
 

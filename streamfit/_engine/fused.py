@@ -45,12 +45,9 @@ class FusedStep:
         self.device = device
         self.params = params
         self.scalars = scalars
-        out = HostScalars([Names.loss, Names.check, Names.bound_in0, Names.bound_in1], pm.dtype)
-        self.outputs = out
-        self._loss = out.arrays[Names.loss]
-        self._check = out.arrays[Names.check]
-        self._bound = MagnitudeBound(bounded_weights(self.model), params, out.arrays[Names.bound_in0],
-                                     out.arrays[Names.bound_in1], scalars.arrays.get(Names.decay), pm.dtype)
+        self._scalar_outputs: dict[str, tuple[Any, np.ndarray]] = {}  # name -> (bound OrtValue, 0-d array)
+        self._loss = self._scalar_output(Names.loss)
+        self._bound = MagnitudeBound(bounded_weights(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
         #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
@@ -64,11 +61,23 @@ class FusedStep:
                                                self.pm.dtype)
         return self._large_session
 
+    def _scalar_output(self, name: str) -> np.ndarray:
+        """The 0-d host array a scalar output of the graphs is written to (one per name, bound once)."""
+        if name not in self._scalar_outputs:
+            array = np.zeros((), self.pm.dtype)
+            cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+            self._scalar_outputs[name] = (C.OrtValue.ortvalue_from_numpy(array, cpu), array)
+        return self._scalar_outputs[name][1]
+
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         bindings = []
         session = self._session_for(staging.x.shape[0])
         extra: dict[str, Any] = {}
         inputs = {i.name for i in session.get_inputs()}
+        outputs = [o.name for o in session.get_outputs()]
+        scalars = {name: self._scalar_output(name) for name in outputs
+                   if name == Names.check or name.startswith((Names.check + "_", Names.bound_in0, Names.bound_in1))}
+        scalars[Names.loss] = self._loss
         if ONES in inputs:
             value, ones = self.device.staging((staging.x.shape[0],), self.pm.dtype)
             ones.fill(1)
@@ -87,29 +96,35 @@ class FusedStep:
             for name in self.params.names:
                 io.bind_ortvalue_input(name, self.params.sets[src][name])
                 io.bind_ortvalue_output(Names.new(name), self.params.sets[dst][name])
-            outputs = {o.name for o in session.get_outputs()}
-            for name, value in self.outputs.values.items():
-                if name in outputs:
-                    io.bind_ortvalue_output(name, value)
+            for name in scalars:
+                io.bind_ortvalue_output(name, self._scalar_outputs[name][0])
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
+        checks = tuple(a for name, a in scalars.items() if name.startswith(Names.check))
         # the small-batch graph checks some weights by a bound; after a step of the large-batch graph
         # (which checks them exactly) the bound must be recomputed
-        bound = None if not self._bound.weights else ("check" if session is self.session else "forget")
-        return {"io": bindings, "session": session._sess, "bound": bound, **extra}
+        bound: Any = None
+        if self._bound.weights:
+            bound = "forget" if session is not self.session else tuple(
+                tuple(a for name, a in scalars.items() if name.startswith(prefix))
+                for prefix in (Names.bound_in0, Names.bound_in1))
+        return {"io": bindings, "session": session._sess, "checks": checks, "bound": bound, **extra}
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
         extra = staging.extra
         extra["session"].run_with_iobinding(extra["io"][self.params.current], None)
         loss = float(self._loss)
-        ok = math.isfinite(loss) and math.isfinite(self._check)
+        ok = math.isfinite(loss)
+        for check in extra["checks"]:
+            ok = ok and math.isfinite(check)
         bound = extra["bound"]
         if bound is not None and ok:
-            if bound == "check":
-                ok = self._bound.accept()
-            else:
+            if bound == "forget":
                 self._bound.forget()
+            else:
+                s0, s1 = bound
+                ok = self._bound.accept(sum(map(float, s0)), sum(map(float, s1)))
         if ok:
             self.params.swap()
         return loss, ok
@@ -118,7 +133,7 @@ class FusedStep:
 class MagnitudeBound:
     """Proves the new values of large SGD-updated weights finite without reading them (small batches).
 
-    The graph gives ``s0, s1``, the sums of squares of the operands of those weights' gradient Gemms;
+    The graph gives ``s0, s1`` (in parts), the sums of squares of the operands of those weights' gradient Gemms;
     every update element is at most ``d = alpha * sqrt(s0 * s1)`` in magnitude.  Keeping ``bound``, an
     upper bound of the weights' magnitude (``decay * bound + d`` after each step, recomputed from the
     values after any write or exactly checked step), the new weights are finite when ``bound`` stays
@@ -126,12 +141,11 @@ class MagnitudeBound:
     new weights are checked exactly, so the answer is always the exact one.
     """
 
-    def __init__(self, info: dict[str, Any], params: PingPong, s0: np.ndarray, s1: np.ndarray,
-                 decay: np.ndarray | None, dtype: np.dtype) -> None:
+    def __init__(self, info: dict[str, Any], params: PingPong, decay: np.ndarray | None, dtype: np.dtype) -> None:
         self.weights: list[str] = list(info.get("weights", ()))
         self.alpha = float(info.get("alpha", 1.0))
         self.params = params
-        self._s0, self._s1, self._decay = s0, s1, decay
+        self._decay = decay
         self.limit = float(np.finfo(dtype).max) / 4
         self.bound: float | None = None  # None: not known for the live values
         self._generation = -1
@@ -143,12 +157,12 @@ class MagnitudeBound:
     def _magnitude(self, values: dict[str, Any]) -> float:
         return max(float(np.abs(values[w].numpy()).max()) for w in self.weights)
 
-    def accept(self) -> bool:
+    def accept(self, s0: float, s1: float) -> bool:
         """True when the spare (new) values of the bounded weights are all finite."""
         if self.bound is None or self._generation != self.params.generation:
             self.bound = self._magnitude(self.params.live())
             self._generation = self.params.generation
-        d = self.alpha * math.sqrt(float(self._s0) * float(self._s1))  # nan/inf for non-finite operands
+        d = self.alpha * math.sqrt(s0 * s1)  # nan/inf for non-finite operands
         decay = 1.0 if self._decay is None else max(1.0, abs(float(self._decay)))
         bound = self.bound * decay + d
         if bound < self.limit:  # False for nan
