@@ -108,17 +108,16 @@ class FusedStep:
             bound = "forget" if session is not self.session else tuple(
                 tuple(a for name, a in scalars.items() if name.startswith(prefix))
                 for prefix in (Names.bound_in0, Names.bound_in1))
-        return {"io": bindings, "session": session._sess, "checks": checks, "bound": bound, **extra}
+        return {"run": (session._sess, bindings, checks, bound), **extra}
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
-        extra = staging.extra
-        extra["session"].run_with_iobinding(extra["io"][self.params.current], None)
+        session, io, checks, bound = staging.extra["run"]
+        session.run_with_iobinding(io[self.params.current], None)
         loss = float(self._loss)
         ok = math.isfinite(loss)
-        for check in extra["checks"]:
+        for check in checks:
             ok = ok and math.isfinite(check)
-        bound = extra["bound"]
         if bound is not None and ok:
             if bound == "forget":
                 self._bound.forget()

@@ -208,6 +208,11 @@ class Trainer:
             self._set_scalars(lr)
         loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
         self._last_staging = staging
+        if ok:  # the common case, inline (ok implies a finite loss)
+            self.last_loss = loss
+            self.n_steps += 1
+            self.schedule.step(loss)
+            return loss
         return self._finish(loss, ok)
 
     @property

@@ -84,7 +84,7 @@ class Schedule(abc.ABC):
 
     def step(self, loss: float | None = None) -> None:
         """Advance by one batch; ``loss`` is the batch's mean loss (``None`` if the schedule ignores it)."""
-        if loss is not None:
+        if loss is not None and type(loss) is not float:
             loss = _loss_value(loss)
         self._update(loss)
         self._t += 1
