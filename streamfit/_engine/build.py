@@ -194,7 +194,7 @@ def _scalar_outputs(b: GraphBuilder, terms: list[str], prefix: str, elem: int) -
 
 
 def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, grads: list[str],
-                    penalty: Penalty | None, large_batch: bool
+                    penalty: Penalty | None, large_batch: bool, host_checks: bool = False
                     ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], dict[str, Any]]:
     """SGD on lr-scaled gradients: ``w_new = decay * w - g``, folded into the Gemm that makes ``g``.
 
@@ -207,8 +207,10 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     bound instead: ``|alpha * A @ B|`` is at most ``|alpha| * ||A||_F * ||B||_F``, and the graph outputs
     the sums of squares of the operands (``bound_in0``, ``bound_in1`` outputs).  The step (see
     :class:`~streamfit._engine.fused.FusedStep`) keeps a bound on those weights' magnitude, and checks
-    them exactly whenever the bound does not prove them finite.  Returns the inputs, outputs and what
-    the bound covers (``{"weights": [...], "alpha": max |alpha|}``, empty when nothing is bounded).
+    them exactly whenever the bound does not prove them finite.  With ``host_checks`` (CPU, where the
+    step can read the new values directly) a single-element weight gets no ReduceSum either: the step
+    reads its new value.  Returns the inputs, outputs and what the checks cover (``{"weights": [...],
+    "alpha": max |alpha|}`` for the bound, ``"host": [...]`` for the host-read weights; empty when none).
     """
     elem = onnx_dtype(pm.dtype)
     producers = {out: node for node in graph.node for out in node.output}
@@ -222,6 +224,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     if l2:
         inputs.append(_value_info(Names.decay, elem, []))
     bounded: list[str] = []
+    host: list[str] = []
     operands: tuple[dict[str, None], dict[str, None]] = ({}, {})  # ordered sets of the Gemm operands
     alpha_max = 0.0
     for w, g in zip(pm.weights, grads):
@@ -247,14 +250,17 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
             operands[0][gemm.input[0]] = None
             operands[1][gemm.input[1]] = None
             alpha_max = max(alpha_max, abs(float(attrs.get("alpha", 1.0))))
+        elif host_checks and int(np.prod(shape)) == 1:
+            host.append(w)
         else:
             sums.append(b.op("ReduceSum", new, keepdims=0))
     outputs += _scalar_outputs(b, sums, Names.check + "_", elem)
+    info: dict[str, Any] = {"host": host} if host else {}
     if not bounded:
-        return inputs, outputs, {}
+        return inputs, outputs, info
     for names, prefix in zip(operands, (Names.bound_in0, Names.bound_in1)):
         outputs += _scalar_outputs(b, [b.op("ReduceSumSquare", name, keepdims=0) for name in names], prefix, elem)
-    return inputs, outputs, {"weights": bounded, "alpha": alpha_max}
+    return inputs, outputs, {**info, "weights": bounded, "alpha": alpha_max}
 
 
 def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
@@ -265,7 +271,8 @@ def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
 
 
 def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
-                penalty: Penalty | None, y_rank: int, large_batch: bool = False) -> ModelProto:
+                penalty: Penalty | None, y_rank: int, large_batch: bool = False, host_checks: bool = False
+                ) -> ModelProto:
     """One graph: forward, loss and dL/dY (in place of the YieldOp), backward, update and check.
 
     ``large_batch`` swaps kernels that are slow on big tensors for multi-threaded equivalents (they
@@ -291,7 +298,8 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     _rename_output(b, dy, dy_name, existing)
     bound: dict[str, Any] = {}
     if fold:
-        upd_inputs, upd_outputs, bound = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch)
+        upd_inputs, upd_outputs, bound = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch,
+                                                         host_checks)
     else:
         upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
     position = list(graph.node).index(yield_node)
@@ -316,7 +324,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
 
 
 def bounded_weights(model: ModelProto) -> dict[str, Any]:
-    """What a fused graph's bound outputs cover (see :func:`emit_sgd_folded`); empty when none."""
+    """What a fused graph's bound outputs and host checks cover (see :func:`emit_sgd_folded`)."""
     for prop in model.metadata_props:
         if prop.key == Names.bounded_meta:
             return json.loads(prop.value)

@@ -34,9 +34,11 @@ class FusedStep:
                  params: PingPong, scalars: HostScalars,
                  small_batch_options: ort.SessionOptions | None = None) -> None:
         self.pm = pm
-        self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank)
+        host_checks = device.kind == "cpu"  # the step reads single-element new weights itself
+        self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, host_checks=host_checks)
         self.large_model: Any = None  # built with its session on the first large batch
-        self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True)
+        self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True,
+                                                host_checks=host_checks)
         # batches below large_batch_rows may run with their own options (the Trainer gives them one thread)
         self.session = make_session(self.model.SerializeToString(), small_batch_options or options, device,
                                     pm.dtype)
@@ -47,7 +49,10 @@ class FusedStep:
         self.scalars = scalars
         self._scalar_outputs: dict[str, tuple[Any, np.ndarray]] = {}  # name -> (bound OrtValue, 0-d array)
         self._loss = self._scalar_output(Names.loss)
-        self._bound = MagnitudeBound(bounded_weights(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
+        checked = bounded_weights(self.model)
+        self._bound = MagnitudeBound(checked, params, scalars.arrays.get(Names.decay), pm.dtype)
+        # 0-d views of the single-element weights the graphs leave to the step, per ping-pong set
+        self._host_views = [tuple(_host_view(params.sets[i][w]) for w in checked.get("host", ())) for i in (0, 1)]
         #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
@@ -101,6 +106,8 @@ class FusedStep:
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
         checks = tuple(a for name, a in scalars.items() if name.startswith(Names.check))
+        # per direction (reading set 0 or 1): the check outputs and the new values read on the host
+        checks = (checks + self._host_views[1], checks + self._host_views[0])
         # the small-batch graph checks some weights by a bound; after a step of the large-batch graph
         # (which checks them exactly) the bound must be recomputed
         bound: Any = None
@@ -113,10 +120,11 @@ class FusedStep:
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
         session, io, checks, bound = staging.extra["run"]
-        session.run_with_iobinding(io[self.params.current], None)
+        current = self.params.current
+        session.run_with_iobinding(io[current], None)
         loss = float(self._loss)
         ok = math.isfinite(loss)
-        for check in checks:
+        for check in checks[current]:
             ok = ok and math.isfinite(check)
         if bound is not None and ok:
             if bound == "forget":
@@ -127,6 +135,14 @@ class FusedStep:
         if ok:
             self.params.swap()
         return loss, ok
+
+
+def _host_view(value: C.OrtValue) -> np.ndarray:
+    """A 0-d numpy view of a single-element CPU OrtValue's memory (reads what the last run wrote)."""
+    view = value.numpy()
+    if view.ctypes.data != value.data_ptr():
+        raise RuntimeError("this onnxruntime build copies CPU OrtValues in numpy(); host checks need a view")
+    return view.reshape(())
 
 
 class MagnitudeBound:

@@ -316,3 +316,22 @@ def test_bounded_check_applies_a_finite_step_it_cannot_prove_and_resumes_boundin
     trainer.set_weights(weights)  # a write: the bound is recomputed from the values
     trainer.step(X, y)
     assert trainer.n_steps == 2 and bound.exact_checks == 1 and bound.bound < 1e3
+
+
+def test_single_element_weights_are_checked_on_the_host():
+    # on CPU the fused SGD graph has no ReduceSum for a one-element weight: the step reads its new value
+    X, y = _stream(n=32)
+    trainer = Trainer(linear_model(10, seed=1), weights=["B"], learning_rate=3e38, on_nonfinite="skip")
+    before = trainer.get_weights()
+    trainer.step(X, np.full_like(y, -100))  # finite loss; lr * mean residual overflows: the new bias is -inf
+    assert np.isfinite(trainer.last_loss) and trainer.n_skipped == 1 and trainer.n_steps == 0
+    np.testing.assert_array_equal(trainer.get_weights()["B"], before["B"])
+    assert not any(n.op_type == "ReduceSum" and n.input[0] == "B__new" for n in trainer._strategy.model.graph.node)
+    trainer.lr_scale = 1e-38
+    trainer.step(X, y)  # a sane step (lr 3): applied, the weights now live in the other buffer set
+    assert trainer.n_steps == 1
+    applied = trainer.get_weights()["B"]
+    trainer.lr_scale = 1.0
+    trainer.step(X, np.full_like(y, -100))  # refused in this direction too
+    assert trainer.n_skipped == 2 and trainer.n_steps == 1
+    np.testing.assert_array_equal(trainer.get_weights()["B"], applied)
