@@ -49,10 +49,7 @@ class FusedStep:
         self.scalars = scalars
         self._scalar_outputs: dict[str, tuple[Any, np.ndarray]] = {}  # name -> (bound OrtValue, 0-d array)
         self._loss = self._scalar_output(Names.loss)
-        checked = bounded_weights(self.model)
-        self._bound = MagnitudeBound(checked, params, scalars.arrays.get(Names.decay), pm.dtype)
-        # 0-d views of the single-element weights the graphs leave to the step, per ping-pong set
-        self._host_views = [tuple(_host_view(params.sets[i][w]) for w in checked.get("host", ())) for i in (0, 1)]
+        self._bound = MagnitudeBound(bounded_weights(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
         #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
@@ -106,8 +103,10 @@ class FusedStep:
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
         checks = tuple(a for name, a in scalars.items() if name.startswith(Names.check))
-        # per direction (reading set 0 or 1): the check outputs and the new values read on the host
-        checks = (checks + self._host_views[1], checks + self._host_views[0])
+        # per direction (reading set 0 or 1): the check outputs, and 0-d views of the new values of the
+        # single-element weights the graph leaves to the step
+        host = bounded_weights(self.model if session is self.session else self.large_model).get("host", ())
+        checks = tuple(checks + tuple(_host_view(self.params.sets[dst][w]) for w in host) for dst in (1, 0))
         # the small-batch graph checks some weights by a bound; after a step of the large-batch graph
         # (which checks them exactly) the bound must be recomputed
         bound: Any = None
