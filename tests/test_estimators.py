@@ -137,3 +137,16 @@ def test_unfitted_estimator_says_so():
 
     with pytest.raises(NotFittedError):
         OnnxRegressor(linear_model(2)).predict(np.zeros((1, 2), np.float32))
+
+
+def test_schedule_object_parameter_is_not_mutated_and_refits_agree():
+    from streamfit.schedules import InvScaling
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((40, 3)).astype(np.float32)
+    y = X.sum(axis=1)
+    schedule = InvScaling(0.1)
+    est = OnnxRegressor(linear_model(3, seed=0), learning_rate=schedule, batch_size=4, max_iter=2)
+    first = est.fit(X, y).predict(X)
+    assert schedule.t == 0 and est.trainer_.schedule.t == 20
+    np.testing.assert_array_equal(est.fit(X, y).predict(X), first)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Mapping
 
@@ -50,8 +51,8 @@ class OnnxEstimator(_SkBase):
 
     # -- building ----------------------------------------------------------------------------------
     def _schedule(self, loss: Loss) -> Schedule:
-        if isinstance(self.learning_rate, Schedule):
-            return self.learning_rate
+        if isinstance(self.learning_rate, Schedule):  # a copy: fit never mutates a parameter (refits agree)
+            return copy.deepcopy(self.learning_rate)
         if isinstance(self.learning_rate, (int, float)):
             return as_schedule(float(self.learning_rate))
         kwargs: dict[str, Any] = {"constant": {"eta0": self.eta0}, "invscaling": {"eta0": self.eta0, "power_t": self.power_t},
