@@ -260,14 +260,16 @@ def _no_bias_mlp(d=64, seed=0):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 8])
-def test_bounded_check_trains_exactly_like_forward_backward(batch):
+def test_bounded_check_trains_exactly_like_forward_backward(batch, dtype):
     from streamfit._engine.build import bounded_weights
 
-    X, y = _stream(n=256)
+    X, y = _stream(n=256, dtype=dtype)
     runs = {}
     for step in ("fused", "forward_backward"):
-        trainer = Trainer(mlp_model([10, 80, 64, 1], "Relu", seed=1), step=step, learning_rate=InvScaling(0.02),
+        trainer = Trainer(mlp_model([10, 80, 64, 1], "Relu", seed=1, dtype=dtype), step=step,
+                          learning_rate=InvScaling(0.02),
                           penalty=Penalty(1e-3, 0.0))  # L2: the bound grows by the decay factor too
         for i in range(0, 256, batch):
             trainer.step(X[i:i + batch], y[i:i + batch])
