@@ -22,8 +22,10 @@ Sources (the columns of the tables):
     parquet/cols    100 float32 columns + y (add with ``--layouts``)
     kafka/vec       a topic on a tansu broker started here (127.0.0.1, free port, memory storage): one Arrow
                     IPC stream message of 4096 rows (vec layout) per Kafka message, one partition;
-                    KafkaSource with its default options (consume up to 500 messages, 0.2 s timeout)
+                    KafkaSource with its default options (consume up to 500 messages, 0.02 s timeout,
+                    one consume call fetched ahead by a thread)
     kafka/vec p10ms the same with ``poll_timeout=0.01`` (a 10 ms consume timeout)
+    kafka/vec noahead  the defaults with ``fetch_ahead=0`` (fetch on demand; add with ``--kafka-variants``)
 
 The Parquet data is one file written once to a temporary directory (uncompressed, row groups of 65536),
 listed as several ``part-*.parquet`` symlinks to it so a long run reads from the page cache.
@@ -94,8 +96,10 @@ KAFKA_MESSAGE_ROWS = 4096
 #: librdkafka settings: fast group joins on tansu, short fetch waits, room for the 1.6 MB messages.
 KAFKA_CONFIG = {"session.timeout.ms": 1000, "heartbeat.interval.ms": 100, "fetch.wait.max.ms": 10,
                 "max.partition.fetch.bytes": 8 * 2**20}
-#: KafkaSource options per variant (URI query): its defaults, and a 10 ms consume timeout.
-KAFKA_VARIANTS = {"default": "", "p10ms": "&poll_timeout=0.01"}
+#: KafkaSource options per variant (URI query): its defaults, a 10 ms consume timeout, and no fetch-ahead
+#: (fetch on demand: the behaviour before fetch-ahead; only when asked for with --kafka-variants).
+KAFKA_VARIANTS = {"default": "", "p10ms": "&poll_timeout=0.01", "noahead": "&fetch_ahead=0"}
+DEFAULT_KAFKA_VARIANTS = ("default", "p10ms")
 #: "linear-t1" is the linear model with one ORT intra-op thread (ORT's default is one per core, spinning).
 MODELS = ("mlp", "linear", "linear-t1")
 
@@ -208,13 +212,14 @@ class ToNumpy:
 
 # -- paths ---------------------------------------------------------------------------------------------------
 class Probe(Source):
-    """Passes a source through and finds its first *refill* after the first one: for Kafka, where one
-    ``consume`` call returns a burst of messages (up to its 0.2 s timeout's worth with the defaults) that
-    was fetched during the group join, steady state starts at the second fetch.
+    """Passes a source through and finds where its second *fetch* starts being handed out: for Kafka, where
+    the first ``consume`` call returns a burst of messages that was fetched during the group join, steady
+    state starts at the second fetch.
 
-    ``steady_t`` / ``steady_row``: when the second call that found the source's batch queue empty
-    started, and the rows handed out before it.  It peeks at KafkaSource's private ``_queue`` (bench
-    only); for other sources (no such queue) both stay None.
+    ``steady_t`` / ``steady_row``: the start of the call that returns the first batch of the second fetch,
+    and the rows handed out before it.  With KafkaSource's fetch-ahead (its default) a fetch is numbered by
+    its private ``_taken``; with ``fetch_ahead=0`` the second fetch starts in the second call that finds its
+    private ``_queue`` empty (bench only).  For other sources both stay None.
     """
 
     def __init__(self, inner: Source, timeout: float = 15.0) -> None:
@@ -224,15 +229,20 @@ class Probe(Source):
         self.refills = 0
         self.steady_t: float | None = None
         self.steady_row: int | None = None
+        self.kafka = hasattr(inner, "_queue")
 
     async def __anext__(self) -> SourceBatch:
+        t = time.perf_counter()
+        ahead = getattr(self.inner, "fetch_ahead", 0)
         queue = getattr(self.inner, "_queue", None)
-        if queue is not None and len(queue) == 0 and self._opened_inner():
+        if not ahead and queue is not None and len(queue) == 0 and self._opened_inner():
             self.refills += 1
             if self.refills == 2:
-                self.steady_t, self.steady_row = time.perf_counter(), self.rows
+                self.steady_t, self.steady_row = t, self.rows
         with anyio.fail_after(self.timeout):
             sb = await self.inner.__anext__()
+        if ahead and self.steady_t is None and getattr(self.inner, "_taken", 0) >= 2:
+            self.steady_t, self.steady_row = t, self.rows
         self.rows += sb.num_rows
         return sb
 
@@ -279,7 +289,7 @@ async def _read(uri: str, layout: str, max_rows: int, batch: int, rebatch: bool,
             else:
                 for tb in rb.push(sb):
                     sink += float(tb.X[0, 0])
-            if a is None and not hasattr(source.inner, "_queue"):
+            if a is None and not source.kafka:
                 a, row0 = meter.mark(), source.rows  # other sources: from the first batch, converted
             if a is None:
                 pending = meter.mark()  # Kafka: the mark closest before the second fetch
@@ -523,7 +533,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sources", default="parquet,kafka")
     p.add_argument("--layouts", default="vec,mixed", help=f"Parquet layouts: {', '.join(C.LAYOUTS)}")
     p.add_argument("--kafka-layout", default="vec", choices=sorted(C.LAYOUTS))
-    p.add_argument("--kafka-variants", help=f"{', '.join(KAFKA_VARIANTS)} (default: both; --quick: p10ms, whose "
+    p.add_argument("--kafka-variants", help=f"{', '.join(KAFKA_VARIANTS)} (default: default,p10ms; --quick: p10ms, whose "
                                             f"first fetch is small enough for its tiny topic)")
     p.add_argument("--paths", help=f"a subset of {', '.join(SOURCE_PATHS + MODEL_PATHS)} (default: all; "
                                    f"rebatch runs on Kafka only when named here)")
@@ -555,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     sources = split(args.sources, ("parquet", "kafka"), "source")
     layouts = split(args.layouts, C.LAYOUTS, "layout")
     paths = split(args.paths or ",".join(SOURCE_PATHS + MODEL_PATHS), SOURCE_PATHS + MODEL_PATHS, "path")
-    variants = split(args.kafka_variants or ("p10ms" if args.quick else ",".join(KAFKA_VARIANTS)),
+    variants = split(args.kafka_variants or ("p10ms" if args.quick else ",".join(DEFAULT_KAFKA_VARIANTS)),
                      KAFKA_VARIANTS, "Kafka variant")
     lines: list[str] = []
 

@@ -11,9 +11,11 @@ Three stages overlap::
   in ``send``; at most ``queue_size + IN_FLIGHT_EXTRA`` training batches exist at once (``queue_size``
   queued, one being trained, one being filled or waiting to be queued), which is also the number of
   reused buffers (see :mod:`streamfit._stream.batching`).
-* The trainer runs the progressive prediction and ``partial_fit`` in one ``anyio.to_thread.run_sync``
-  call, so the event loop keeps reading while the model trains.  ``partial_fit`` is never interrupted:
-  cancelling the loop waits for the running step to finish, so the model is never half-updated.
+* The trainer runs the progressive prediction and ``partial_fit`` in one call in its own long-lived
+  worker thread (:mod:`streamfit._stream.trainer`), so the event loop keeps reading while the model
+  trains; the next queued batch is handed over without yielding to the reader in between.
+  ``partial_fit`` is never interrupted: cancelling the loop waits for the running step to finish, so the
+  model is never half-updated.
 
 Errors raised while reading or rebatching travel through the queue: every batch completed before the
 bad input is trained first, then the error is raised (deterministic model state).  The source is closed
@@ -39,6 +41,7 @@ from streamfit._stream.batching import IN_FLIGHT_EXTRA, Rebatcher, TrainingBatch
 from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
 from streamfit._stream.progress import Progress
+from streamfit._stream.trainer import TrainerThread
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -159,6 +162,7 @@ class StreamLoop:
         self._t0 = 0.0
         self._elapsed = 0.0
         self._progress = Progress(False)
+        self._trainer: TrainerThread | None = None
 
     # ------------------------------------------------------------------ control
     @property
@@ -214,12 +218,17 @@ class StreamLoop:
             self._progress = Progress(bool(self.progress), total)
             send, receive = anyio.create_memory_object_stream[Union[TrainingBatch, _End, _Failure]](
                 self.queue_size)
+            trainer = self._trainer = TrainerThread()
             try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._produce, source, send)
-                    if self.stop_event is not None:
-                        tg.start_soon(self._watch, self.stop_event)
-                    await self._consume(receive)
+                    try:
+                        await tg.start(trainer.serve)
+                        tg.start_soon(self._produce, source, send)
+                        if self.stop_event is not None:
+                            tg.start_soon(self._watch, self.stop_event)
+                        await self._consume(receive)
+                    finally:
+                        trainer.close()  # the thread ends after the step in progress, if any
                     tg.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 error = _single_error(group)
@@ -309,16 +318,21 @@ class StreamLoop:
 
     async def _consume(self, receive: MemoryObjectReceiveStream) -> None:
         while not self._stopping():
-            with anyio.CancelScope() as scope:
-                self._idle_scope = scope
-                try:
-                    item = await receive.receive()
-                except anyio.EndOfStream:
-                    item = _End(None, "end")
-                finally:
-                    self._idle_scope = None
-            if scope.cancelled_caught or self._stopping():
-                break
+            try:  # a queued batch is taken without yielding: the next step starts at once
+                item = receive.receive_nowait()
+            except anyio.WouldBlock:
+                with anyio.CancelScope() as scope:
+                    self._idle_scope = scope
+                    try:
+                        item = await receive.receive()
+                    except anyio.EndOfStream:
+                        item = _End(None, "end")
+                    finally:
+                        self._idle_scope = None
+                if scope.cancelled_caught or self._stopping():
+                    break
+            except anyio.EndOfStream:
+                item = _End(None, "end")
             if isinstance(item, _End):
                 self._ended_by = item.ended_by
                 if item.position is not None:
@@ -361,7 +375,9 @@ class StreamLoop:
 
     async def _train(self, tb: TrainingBatch) -> None:
         first = not self._partial_fit_called
-        rows, own_loss = await anyio.to_thread.run_sync(self._step, tb, first)
+        await anyio.lowlevel.checkpoint_if_cancelled()  # the hand-over does not yield: cancellation is seen here
+        assert self._trainer is not None
+        rows, own_loss = await self._trainer.run(self._step, tb, first)
         self._partial_fit_called = True
         self._rows += tb.n_rows
         self._batches += 1
@@ -371,11 +387,13 @@ class StreamLoop:
         if rows is not None:
             batch_metrics = self._metrics.update(rows)
             progressive_loss = batch_metrics["loss"]
-            event = MetricsEvent(self._batches, self._rows, tb.position, batch_metrics,
-                                 self._metrics.stream(), self._metrics.recent())
-            self._publish(event)
-            await _call(self.on_metrics, event)
-        self._progress.update(tb.n_rows, self._metrics.recent()["loss"] if rows is not None else own_loss)
+            if self.on_metrics is not None or self._metric_sends:  # nobody listens: no event to build
+                event = MetricsEvent(self._batches, self._rows, tb.position, batch_metrics,
+                                     self._metrics.stream(), self._metrics.recent())
+                self._publish(event)
+                await _call(self.on_metrics, event)
+        if self._progress.enabled:
+            self._progress.update(tb.n_rows, self._metrics.recent()["loss"] if rows is not None else own_loss)
         loss = own_loss if own_loss is not None else progressive_loss
         await _call(self.on_batch, BatchEvent(self._batches, self._rows, tb.n_rows, tb.position, loss,
                                               progressive_loss, elapsed))

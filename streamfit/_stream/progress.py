@@ -17,6 +17,10 @@ class Progress:
             kwargs.update(tqdm_kwargs)
             self._bar = tqdm(total=total, **kwargs)
 
+    @property
+    def enabled(self) -> bool:
+        return self._bar is not None
+
     def update(self, n_rows: int, loss: float | None) -> None:
         if self._bar is None:
             return

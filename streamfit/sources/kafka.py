@@ -2,7 +2,10 @@
 
 Client: confluent-kafka, i.e. librdkafka, the most widely deployed and trusted Kafka client (the
 reference C client behind most language bindings) and the fastest measured on this machine (consume
-~130-180 MB/s on loopback).  Its calls block, so every call runs in a worker thread, one at a time.
+~130-180 MB/s on loopback).  Its calls block, so they run in threads: by default one fetch-ahead thread
+consumes and decodes the next messages while the caller trains on the previous ones (a ``consume`` call
+waits up to ``poll_timeout`` for a full batch of messages, which the training loop would otherwise wait
+for too); ``fetch_ahead=0`` fetches on demand, in a worker thread.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import bisect
 import collections
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +22,7 @@ import pyarrow as pa
 
 from streamfit.exceptions import BadInputError, SourceError
 from streamfit.sources._base import Position, Source, SourceBatch, position_int
+from streamfit.sources._wakeup import Wakeup
 from streamfit.sources.decoders import Decoder, _one_batch, get_decoder
 
 __all__ = ["KafkaSource"]
@@ -46,12 +51,17 @@ class KafkaSource(Source):
     concatenated up to ``coalesce_rows`` rows, larger ones pass without a copy; an undecodable value
     yields a :class:`SourceBatch` with ``error`` (reason ``"undecodable"``) and is skipped.  ``config``
     is passed to librdkafka (``session.timeout.ms``, ``fetch.wait.max.ms``, security...).
-    Partitions revoked by a rebalance leave the position: their owner continues from the group offsets.
+    Partitions revoked by a rebalance leave the position: their owner continues from the group offsets
+    (decoded batches of theirs not yet returned are dropped).
+
+    ``fetch_ahead`` (default 1): ``consume`` calls (up to ``max_messages`` each) decoded ahead of the
+    caller by a background thread; at most ``1 + fetch_ahead`` calls' messages are held decoded (the one
+    being returned and those ahead).  ``0``: fetch only when every decoded batch was returned.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",
                  config: Mapping[str, Any] | None = None, max_messages: int = 500, poll_timeout: float = 0.02,
-                 coalesce_rows: int = 1024) -> None:
+                 coalesce_rows: int = 1024, fetch_ahead: int = 1) -> None:
         self._kafka = _import_kafka()
         if not topic or not isinstance(topic, str):
             raise ValueError(f"Invalid topic: {topic!r}")
@@ -63,6 +73,8 @@ class KafkaSource(Source):
             raise ValueError(f"Invalid poll_timeout: {poll_timeout!r}, expected seconds > 0")
         if not isinstance(coalesce_rows, int) or coalesce_rows < 0:
             raise ValueError(f"Invalid coalesce_rows: {coalesce_rows!r}, expected an int >= 0")
+        if isinstance(fetch_ahead, bool) or not isinstance(fetch_ahead, int) or fetch_ahead < 0:
+            raise ValueError(f"Invalid fetch_ahead: {fetch_ahead!r}, expected an int >= 0")
         conf = {"bootstrap.servers": bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
                 # a trainer wants data as soon as it is there: librdkafka's default lets a fetch wait up to
@@ -74,6 +86,7 @@ class KafkaSource(Source):
         self.topic, self.group, self.config = topic, group, conf
         self.decoder = get_decoder(decoder)
         self.max_messages, self.poll_timeout, self.coalesce_rows = max_messages, poll_timeout, coalesce_rows
+        self.fetch_ahead = fetch_ahead
         strategy = str(conf.get("partition.assignment.strategy", "")) + str(conf.get("group.protocol", ""))
         self._incremental = "cooperative" in strategy or "consumer" in strategy
         self._consumer: Any = None
@@ -82,6 +95,21 @@ class KafkaSource(Source):
         self._live: dict[int, tuple[int, int]] = {}  # partition -> (offset, row) after the last batch
         self._seek_offsets: dict[int, int] = {}  # applied on the first assignment of each partition
         self._pending_skip: dict[int, tuple[int, int]] = {}  # partition -> (offset, rows to skip in it)
+        # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
+        self._mutex = threading.Lock()
+        self._room = threading.Condition(self._mutex)  # the fetch thread waits here for the caller to catch up
+        self._ahead: collections.deque[tuple[int, SourceBatch | BaseException, dict[int, tuple[int, int]]]] = \
+            collections.deque()
+        self._fetched = 0  # non-empty consume calls appended to _ahead
+        self._taken = 0  # the fetch number of the last batch returned
+        self._waiter: Wakeup | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False  # aclose: the thread returns
+        self._failed = False  # consume raised: the thread fetches no more, serves commits until closed
+        self._thread_done = False
+        # librdkafka hangs a synchronous commit made while another thread is in consume(): commits run in
+        # the fetch thread, between two consume calls (as they ran between two fetches without fetch-ahead)
+        self._requests: collections.deque[_Request] = collections.deque()
 
     # -- position ---------------------------------------------------------------------------------
     def seek(self, position: Position) -> None:
@@ -112,10 +140,12 @@ class KafkaSource(Source):
         (consumer.incremental_assign if self._incremental else consumer.assign)(partitions)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        for tp in partitions:
-            if tp.topic == self.topic:
-                self._live.pop(tp.partition, None)
-                self._pending_skip.pop(tp.partition, None)
+        revoked = {tp.partition for tp in partitions if tp.topic == self.topic}
+        for p in revoked:
+            self._live.pop(p, None)
+            self._pending_skip.pop(p, None)
+        if revoked:
+            self._forget_ahead(revoked)
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
@@ -132,12 +162,16 @@ class KafkaSource(Source):
 
     def _fetch(self) -> list[SourceBatch]:
         """One ``consume`` call turned into batches; positions advance as they are built."""
+        return [sb for sb, _ in self._fetch_items()]
+
+    def _fetch_items(self) -> list[tuple[SourceBatch, dict[int, tuple[int, int]]]]:
+        """:meth:`_fetch` with each batch's position dict (a rebalance edits those fetched ahead)."""
         kafka = self._kafka
         try:
             messages = self._consumer.consume(self.max_messages, self.poll_timeout)
         except kafka.KafkaException as exc:
             raise SourceError(f"Kafka consume from {self.topic!r} failed: {exc}") from exc
-        out: list[SourceBatch] = []
+        out: list[tuple[SourceBatch, dict[int, tuple[int, int]]]] = []
         group: list[tuple[int, int, int, pa.RecordBatch]] = []  # (partition, offset, skipped, batch)
         for msg in messages:
             err = msg.error()
@@ -179,16 +213,18 @@ class KafkaSource(Source):
             raise SourceError(f"Kafka error on topic {self.topic!r}: {err.str()}") from cause
         _log.warning("Kafka (topic %s): %s", self.topic, err.str())
 
-    def _error_batch(self, partition: int, offset: int, exc: Exception) -> SourceBatch:
+    def _error_batch(self, partition: int, offset: int,
+                     exc: Exception) -> tuple[SourceBatch, dict[int, tuple[int, int]]]:
         live = dict(self._live)
         self._live[partition] = live[partition] = (offset + 1, 0)
         where = f"partition {partition} offset {offset}"
         error = BadInputError(f"undecodable message in {self.topic!r} {where}: {exc}", reason="undecodable",
                               position={"topic": self.topic, "partition": partition, "offset": offset})
         return SourceBatch(None, lambda r: self._snapshot(live), error=error, where=where,
-                           meta={"partition": partition, "offset": offset})
+                           meta={"partition": partition, "offset": offset}), live
 
-    def _flush(self, group: list[tuple[int, int, int, pa.RecordBatch]], out: list[SourceBatch]) -> None:
+    def _flush(self, group: list[tuple[int, int, int, pa.RecordBatch]],
+               out: list[tuple[SourceBatch, dict[int, tuple[int, int]]]]) -> None:
         """Turn the pending messages of one partition into one batch whose positions map rows to messages."""
         if not group:
             return
@@ -217,9 +253,104 @@ class KafkaSource(Source):
 
         last = f"..{offsets[-1]}" if len(offsets) > 1 else ""
         where = f"partition {partition} offset {offsets[0]}{last}"
-        out.append(SourceBatch(batch, position_at, where=where,
-                               meta={"partition": partition, "first_offset": offsets[0],
-                                     "last_offset": offsets[-1]}))
+        out.append((SourceBatch(batch, position_at, where=where,
+                                meta={"partition": partition, "first_offset": offsets[0],
+                                      "last_offset": offsets[-1]}), before))
+
+    # -- fetch-ahead thread ----------------------------------------------------------------------
+    def _fetch_loop(self) -> None:
+        """The fetch-ahead thread: consume and decode while the caller is at most ``fetch_ahead`` calls behind;
+        run the consumer calls asked for by the event loop (commits) in between."""
+        try:
+            while True:
+                with self._room:
+                    while not (self._stopping or self._requests) and (
+                            self._failed or self._fetched - self._taken >= self.fetch_ahead):
+                        self._room.wait()
+                    if self._requests:
+                        request: _Request | None = self._requests.popleft()
+                    elif self._stopping:
+                        return
+                    else:
+                        request = None
+                if request is not None:
+                    request.run()
+                    continue
+                try:
+                    items = self._fetch_items()
+                except BaseException as exc:  # handed to the caller after the batches before it
+                    with self._mutex:
+                        self._ahead.append((self._fetched + 1, exc, {}))
+                        self._fetched += 1
+                        self._failed = True
+                    self._wake()
+                    continue
+                if not items:
+                    continue
+                with self._mutex:
+                    seq = self._fetched + 1
+                    self._ahead.extend((seq, sb, live) for sb, live in items)
+                    self._fetched = seq
+                self._wake()
+        finally:
+            with self._mutex:
+                self._thread_done = True
+                pending = list(self._requests)
+                self._requests.clear()
+            for request in pending:
+                request.run()
+            self._wake()
+
+    async def _in_consumer_thread(self, fn: Any) -> Any:
+        """``fn()`` in the fetch thread (or a worker thread once it is gone), uncancellable like the call itself."""
+        request = _Request(fn, Wakeup())
+        with self._room:
+            queued = not self._thread_done
+            if queued:
+                self._requests.append(request)
+                self._room.notify()
+        with anyio.CancelScope(shield=True):
+            if queued:
+                await request.wakeup.wait()
+            else:
+                await anyio.to_thread.run_sync(request.run)
+        return request.result()
+
+    def _wake(self) -> None:
+        with self._mutex:
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.set()
+
+    def _forget_ahead(self, partitions: set[int]) -> None:
+        """In the fetch thread, on a rebalance: drop the revoked partitions' batches not yet returned and
+        take those partitions out of the positions of the others (as if fetched after the rebalance)."""
+        with self._mutex:
+            kept = collections.deque()
+            for seq, sb, live in self._ahead:
+                if isinstance(sb, SourceBatch) and sb.meta.get("partition") in partitions:
+                    continue
+                for p in partitions:
+                    live.pop(p, None)
+                kept.append((seq, sb, live))
+            self._ahead = kept
+
+    def _take(self) -> SourceBatch | None:
+        """The next batch fetched ahead, or ``None`` (then ``_waiter`` is set: the thread will wake it)."""
+        with self._mutex:
+            if self._ahead:
+                seq, sb, _ = self._ahead.popleft()
+                if seq != self._taken:
+                    self._taken = seq
+                    self._room.notify()
+                if isinstance(sb, BaseException):
+                    self._ahead.appendleft((seq, sb, {}))  # every later call raises it too
+                    raise sb
+                return sb
+            if self._thread_done:
+                raise RuntimeError(f"KafkaSource({self.topic}) is closed")
+            self._waiter = Wakeup()
+            return None
 
     # -- async API --------------------------------------------------------------------------------
     async def _ensure_consumer(self) -> anyio.Lock:
@@ -228,10 +359,29 @@ class KafkaSource(Source):
             self._lock = anyio.Lock()
             with anyio.CancelScope(shield=True):  # creating the consumer is quick and must not half-happen
                 self._consumer = await anyio.to_thread.run_sync(self._create)
+                if self.fetch_ahead:
+                    self._thread = threading.Thread(target=self._fetch_loop, daemon=True,
+                                                    name=f"streamfit-kafka-fetch-{self.topic}")
+                    self._thread.start()
         return self._lock
 
     async def __anext__(self) -> SourceBatch:
         lock = await self._ensure_consumer()
+        if self.fetch_ahead:
+            while True:
+                if self._closed:
+                    raise RuntimeError(f"KafkaSource({self.topic}) is closed")
+                sb = self._take()
+                if sb is not None:
+                    return sb  # no checkpoint after the take: a cancellation there would lose the batch
+                waiter = self._waiter
+                assert waiter is not None
+                try:
+                    await waiter.wait()  # cancellable: nothing is taken until the wait is over
+                finally:
+                    with self._mutex:
+                        if self._waiter is waiter:
+                            self._waiter = None
         while not self._queue:
             async with lock:
                 if self._closed:
@@ -256,9 +406,12 @@ class KafkaSource(Source):
         async with lock:
             if self._closed:
                 raise RuntimeError(f"KafkaSource({self.topic}) is closed")
+            consumer = self._consumer
             try:
-                await anyio.to_thread.run_sync(
-                    lambda: self._consumer.commit(offsets=offsets, asynchronous=False))
+                if self._thread is not None:
+                    await self._in_consumer_thread(lambda: consumer.commit(offsets=offsets, asynchronous=False))
+                else:
+                    await anyio.to_thread.run_sync(lambda: consumer.commit(offsets=offsets, asynchronous=False))
             except self._kafka.KafkaException as exc:
                 raise SourceError(f"Kafka commit to group {self.group!r} failed: {exc}") from exc
 
@@ -268,6 +421,15 @@ class KafkaSource(Source):
         if self._lock is not None:
             async with self._lock:
                 self._closed = True
+                thread = self._thread
+                if thread is not None:  # it must be out of consume() before the consumer closes
+                    with self._room:
+                        self._stopping = True
+                        self._room.notify()
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(thread.join)
+                    self._wake()
+                    self._ahead.clear()
                 consumer, self._consumer = self._consumer, None
                 if consumer is not None:
                     try:
@@ -276,6 +438,30 @@ class KafkaSource(Source):
                         raise SourceError(f"closing the Kafka consumer of {self.topic!r} failed: "
                                           f"{exc}") from exc
         await super().aclose()
+
+
+class _Request:
+    """A consumer call the event loop waits for, run by the fetch thread."""
+
+    __slots__ = ("fn", "wakeup", "_outcome")
+
+    def __init__(self, fn: Any, wakeup: Wakeup) -> None:
+        self.fn, self.wakeup = fn, wakeup
+        self._outcome: tuple[bool, Any] | None = None
+
+    def run(self) -> None:
+        try:
+            self._outcome = (True, self.fn())
+        except BaseException as exc:
+            self._outcome = (False, exc)
+        self.wakeup.set()
+
+    def result(self) -> Any:
+        assert self._outcome is not None
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -45,7 +45,8 @@ _CONVERT: dict[str, dict[str, Callable[[str], Any]]] = {
                 "columns": lambda s: [c for c in s.split(",") if c]},
     "ipc": {},
     "ipc+tcp": {"max_connections": int},
-    "kafka": {"group": str, "decoder": str, "max_messages": int, "poll_timeout": float, "coalesce_rows": int},
+    "kafka": {"group": str, "decoder": str, "max_messages": int, "poll_timeout": float, "coalesce_rows": int,
+              "fetch_ahead": int},
 }
 
 

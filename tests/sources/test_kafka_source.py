@@ -97,3 +97,77 @@ async def test_json_lines_from_a_uri_and_bad_json(kafka_broker) -> None:
         items = await _read(source, 10, errors=1)
     assert _ids(items) == list(range(10))
     assert [i.meta["offset"] for i in items if i.error is not None] == [1]
+
+
+def _trace(items: list[SourceBatch]) -> list[tuple]:
+    """What a reader sees: rows, and the positions before, inside and after each batch."""
+    return [(i.batch.column("id").to_pylist(), i.position_at(0), i.position_at(i.num_rows // 2),
+             i.position_at(i.num_rows)) for i in items]
+
+
+async def test_fetch_ahead_holds_a_bounded_number_of_messages_and_positions_are_exact(kafka_broker, ids_table) -> None:
+    topic = kafka_broker.create_topic()
+    kafka_broker.produce_batches(topic, [ids_table(i, i + 10) for i in range(0, 200, 10)])  # 20 messages
+    opts = {"max_messages": 2, "coalesce_rows": 0}  # one batch per message, at most 2 per consume call
+    async with _source(kafka_broker, topic, "g-ahead-0", fetch_ahead=0, **opts) as on_demand:
+        expected = _trace(await _read(on_demand, 200))
+    for ahead in (1, 3):
+        async with _source(kafka_broker, topic, f"g-ahead-{ahead}", fetch_ahead=ahead, **opts) as source:
+            first = await source.__anext__()
+            await anyio.sleep(0.5)  # a reader that stalls: the thread fetches ahead, then waits
+            held = len(source._ahead)
+            assert 1 <= held <= (1 + ahead) * 2 - 1  # the rest of the fetch being read + `ahead` fetches
+            assert source._fetched - source._taken == ahead
+            got = [first] + await _read(source, 190)
+        assert _trace(got) == expected  # same rows, same positions, in the same order
+
+
+@pytest.mark.parametrize("ahead", [0, 1])
+async def test_cancelled_reads_lose_no_row_with_and_without_fetch_ahead(kafka_broker, ids_table,
+                                                                        collect_ids_cancelling, ahead) -> None:
+    topic = kafka_broker.create_topic(partitions=2)
+    kafka_broker.produce_batches(topic, [ids_table(i, i + 5) for i in range(0, 100, 5)])
+    async with _source(kafka_broker, topic, f"g-cancel-{ahead}", poll_timeout=0.05, fetch_ahead=ahead) as source:
+        assert sorted(await collect_ids_cancelling(source, 100, every=0.003)) == list(range(100))
+
+
+async def test_commit_while_fetching_ahead_and_close_with_a_full_buffer(kafka_broker, ids_table) -> None:
+    topic = kafka_broker.create_topic()
+    kafka_broker.produce_batches(topic, [ids_table(i, i + 10) for i in range(0, 100, 10)])
+    async with _source(kafka_broker, topic, "g-ahead-commit", coalesce_rows=0, max_messages=1) as first:
+        items = await _read(first, 30)
+        with anyio.fail_after(5):
+            await first.commit(items[-1].position_at(10))  # the fetch thread runs it between two consumes
+        thread = first._thread
+        assert thread is not None and thread.is_alive()
+    assert not thread.is_alive()  # closing stopped the thread (it was waiting for room)
+    async with _source(kafka_broker, topic, "g-ahead-commit", coalesce_rows=0) as second:
+        assert _ids(await _read(second, 70)) == list(range(30, 100))
+
+
+class _FakeTopicPartition:
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic, self.partition = topic, partition
+
+
+class _FakeConsumer:
+    def __init__(self) -> None:
+        self.unassigned = False
+
+    def unassign(self) -> None:
+        self.unassigned = True
+
+
+def test_a_rebalance_drops_revoked_batches_fetched_ahead_and_their_partition_from_positions(ids_table) -> None:
+    source = KafkaSource("127.0.0.1:1", "t", group="g")
+    built = []
+    for partition, offset in ((0, 5), (1, 7), (0, 6)):  # fetched ahead, not returned yet
+        source._live[partition] = (offset, 0)
+        source._flush([(partition, offset, 0, ids_table(0, 3).to_batches()[0])], built)
+    source._ahead.extend((1, sb, live) for sb, live in built)
+    source._on_revoke(_FakeConsumer(), [_FakeTopicPartition("t", 1)])
+    kept = [sb for _, sb, _ in source._ahead]
+    assert [sb.meta["partition"] for sb in kept] == [0, 0]
+    assert kept[0].position_at(3) == {"topic": "t", "partitions": {"0": {"offset": 6, "row": 0}}}
+    assert kept[1].position_at(1) == {"topic": "t", "partitions": {"0": {"offset": 6, "row": 1}}}
+    assert 1 not in source._live

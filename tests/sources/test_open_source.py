@@ -35,6 +35,7 @@ def test_uris_and_objects_map_to_sources(tmp_path) -> None:
     assert (kafka.topic, kafka.group, kafka.max_messages, kafka.poll_timeout) == ("events", "g", 10, 0.5)
     assert kafka.config["bootstrap.servers"] == "127.0.0.1:9092,127.0.0.1:9093"
     assert (kafka.config["fetch.wait.max.ms"], kafka.config["client.id"]) == ("10", "me")
+    assert kafka.fetch_ahead == 1 and open_source("kafka://h:1/t?group=g&fetch_ahead=0").fetch_ahead == 0
 
 
 @pytest.mark.parametrize("uri, match", [

@@ -295,3 +295,71 @@ def test_train_stream_sync(backend):
     assert summary.rows == 80 and summary.batches == 3
     assert_same_model(est, fit_reference(SGDRegressor(random_state=0),
                                          reference_chunks(batches, ["x0", "x1"], 32)))
+
+
+class Blocking(SGDRegressor):
+    """partial_fit number ``block_at`` waits until released: a step in progress when the loop is cancelled."""
+
+    def __init__(self, block_at=2):
+        super().__init__(random_state=0)
+        self.block_at = block_at
+        self.entered = __import__("threading").Event()
+        self.release = __import__("threading").Event()
+        self.finished = 0
+        self.threads = set()
+
+    def partial_fit(self, X, y, sample_weight=None):
+        self.threads.add(__import__("threading").get_ident())
+        if self.finished + 1 == self.block_at:
+            self.entered.set()
+            assert self.release.wait(10)
+        super().partial_fit(X, y, sample_weight=sample_weight)
+        self.finished += 1
+        return self
+
+
+@pytest.mark.anyio
+async def test_cancelling_waits_for_the_step_in_progress_and_the_trainer_thread_ends():
+    est = Blocking(block_at=2)
+    source = ListSource(make_batches([10] * 10, d=2))
+    loop = StreamLoop(est, source, batch_size=10)
+    log = []
+    scope = anyio.CancelScope()
+
+    async def cancel_during_step():
+        await anyio.to_thread.run_sync(est.entered.wait)
+        scope.cancel()
+        await anyio.sleep(0.05)
+        log.append("loop still waiting" if loop.state is not LoopState.STOPPED else "loop returned mid-step")
+        est.release.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_during_step)
+        with scope:
+            await loop.run()
+        log.append(est.finished)
+    assert scope.cancelled_caught and source.close_calls == 1
+    assert log == ["loop still waiting", 2]  # the interrupted call finished, no further one started
+    assert len(est.threads) == 1 and not loop._trainer.serving  # one trainer thread for every step; it ended
+
+
+@pytest.mark.anyio
+async def test_a_queued_batch_is_handed_to_the_trainer_without_letting_the_reader_run(monkeypatch):
+    """The next step is handed over right after the previous batch's hooks: the reader (on the event loop)
+    reads while the model trains, not in between (it used to run inside to_thread.run_sync's checkpoint)."""
+    import streamfit._stream.loop as loop_module
+
+    source = ListSource(make_batches([10] * 12, d=2))
+    at_hook, at_handover = [], []
+
+    class Recording(loop_module.TrainerThread):
+        async def run(self, fn, *args):
+            at_handover.append(source.reads)
+            return await super().run(fn, *args)
+
+    monkeypatch.setattr(loop_module, "TrainerThread", Recording)
+    await train_stream(SlowChecking(0.003), source, batch_size=10, queue_size=3,
+                       on_batch=lambda e: at_hook.append(source.reads))
+    assert len(at_handover) == len(at_hook) == 12
+    assert at_handover[1:] == at_hook[:-1]  # nothing was read between a batch's hook and the next hand-over
+    assert max(at_hook) > min(at_hook)  # the reader did run meanwhile (while the steps ran)
