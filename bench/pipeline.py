@@ -26,6 +26,8 @@ Sources (the columns of the tables):
                     one consume call fetched ahead by a thread)
     kafka/vec p10ms the same with ``poll_timeout=0.01`` (a 10 ms consume timeout)
     kafka/vec noahead  the defaults with ``fetch_ahead=0`` (fetch on demand; add with ``--kafka-variants``)
+    parquet/* t1    ParquetSource(use_threads=False): pyarrow decodes in the reading thread, not in its CPU
+                    pool (add with ``--parquet-variants default,t1``)
 
 The Parquet data is one file written once to a temporary directory (uncompressed, row groups of 65536),
 listed as several ``part-*.parquet`` symlinks to it so a long run reads from the page cache.
@@ -100,6 +102,9 @@ KAFKA_CONFIG = {"session.timeout.ms": 1000, "heartbeat.interval.ms": 100, "fetch
 #: (fetch on demand: the behaviour before fetch-ahead; only when asked for with --kafka-variants).
 KAFKA_VARIANTS = {"default": "", "p10ms": "&poll_timeout=0.01", "noahead": "&fetch_ahead=0"}
 DEFAULT_KAFKA_VARIANTS = ("default", "p10ms")
+#: ParquetSource options per variant (URI query): its defaults, and decoding in the reading thread only
+#: (pyarrow's CPU pool off; only when asked for with --parquet-variants).
+PARQUET_VARIANTS = {"default": "", "t1": "?use_threads=false"}
 #: "linear-t1" is the linear model with one ORT intra-op thread (ORT's default is one per core, spinning).
 MODELS = ("mlp", "linear", "linear-t1")
 
@@ -533,6 +538,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sources", default="parquet,kafka")
     p.add_argument("--layouts", default="vec,mixed", help=f"Parquet layouts: {', '.join(C.LAYOUTS)}")
     p.add_argument("--kafka-layout", default="vec", choices=sorted(C.LAYOUTS))
+    p.add_argument("--parquet-variants", help=f"{', '.join(PARQUET_VARIANTS)} (default: default)")
     p.add_argument("--kafka-variants", help=f"{', '.join(KAFKA_VARIANTS)} (default: default,p10ms; --quick: p10ms, whose "
                                             f"first fetch is small enough for its tiny topic)")
     p.add_argument("--paths", help=f"a subset of {', '.join(SOURCE_PATHS + MODEL_PATHS)} (default: all; "
@@ -567,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = split(args.paths or ",".join(SOURCE_PATHS + MODEL_PATHS), SOURCE_PATHS + MODEL_PATHS, "path")
     variants = split(args.kafka_variants or ("p10ms" if args.quick else ",".join(DEFAULT_KAFKA_VARIANTS)),
                      KAFKA_VARIANTS, "Kafka variant")
+    pq_variants = split(args.parquet_variants or "default", PARQUET_VARIANTS, "Parquet variant")
     lines: list[str] = []
 
     def out(s: str = "") -> None:
@@ -616,8 +623,10 @@ def main(argv: list[str] | None = None) -> int:
                 root = setup_parquet(tmp, layout, need, args.quick)
                 mem = memory_batches(layout, min(max(rows[m] for m in pq_models), 8 * 65536)) \
                     if "loop-mem" in paths else None
-                cases.append(Case("parquet", layout, "default", lambda r=root: f"parquet:{r}", rows, warmup,
-                                  list(pq_models), 0 if args.quick else 5 * 65536, mem))
+                for variant in pq_variants:
+                    cases.append(Case("parquet", layout, variant,
+                                      lambda r=root, q=PARQUET_VARIANTS[variant]: f"parquet:{r}{q}", rows, warmup,
+                                      list(pq_models), 0 if args.quick else 5 * 65536, mem))
         if "kafka" in sources:
             try:
                 broker = C.Tansu.start()

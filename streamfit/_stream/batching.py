@@ -192,11 +192,28 @@ class Rebatcher:
         """The feature column names (resolved from the first valid batch when not given)."""
         return None if self._feature_names is None else list(self._feature_names)
 
-    def push(self, sb: SourceBatch) -> Iterator[TrainingBatch]:
-        """Consume one source batch; yield every training batch it completes."""
+    def extract_ahead(self, sb: SourceBatch) -> tuple[Any, ...] | None:
+        """The column extraction and checks :meth:`push` does for ``sb``, without changing any state, so
+        that another thread can do this (the bulk of the per-record-batch work) while the event loop
+        goes on; pass the result to ``push(sb, ahead)``.  ``None`` when ``push`` must do it itself (no
+        plan yet, a new schema, a column problem)."""
+        plan, batch = self._plan, sb.batch
+        if self.done or plan is None or batch is None or sb.error is not None or batch.num_rows == 0:
+            return None
+        if not (batch.schema is self._plan_schema or batch.schema.equals(self._plan_schema)):
+            return None
+        try:
+            return (plan, *self._extract(batch, plan))
+        except ColumnProblem:
+            return None
+
+    def push(self, sb: SourceBatch, ahead: tuple[Any, ...] | None = None) -> Iterator[TrainingBatch]:
+        """Consume one source batch; yield every training batch it completes.
+
+        ``ahead``: the result of :meth:`extract_ahead` for ``sb`` (if it was called)."""
         if self.done:
             return
-        seg = self._segment(sb)
+        seg = self._segment(sb, ahead)
         if seg is not None:
             yield from self._take(seg)
             if self.done:
@@ -230,7 +247,7 @@ class Rebatcher:
                        extra={"event": "skipped_input",  # structured fields for the daemon's JSON log lines
                               "fields": {"reason": reason, "column": column, "rows": rows, "position": position}})
 
-    def _segment(self, sb: SourceBatch) -> _Segment | None:
+    def _segment(self, sb: SourceBatch, ahead: tuple[Any, ...] | None = None) -> _Segment | None:
         if sb.error is not None or sb.batch is None:
             self._bad(sb, "undecodable", getattr(sb.error, "column", None),
                       f"undecodable message: {sb.error}", row=None, rows=0, cause=sb.error)
@@ -245,7 +262,10 @@ class Rebatcher:
             return None
         try:
             plan = self._plan_for(sb.batch.schema)
-            feats, y, w, checks = self._extract(sb.batch, plan)
+            if ahead is not None and ahead[0] is plan:
+                feats, y, w, checks = ahead[1:]
+            else:
+                feats, y, w, checks = self._extract(sb.batch, plan)
         except ColumnProblem as p:
             self._bad(sb, p.reason, p.column, p.message, row=None, rows=n)
             self.skipped_messages[p.reason] += 1

@@ -50,6 +50,9 @@ __all__ = ["LoopState", "StreamLoop", "train_stream", "train_stream_sync"]
 
 Hook = Callable[[Any], Union[None, Awaitable[None]]]
 
+#: record batches with at least this many feature values are checked and extracted in a worker thread.
+_AHEAD_VALUES = 1 << 20
+
 
 class LoopState(enum.Enum):
     """``created`` -> ``running`` -> ``draining`` (stop requested or source exhausted) -> ``stopped``."""
@@ -293,8 +296,13 @@ class StreamLoop:
             try:
                 if not rb.done:
                     async for sb in source:
+                        ahead = None
+                        if sb.num_rows * (rb.n_features or 1) >= _AHEAD_VALUES:
+                            # a large record batch: its checks and extraction (~1 ms per million values) in a
+                            # worker thread, not on the event loop, where they would delay the trainer's turn
+                            ahead = await anyio.to_thread.run_sync(rb.extract_ahead, sb)
                         # The generator fills the next ring buffer only after the previous batch is queued.
-                        for tb in rb.push(sb):
+                        for tb in rb.push(sb, ahead):
                             await send.send(tb)
                         if rb.done:
                             break

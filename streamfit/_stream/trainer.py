@@ -9,6 +9,7 @@ worker thread (``anyio.from_thread`` works inside the estimator, as before).
 from __future__ import annotations
 
 import queue
+import threading
 from typing import Any, Callable
 
 import anyio
@@ -16,6 +17,8 @@ import anyio
 from streamfit.sources._wakeup import Wakeup, loop_caller
 
 __all__ = ["TrainerThread"]
+
+_PICKUP_WAIT = 0.002  # s
 
 
 class _Job:
@@ -47,6 +50,7 @@ class TrainerThread:
         self._closed = False
         #: True while the thread serves steps (it is an anyio worker thread: it then returns to anyio's pool).
         self.serving = False
+        self._picked = threading.Event()  # the thread took the job handed over last
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """A task of the loop: the thread serves steps until :meth:`close`."""
@@ -62,6 +66,7 @@ class TrainerThread:
                 job = self._jobs.get()
                 if job is None:
                     return
+                self._picked.set()
                 job.run()
         finally:
             self.serving = False
@@ -71,7 +76,12 @@ class TrainerThread:
         if self._closed or self._call is None:
             raise RuntimeError("the trainer thread is not running")
         job = _Job(fn, args, Wakeup(self._call))
+        self._picked.clear()
         self._jobs.put(job)
+        # Let the thread start the step before the event loop goes on: the reader runs next and holds the
+        # GIL in bursts (copies into the next batch); the step's Python prologue would wait for them.  Bounded
+        # (a busy machine may not run the thread at once); the GIL returns when the step enters ONNX Runtime.
+        self._picked.wait(_PICKUP_WAIT)
         with anyio.CancelScope(shield=True):
             await job.wakeup.wait()
         if job.ok:

@@ -42,7 +42,7 @@ class _FileScan:
     """Batches of one file from row ``skip`` on: whole row groups before it are not read."""
 
     def __init__(self, path: str, skip: int, columns: list[str] | None, batch_size: int,
-                 readahead: int) -> None:
+                 readahead: int, use_threads: bool = True) -> None:
         fragment = ds.ParquetFileFormat().make_fragment(path, filesystem=pafs.LocalFileSystem())
         metadata = fragment.metadata
         self.num_rows = metadata.num_rows
@@ -63,7 +63,7 @@ class _FileScan:
             if first_group:
                 fragment = fragment.subset(row_group_ids=list(range(first_group, metadata.num_row_groups)))
             self._batches = iter(fragment.to_batches(columns=columns, batch_size=batch_size,
-                                                     batch_readahead=readahead, use_threads=True))
+                                                     batch_readahead=readahead, use_threads=use_threads))
 
     def next(self) -> tuple[pa.RecordBatch, int] | None:
         """(batch, its first row in the file), or ``None`` at the end of the file."""
@@ -91,7 +91,7 @@ class ParquetSource(Source):
 
     def __init__(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
                  columns: Sequence[str] | None = None, batch_size: int = 65536, follow: bool = False,
-                 poll_interval: float = 1.0, batch_readahead: int = 4) -> None:
+                 poll_interval: float = 1.0, batch_readahead: int = 4, use_threads: bool = True) -> None:
         if isinstance(path, (str, os.PathLike)):
             self._paths = [os.path.abspath(os.fspath(path))]
             self._is_list = False
@@ -111,6 +111,7 @@ class ParquetSource(Source):
         self.columns = list(columns) if columns is not None else None
         self.batch_size, self.follow, self.poll_interval = batch_size, follow, poll_interval
         self.batch_readahead = batch_readahead
+        self.use_threads = bool(use_threads)
         self._root = ""
         self._is_dir = False
         self._pending: list[str] = []
@@ -165,7 +166,7 @@ class ParquetSource(Source):
         skip = self._start_row if name == self._start_file else 0
         try:
             self._scan = _FileScan(os.path.join(self._root, name), skip, self.columns, self.batch_size,
-                                   self.batch_readahead)
+                                   self.batch_readahead, self.use_threads)
             self._file = name
             return None
         except BadInputError as exc:

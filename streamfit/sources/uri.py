@@ -42,6 +42,7 @@ def _bool(text: str) -> bool:
 #: how query parameters (strings) become options; Kafka keys with a dot go to the librdkafka config.
 _CONVERT: dict[str, dict[str, Callable[[str], Any]]] = {
     "parquet": {"batch_size": int, "follow": _bool, "poll_interval": float, "batch_readahead": int,
+                "use_threads": _bool,
                 "columns": lambda s: [c for c in s.split(",") if c]},
     "ipc": {},
     "ipc+tcp": {"max_connections": int},

@@ -13,6 +13,7 @@ from streamfit._stream import train_stream
 from streamfit._stream.batching import Rebatcher
 from streamfit.exceptions import BadInputError
 
+import streamfit._stream.loop as loop_module
 from tests.stream.helpers import UNDECODABLE, ListSource, fit_reference, make_batches, reference_chunks
 
 N, BAD_ROW = 20, 5
@@ -179,9 +180,17 @@ def test_classification_label_types():
 
 
 # ---------------------------------------------------------------------------------- through the loop
+@pytest.fixture(params=["on the event loop", "extracted ahead in a thread"])
+def extraction(request, monkeypatch):
+    """Both places the loop checks and extracts a record batch (large ones go to a worker thread)."""
+    if request.param != "on the event loop":
+        monkeypatch.setattr(loop_module, "_AHEAD_VALUES", 0)
+    return request.param
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", ["string_feature", "nan_feature", "undecodable", "negative_weight"])
-async def test_loop_raise_trains_the_batches_before_and_raises_the_error_itself(kind):
+async def test_loop_raise_trains_the_batches_before_and_raises_the_error_itself(kind, extraction):
     _, items = stream_with(kind)
     source = ListSource(items)
     events = []
@@ -195,7 +204,7 @@ async def test_loop_raise_trains_the_batches_before_and_raises_the_error_itself(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", sorted(KINDS))
-async def test_loop_skip_trains_exactly_the_good_rows(kind):
+async def test_loop_skip_trains_exactly_the_good_rows(kind, extraction):
     batches, items = stream_with(kind)
     _, reason, _, row_level, _ = KINDS[kind]
     source = ListSource(items)
@@ -220,7 +229,7 @@ async def test_loop_skip_trains_exactly_the_good_rows(kind):
 
 
 @pytest.mark.anyio
-async def test_loop_classifier_skip_keeps_weights_finite():
+async def test_loop_classifier_skip_keeps_weights_finite(extraction):
     batches = make_batches([N, N], d=2, classes=3, seed=3)
     bad = _set(batches[1], "x0", pa.array(np.full(N, np.nan, np.float32)))
     est = SGDClassifier(loss="log_loss", random_state=0)

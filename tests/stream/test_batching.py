@@ -173,3 +173,37 @@ def test_max_rows_on_the_zero_copy_path_emits_no_empty_batch():
     out = list(rb.push(sb)) + list(rb.flush())
     assert [b.n_rows for b in out] == [16, 16, 16]
     assert out[-1].position == {"batch": 0, "row": 48}
+
+
+def test_extract_ahead_gives_the_same_batches_and_changes_no_state():
+    batches = make_batches([30, 50, 20], d=3, weight=True)
+    plain = run(Rebatcher(16, weight="w", ring_size=3), batches)
+    rb = Rebatcher(16, weight="w", ring_size=3)
+    got = []
+    for sb in sbs(batches):
+        before = (rb.rows_in, dict(rb.skipped_rows), rb._fill)
+        ahead = rb.extract_ahead(sb)
+        assert (rb.rows_in, dict(rb.skipped_rows), rb._fill) == before  # no state change
+        assert (ahead is None) == (sb is sbs(batches)[0] or rb._plan is None)  # no plan before the first batch
+        got += [_snap(tb) for tb in rb.push(sb, ahead)]
+    got += [_snap(tb) for tb in rb.flush()]
+    assert len(got) == len(plain)
+    for a, b in zip(got, plain):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_array_equal(a[2], b[2])
+        assert a[3:] == b[3:]
+
+
+def test_extract_ahead_leaves_new_schemas_and_column_problems_to_push():
+    rb = Rebatcher(4)
+    good = make_batches([8], d=2)[0]
+    list(rb.push(sbs([good])[0]))
+    assert rb.extract_ahead(sbs([good])[0]) is not None
+    wider = make_batches([8], d=3)[0]  # another schema: push decides (here: a missing/extra column problem)
+    assert rb.extract_ahead(sbs([wider])[0]) is None
+    bad = good.set_column(0, "x0", pa.array([str(v) for v in good.column("x0").to_pylist()]))
+    assert rb.extract_ahead(sbs([bad])[0]) is None
+    nan = good.set_column(0, "x0", pa.array([np.nan] + good.column("x0").to_pylist()[1:], pa.float32()))
+    ahead = rb.extract_ahead(sbs([nan])[0])
+    assert ahead is not None and ahead[-1] and ahead[-1][0][0] == "non_finite"  # the check travels with it

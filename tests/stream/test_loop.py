@@ -363,3 +363,20 @@ async def test_a_queued_batch_is_handed_to_the_trainer_without_letting_the_reade
     assert len(at_handover) == len(at_hook) == 12
     assert at_handover[1:] == at_hook[:-1]  # nothing was read between a batch's hook and the next hand-over
     assert max(at_hook) > min(at_hook)  # the reader did run meanwhile (while the steps ran)
+
+
+@pytest.mark.anyio
+async def test_large_record_batches_extracted_in_a_thread_give_the_same_model_and_positions():
+    import streamfit._stream.loop as loop_module
+
+    d = 8
+    sizes = [loop_module._AHEAD_VALUES // d + 5, 300, loop_module._AHEAD_VALUES // d - 7]  # large, small, large
+    batches = make_batches(sizes, d=d, weight=True)
+    features = [f"x{j}" for j in range(d)]
+    est = SGDRegressor(random_state=0)
+    events = []
+    summary = await train_stream(est, ListSource(batches), weight="w", batch_size=4096, on_batch=events.append)
+    chunks = reference_chunks(batches, features, 4096, weight="w")
+    assert_same_model(est, fit_reference(SGDRegressor(random_state=0), chunks))
+    assert [e.position for e in events] == [expected_position(sizes, e.rows) for e in events]
+    assert summary.rows == sum(sizes) and summary.position == {"batch": 2, "row": sizes[2]}
