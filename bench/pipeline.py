@@ -379,12 +379,12 @@ class _TimedSource(Source):
 class ProfiledLoop(StreamLoop):
     """StreamLoop with timers around its stages (a bench-only subclass: nothing in streamfit changes).
 
-    It overrides the private ``_step``/``_train`` and wraps ``_rebatcher.push`` and ``_metrics.update``:
+    It overrides the private ``_step``/``_train`` and wraps ``_rebatcher.push``, ``_rebatcher.extract_ahead`` and ``_metrics.update``:
     if streamfit renames them, the profile breaks, not the benchmark table.
     """
 
-    KEYS = ("source", "source_calls", "source_slow", "source_slow_s", "rebatch", "estimator", "step", "train",
-            "metrics", "gap")
+    KEYS = ("source", "source_calls", "source_slow", "source_slow_s", "rebatch", "extract", "estimator", "step",
+            "train", "metrics", "gap")
 
     def __init__(self, estimator: Any, source: Any, **kw: Any) -> None:
         self.acc: dict[str, float] = {k: 0.0 for k in self.KEYS}
@@ -393,8 +393,8 @@ class ProfiledLoop(StreamLoop):
         acc = self.acc
         push = self._rebatcher.push
 
-        def timed_push(sb: SourceBatch) -> Any:
-            gen = push(sb)
+        def timed_push(sb: SourceBatch, ahead: Any = None) -> Any:
+            gen = push(sb, ahead)
             while True:
                 t0 = time.perf_counter()
                 try:
@@ -406,6 +406,16 @@ class ProfiledLoop(StreamLoop):
                 yield tb
 
         self._rebatcher.push = timed_push  # type: ignore[method-assign]
+        extract = self._rebatcher.extract_ahead
+
+        def timed_extract(sb: SourceBatch) -> Any:  # in a worker thread, for large record batches
+            t0 = time.perf_counter()
+            try:
+                return extract(sb)
+            finally:
+                acc["extract"] += time.perf_counter() - t0
+
+        self._rebatcher.extract_ahead = timed_extract  # type: ignore[method-assign]
         update = self._metrics.update
 
         def timed_update(rows: Any) -> Any:
@@ -500,7 +510,8 @@ def print_profile(case: Case, out: Callable[[str], None]) -> None:
         out(f"    trainer busy {p['trainer_busy'] * 100:.0f}% of the run; time beyond the estimator call "
             f"{(total - est) / total * 100:.1f}%; reader on the event loop: source.__anext__ {pb['source']:.3f} "
             f"({int(p['source_calls'])} calls, {int(p['source_slow'])} took > 50 ms, {p['source_slow_s']:.2f} s in "
-            f"them), rebatch {pb['rebatch']:.3f}")
+            f"them), rebatch {pb['rebatch']:.3f}; in a worker thread: checks + extraction of large record batches "
+            f"{pb.get('extract', 0.0):.3f}")
 
 
 # -- data setup ------------------------------------------------------------------------------------------------

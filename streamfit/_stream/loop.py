@@ -13,9 +13,11 @@ Three stages overlap::
   reused buffers (see :mod:`streamfit._stream.batching`).
 * The trainer runs the progressive prediction and ``partial_fit`` in one call in its own long-lived
   worker thread (:mod:`streamfit._stream.trainer`), so the event loop keeps reading while the model
-  trains; the next queued batch is handed over without yielding to the reader in between.
-  ``partial_fit`` is never interrupted: cancelling the loop waits for the running step to finish, so the
-  model is never half-updated.
+  trains; the next queued batch is handed over without yielding to the reader in between.  Steps of
+  streamfit's own estimators that take less than ``_INLINE_BELOW`` (0.3 ms, e.g. a linear model) run on
+  the event loop thread instead, once ``_INLINE_AFTER`` full batches in a row were that fast: the thread
+  round trip cost more than the step.  ``partial_fit`` is never interrupted: cancelling the loop waits
+  for the running step to finish, so the model is never half-updated.
 
 Errors raised while reading or rebatching travel through the queue: every batch completed before the
 bad input is trained first, then the error is raised (deterministic model state).  The source is closed
@@ -52,6 +54,9 @@ Hook = Callable[[Any], Union[None, Awaitable[None]]]
 
 #: record batches with at least this many feature values are checked and extracted in a worker thread.
 _AHEAD_VALUES = 1 << 20
+#: steps of streamfit's estimators run on the event loop once this many in a row took less than this.
+_INLINE_AFTER = 8
+_INLINE_BELOW = 0.0003  # s
 
 
 class LoopState(enum.Enum):
@@ -166,6 +171,10 @@ class StreamLoop:
         self._elapsed = 0.0
         self._progress = Progress(False)
         self._trainer: TrainerThread | None = None
+        # streamfit's own estimator classes only (a subclass defined elsewhere may run any code in a step)
+        self._inline_capable = type(estimator).__module__.startswith("streamfit.")
+        self._fast_steps = 0
+        self._step_seconds = 0.0
 
     # ------------------------------------------------------------------ control
     @property
@@ -383,9 +392,14 @@ class StreamLoop:
 
     async def _train(self, tb: TrainingBatch) -> None:
         first = not self._partial_fit_called
-        await anyio.lowlevel.checkpoint_if_cancelled()  # the hand-over does not yield: cancellation is seen here
-        assert self._trainer is not None
-        rows, own_loss = await self._trainer.run(self._step, tb, first)
+        if self._inline_ok(tb):
+            await anyio.lowlevel.checkpoint()  # the reader's turn (the step below blocks the event loop)
+            rows, own_loss = self._timed_step(tb, first)
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()  # the hand-over does not yield: cancellation is seen here
+            assert self._trainer is not None
+            rows, own_loss = await self._trainer.run(self._timed_step, tb, first)
+        self._note_step(self._step_seconds, tb)
         self._partial_fit_called = True
         self._rows += tb.n_rows
         self._batches += 1
@@ -405,6 +419,27 @@ class StreamLoop:
         loss = own_loss if own_loss is not None else progressive_loss
         await _call(self.on_batch, BatchEvent(self._batches, self._rows, tb.n_rows, tb.position, loss,
                                               progressive_loss, elapsed))
+
+    def _timed_step(self, tb: TrainingBatch, first: bool) -> tuple[dict[str, np.ndarray] | None, float | None]:
+        t0 = time.perf_counter()
+        try:
+            return self._step(tb, first)
+        finally:
+            self._step_seconds = time.perf_counter() - t0
+
+    def _inline_ok(self, tb: TrainingBatch) -> bool:
+        """Run this step on the event loop thread?  Only steps of streamfit's own estimators (no user code
+        that could need ``anyio.from_thread``) on full batches, after ``_INLINE_AFTER`` full-batch steps in a
+        row took less than ``_INLINE_BELOW`` s each: handing such a step to a thread and back costs more than
+        the step (about 0.1-0.5 ms on a busy 2-core machine)."""
+        return self._fast_steps >= _INLINE_AFTER and tb.n_rows == self._rebatcher.batch_size
+
+    def _note_step(self, seconds: float, tb: TrainingBatch) -> None:
+        if (self._inline_capable and tb.n_rows == self._rebatcher.batch_size and seconds < _INLINE_BELOW
+                and self._partial_fit_called):
+            self._fast_steps += 1
+        elif tb.n_rows == self._rebatcher.batch_size:
+            self._fast_steps = 0  # a slow step: back to the trainer thread until steps are fast again
 
     def _publish(self, event: MetricsEvent) -> None:
         for send in list(self._metric_sends):
