@@ -26,8 +26,10 @@ Sources (the columns of the tables):
                     one consume call fetched ahead by a thread)
     kafka/vec p10ms the same with ``poll_timeout=0.01`` (a 10 ms consume timeout)
     kafka/vec noahead  the defaults with ``fetch_ahead=0`` (fetch on demand; add with ``--kafka-variants``)
+    kafka/vec qb1000   the defaults with librdkafka's ``fetch.queue.backoff.ms=1000`` (its default; KafkaSource
+                    sets 10 ms; add with ``--kafka-variants``)
     parquet/* t1    ParquetSource(use_threads=False): pyarrow decodes in the reading thread, not in its CPU
-                    pool (add with ``--parquet-variants default,t1``)
+                    pool; b16k, b8k: record batches of 16384 / 8192 rows (add with ``--parquet-variants``)
 
 The Parquet data is one file written once to a temporary directory (uncompressed, row groups of 65536),
 listed as several ``part-*.parquet`` symlinks to it so a long run reads from the page cache.
@@ -100,11 +102,12 @@ KAFKA_CONFIG = {"session.timeout.ms": 1000, "heartbeat.interval.ms": 100, "fetch
                 "max.partition.fetch.bytes": 8 * 2**20}
 #: KafkaSource options per variant (URI query): its defaults, a 10 ms consume timeout, and no fetch-ahead
 #: (fetch on demand: the behaviour before fetch-ahead; only when asked for with --kafka-variants).
-KAFKA_VARIANTS = {"default": "", "p10ms": "&poll_timeout=0.01", "noahead": "&fetch_ahead=0"}
+KAFKA_VARIANTS = {"default": "", "p10ms": "&poll_timeout=0.01", "noahead": "&fetch_ahead=0",
+                  "qb1000": "&fetch.queue.backoff.ms=1000"}
 DEFAULT_KAFKA_VARIANTS = ("default", "p10ms")
-#: ParquetSource options per variant (URI query): its defaults, and decoding in the reading thread only
-#: (pyarrow's CPU pool off; only when asked for with --parquet-variants).
-PARQUET_VARIANTS = {"default": "", "t1": "?use_threads=false"}
+#: ParquetSource options per variant (URI query): its defaults, decoding in the reading thread only
+#: (pyarrow's CPU pool off), smaller record batches (only when asked for with --parquet-variants).
+PARQUET_VARIANTS = {"default": "", "t1": "?use_threads=false", "b16k": "?batch_size=16384", "b8k": "?batch_size=8192"}
 #: "linear-t1" is the linear model with one ORT intra-op thread (ORT's default is one per core, spinning).
 MODELS = ("mlp", "linear", "linear-t1")
 

@@ -79,7 +79,10 @@ class KafkaSource(Source):
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
                 # a trainer wants data as soon as it is there: librdkafka's default lets a fetch wait up to
                 # 500 ms for more bytes, which starved the training loop (3x fewer rows/s measured here)
-                "fetch.wait.max.ms": 10}
+                "fetch.wait.max.ms": 10,
+                # once its local queue is full (a trainer slower than the broker), librdkafka stops fetching for
+                # this long (default 1000 ms): a trainer that drains the queue sooner then waits for data
+                "fetch.queue.backoff.ms": 10}
         conf.update(config or {})
         if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
             raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")

@@ -36,6 +36,8 @@ def test_uris_and_objects_map_to_sources(tmp_path) -> None:
     assert kafka.config["bootstrap.servers"] == "127.0.0.1:9092,127.0.0.1:9093"
     assert (kafka.config["fetch.wait.max.ms"], kafka.config["client.id"]) == ("10", "me")
     assert kafka.fetch_ahead == 1 and open_source("kafka://h:1/t?group=g&fetch_ahead=0").fetch_ahead == 0
+    assert kafka.config["fetch.queue.backoff.ms"] == 10  # librdkafka's 1000 ms would stall a slow trainer
+    assert open_source("kafka://h:1/t?group=g&fetch.queue.backoff.ms=500").config["fetch.queue.backoff.ms"] == "500"
 
 
 @pytest.mark.parametrize("uri, match", [
