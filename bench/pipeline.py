@@ -48,7 +48,8 @@ Steady-state rates: a loop is timed from its first trained batch after a warm-up
 Parquet at least 0.5 s, while pyarrow's scanner fills its read-ahead of 4 x 65536 rows) to its 7th-last
 batch; a Parquet read from its first batch.  Kafka: every sample consumes the whole topic (~1M rows) with a
 new consumer group; the group join (~1.2 s on tansu) and the first ``consume`` call (which returns what
-was fetched meanwhile, a burst) are excluded: reads and loops are timed from the second fetch on.
+was fetched meanwhile, a burst) are excluded: reads and loops are timed from the second fetch on (with
+fetch-ahead: from the call that returns the first batch of the second ``consume`` call, see :class:`Probe`).
 ``memory`` is timed over all its steps (the estimator is warm).  Ratios are medians of same-round pairs.
 CPU use is this process's (``time.process_time``: all threads) plus, for Kafka, the broker's.
 
