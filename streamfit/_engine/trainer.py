@@ -68,9 +68,11 @@ class Trainer:
         self.step_kind: StepKind = step
         self.on_nonfinite = on_nonfinite
         self.options = session_options(threads, spinning)
-        # threads=None: small batches run on one thread (handing a tiny GEMM to a second thread costs more
-        # than it saves), large ones on all cores
+        # threads=None: light steps (small batches, or little work per batch: a linear model) run on one
+        # thread (handing a tiny GEMM to a second thread costs more than it saves, and an idle spinning
+        # thread takes a core from the reader), heavy ones on all cores
         self.small_batch_options = session_options(1 if threads is None else threads, spinning)
+        self._threads_given = threads is not None
         self.graphs = build_gradient_graphs(self.prepared)
         self._predict_session = make_session(self.graphs.forward.SerializeToString(), self.options, self.device,
                                              self.prepared.dtype)
@@ -129,7 +131,8 @@ class Trainer:
         self._y_tail = tuple(y.shape[1:])
         y_rank = y.ndim
         cls = _STRATEGIES[self.step_kind]
-        extra = {"small_batch_options": self.small_batch_options} if cls is FusedStep else {}
+        extra = {"small_batch_options": self.small_batch_options,
+                 "light_large_batches": not self._threads_given} if cls is FusedStep else {}
         self._strategy = cls(self.prepared, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
                              self.options, y_rank, self.params, self.scalars, **extra)
         self._lr_in_grad_weights = self._strategy.lr_in_grad_weights

@@ -337,3 +337,21 @@ def test_single_element_weights_are_checked_on_the_host():
     trainer.step(X, np.full_like(y, -100))  # refused in this direction too
     assert trainer.n_skipped == 2 and trainer.n_steps == 1
     np.testing.assert_array_equal(trainer.get_weights()["B"], applied)
+
+
+def test_large_batches_of_little_work_run_on_one_thread_unless_threads_are_given():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2048, 10)).astype(np.float32)
+    y = X.sum(axis=1)
+    light = Trainer(linear_model(10, seed=0), learning_rate=0.01)  # 2048 rows x 11 weights: light work
+    light.step(X, y)
+    fused = light._strategy
+    assert fused._large_light_session is not None and fused._large_session is None
+    heavy = Trainer(mlp_model([10, 256, 256, 1], seed=0), learning_rate=1e-3)  # 2048 x 69K weights: heavy
+    heavy.step(X, y)
+    assert heavy._strategy._large_session is not None and heavy._strategy._large_light_session is None
+    given = Trainer(linear_model(10, seed=0), learning_rate=0.01, threads=2)  # the caller's thread count wins
+    given.step(X, y)
+    assert given._strategy._large_session is not None and given._strategy._large_light_session is None
+    # both sessions run the same large-batch graph: the same weights (up to the threads' summation order)
+    np.testing.assert_allclose(light.get_weights()["W"], given.get_weights()["W"], rtol=1e-6, atol=1e-7)
