@@ -85,7 +85,7 @@ class OnnxEstimator(_SkBase):
         dtype = trainer.dtype if trainer is not None else np.float32
         if not (type(X) is np.ndarray and X.dtype == dtype and X.ndim == 2 and X.flags.c_contiguous):
             X = as_features(X, dtype)  # the common case above (a ready float array) skips the conversion
-        width = math.prod(X.shape[1:])
+        width = X.shape[1] if X.ndim == 2 else math.prod(X.shape[1:])
         if reset or not hasattr(self, "n_features_in_"):
             self.n_features_in_ = width
         elif width != self.n_features_in_:

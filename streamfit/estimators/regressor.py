@@ -71,7 +71,9 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         T = as_labels(y)
         if T.dtype.kind not in "fiub":
             raise ValueError(f"regression targets must be numbers, got {T.dtype}")
-        T = T.astype(self.trainer_.dtype, copy=False)
+        dtype = self.trainer_.dtype
+        if T.dtype != dtype:
+            T = T.astype(dtype)
         if T.shape[0] != n:
             raise ValueError(f"got {n} rows of features but {T.shape[0]} targets")
         return T
