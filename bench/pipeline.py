@@ -9,10 +9,11 @@ beside the in-memory training rate of the same model and the raw read/decode rat
 
 Models: an MLP 100-256-256-1 (ReLU) and a linear model d=100, float32, squared error, plain SGD, both at
 batch 2048 (``--batch``): the loop's ``batch_size`` and the estimator's ``batch_size``, so one
-``partial_fit`` call is one optimizer step.  ``mlp`` and ``linear`` use ORT's default intra-op threads (one
-per core, spinning between ops; ``--threads`` to change), ``linear-t1`` is the linear model with one
-thread: a step of 2048 x 100 gains little from a second thread, whose spinning takes CPU from the reader
-and the broker.
+``partial_fit`` call is one optimizer step.  ``mlp`` and ``linear`` use streamfit's default threads
+(``threads=None``: a heavy step, like the MLP's, on one ORT intra-op thread per core, spinning between ops;
+a light one, like the linear model's 2048 x 101, on one thread; ``--threads`` to force a count),
+``linear-t1`` is the linear model with one thread given explicitly: a step of 2048 x 100 gains little from
+a second thread, whose spinning takes CPU from the reader and the broker.
 
 Sources (the columns of the tables):
 
@@ -561,7 +562,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=2048)
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3, --quick 1)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the rows per sample")
-    p.add_argument("--threads", type=int, help="ORT intra-op threads of the estimators (default: ORT's)")
+    p.add_argument("--threads", type=int, help="ORT intra-op threads of the estimators (default: streamfit's)")
     p.add_argument("--profile", action="store_true", help="break down the loop time of every case and model")
     p.add_argument("--no-auto-profile", action="store_true", help="do not profile missed targets")
     p.add_argument("--json", help="write all samples here")
@@ -604,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         out("--quick: a smoke run (tiny samples, one round): the figures below say nothing about performance")
     out(f"batch {args.batch} (loop batch_size = estimator batch_size: one SGD step per partial_fit call), "
-        f"{rounds} interleaved round(s), ORT intra-op threads {args.threads or 'default (one per core)'}"
+        f"{rounds} interleaved round(s), ORT intra-op threads {args.threads or 'streamfit default'}"
         f"{', linear-t1: 1' if 'linear-t1' in models else ''}")
     tmp = tempfile.mkdtemp(prefix="streamfit-bench-pipeline-")
     broker = None
