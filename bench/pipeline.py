@@ -411,26 +411,19 @@ class ProfiledLoop(StreamLoop):
                 yield tb
 
         self._rebatcher.push = timed_push  # type: ignore[method-assign]
-        extract = self._rebatcher.extract_ahead
 
-        def timed_extract(sb: SourceBatch) -> Any:  # in a worker thread, for large record batches
-            t0 = time.perf_counter()
-            try:
-                return extract(sb)
-            finally:
-                acc["extract"] += time.perf_counter() - t0
+        def timing(fn: Callable[..., Any], key: str) -> Callable[..., Any]:
+            def timed_call(*a: Any, **k: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    acc[key] += time.perf_counter() - t0
+            return timed_call
 
-        self._rebatcher.extract_ahead = timed_extract  # type: ignore[method-assign]
-        update = self._metrics.update
-
-        def timed_update(rows: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return update(rows)
-            finally:
-                acc["metrics"] += time.perf_counter() - t0
-
-        self._metrics.update = timed_update  # type: ignore[method-assign]
+        # extract_ahead runs in a worker thread, for large record batches
+        self._rebatcher.extract_ahead = timing(self._rebatcher.extract_ahead, "extract")  # type: ignore[method-assign]
+        self._metrics.update = timing(self._metrics.update, "metrics")  # type: ignore[method-assign]
         for name in ("partial_fit", "partial_fit_predict"):
             fn = getattr(type(estimator), name)
 
