@@ -32,3 +32,8 @@ def test_checkpoint_bench_smoke():
 def test_pipeline_bench_smoke():
     out = _run("pipeline.py")
     assert "parquet" in out and "kafka" in out
+
+
+def test_primitives_bench_smoke():
+    out = _run("primitives.py", timeout=120)
+    assert "session run, 1 node" in out and "update        Gemm" in out
