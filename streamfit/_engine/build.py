@@ -46,8 +46,9 @@ class Names:
     check = "sf_check"  # one finiteness-check scalar; or several, sf_check_<i>, all of which must be finite
     bound_in0 = "sf_bound0_"  # + i: sums of squares of the first operands of the bounded weights' gradient Gemms
     bound_in1 = "sf_bound1_"  # + i: ... and of their second operands
-    #: model metadata: JSON {"weights": [...], "alpha": max |alpha|} of the weights checked by a bound
-    bounded_meta = "streamfit.bounded"
+    #: model metadata: JSON of what the step checks itself: {"weights": [...], "alpha": max |alpha|} for the
+    #: weights checked by a bound, {"host": [...]} for the single-element weights it reads (emit_sgd_folded)
+    check_plan_key = "streamfit.checks"
 
     @staticmethod
     def scalar(name: str) -> str:
@@ -296,9 +297,9 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     existing = {i.name for i in graph.input}
     _rename_output(b, loss_out, Names.loss, existing)
     _rename_output(b, dy, dy_name, existing)
-    bound: dict[str, Any] = {}
+    plan: dict[str, Any] = {}
     if fold:
-        upd_inputs, upd_outputs, bound = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch,
+        upd_inputs, upd_outputs, plan = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch,
                                                          host_checks)
     else:
         upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
@@ -318,15 +319,16 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     del grad_model.opset_import[:]
     grad_model.opset_import.extend(_opsets(graphs.gradient))
     grad_model.ir_version = min(grad_model.ir_version or 10, 10)
-    if bound:  # the graph carries what its bound outputs cover, for the step that runs it
-        grad_model.metadata_props.append(onnx.StringStringEntryProto(key=Names.bounded_meta, value=json.dumps(bound)))
+    if plan:  # the graph carries what the step that runs it must check itself
+        grad_model.metadata_props.append(onnx.StringStringEntryProto(key=Names.check_plan_key, value=json.dumps(plan)))
     return _toposort(grad_model)
 
 
-def bounded_weights(model: ModelProto) -> dict[str, Any]:
-    """What a fused graph's bound outputs and host checks cover (see :func:`emit_sgd_folded`)."""
+def check_plan(model: ModelProto) -> dict[str, Any]:
+    """What the step running a fused graph checks itself: bounded and host-read weights (see
+    :func:`emit_sgd_folded`); empty when the graph checks everything."""
     for prop in model.metadata_props:
-        if prop.key == Names.bounded_meta:
+        if prop.key == Names.check_plan_key:
             return json.loads(prop.value)
     return {}
 

@@ -10,7 +10,7 @@ import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import GradientGraphs, Names, bounded_weights, build_fused, folds_lr_into_gradients
+from streamfit._engine.build import GradientGraphs, Names, build_fused, check_plan, folds_lr_into_gradients
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.rewrites import ONES
@@ -44,10 +44,9 @@ class FusedStep:
         self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True,
                                                 host_checks=host_checks)
         # batches below large_batch_rows may run with their own options (the Trainer gives them one thread)
-        self.session = make_session(self.model.SerializeToString(), small_batch_options or options, device,
-                                    pm.dtype)
-        self._options = options
         self._light_options = small_batch_options or options
+        self.session = make_session(self.model.SerializeToString(), self._light_options, device, pm.dtype)
+        self._options = options
         self._large_session: ort.InferenceSession | None = None  # built on the first heavy large batch
         self._large_light_session: ort.InferenceSession | None = None  # ... on the first light one
         self._light_large_batches = light_large_batches
@@ -57,7 +56,7 @@ class FusedStep:
         self.scalars = scalars
         self._scalar_outputs: dict[str, tuple[Any, np.ndarray]] = {}  # name -> (bound OrtValue, 0-d array)
         self._loss = self._scalar_output(Names.loss)
-        self._bound = MagnitudeBound(bounded_weights(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
+        self._bound = MagnitudeBound(check_plan(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
         #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
@@ -119,7 +118,7 @@ class FusedStep:
         checks = tuple(a for name, a in scalars.items() if name.startswith(Names.check))
         # per direction (reading set 0 or 1): the check outputs, and 0-d views of the new values of the
         # single-element weights the graph leaves to the step
-        host = bounded_weights(self.model if session is self.session else self.large_model).get("host", ())
+        host = check_plan(self.model if session is self.session else self.large_model).get("host", ())
         checks = tuple(checks + tuple(_host_view(self.params.sets[dst][w]) for w in host) for dst in (1, 0))
         # the small-batch graph checks some weights by a bound; after a step of the large-batch graph
         # (which checks them exactly) the bound must be recomputed
