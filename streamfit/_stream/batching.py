@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from streamfit.exceptions import BadInputError
 from streamfit.sources._base import Position, SourceBatch
-from streamfit._stream.columns import ColumnPlan, ColumnProblem, make_plan
+from streamfit._stream.columns import ColumnLayout, ColumnPlan, ColumnProblem, make_plan, schema_names
 
 __all__ = ["TrainingBatch", "Rebatcher", "IN_FLIGHT_EXTRA", "ROW_REASONS", "MESSAGE_REASONS"]
 
@@ -44,7 +44,8 @@ IN_FLIGHT_EXTRA = 2
 #: reasons a single row is dropped, in priority order (a row is counted once, under its first reason).
 ROW_REASONS = ("null", "non_finite", "non_integer_label", "negative_weight")
 #: reasons a whole record batch / message is dropped.
-MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type")
+MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type", "invalid_name", "duplicate_column",
+                   "feature_count")
 
 _BLOCK = 4096  # rows per copy block: keeps the destination rows in cache for wide buffers
 
@@ -91,7 +92,12 @@ class Rebatcher:
     ----------
     batch_size : rows per training batch; the last one may be smaller (unless ``drop_last``).
     features : feature column names (scalar float columns and/or vector columns), or one name, or
-        ``None`` = every column but the label and weight, fixed by the first valid record batch.
+        ``None`` = every column but the label and weight, fixed by the first valid record batch (which
+        must then give ``expected_width`` values per row, when that is known).
+    layout : a saved :class:`~streamfit._stream.columns.ColumnLayout` (from a checkpoint): the features,
+        their widths, label, weight and dtype are that layout's; the other arguments must agree.
+    expected_width : the model's feature values per row, if known: a record batch whose features give
+        another number is bad input (``feature_count``), so an extra column never changes the features.
     label, weight : label column; optional sample-weight column (finite, >= 0).
     task : ``"regression"`` (``y`` has ``dtype``) or ``"classification"`` (``y`` is int64).
     dtype : dtype of ``X`` (float32 or float64); weights use it too.
@@ -128,6 +134,8 @@ class Rebatcher:
         drop_last: bool = False,
         max_rows: int | None = None,
         ring_size: int | None = None,
+        layout: ColumnLayout | None = None,
+        expected_width: int | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
@@ -158,11 +166,19 @@ class Rebatcher:
         self.drop_last = bool(drop_last)
         self.max_rows = max_rows
         self.ring_size = ring_size
+        if layout is not None:
+            layout.check_matches(features=features, label=label, weight=weight, dtype=self.dtype.name, task=task)
+            if expected_width is not None and layout.n_features != expected_width:
+                raise ValueError(f"the saved column plan gives {layout.n_features} feature values per row "
+                                 f"({list(layout.features)}), the model takes {expected_width}")
+            features = list(layout.features)
+        self.expected_width = expected_width
         self._feature_names: list[str] | None = features
-        self._widths: list[int] | None = None
+        self._widths: list[int] | None = None if layout is None else list(layout.widths)
+        self._layout = layout
         self._plan_schema: pa.Schema | None = None
         self._plan: ColumnPlan | None = None
-        self.n_features: int | None = None
+        self.n_features: int | None = None if layout is None else layout.n_features
         self._y_dtype = np.dtype(np.int64) if task == "classification" else self.dtype
 
         self._X: list[np.ndarray | None] = [None] * (ring_size or 1)
@@ -191,6 +207,11 @@ class Rebatcher:
     def features(self) -> list[str] | None:
         """The feature column names (resolved from the first valid batch when not given)."""
         return None if self._feature_names is None else list(self._feature_names)
+
+    @property
+    def layout(self) -> ColumnLayout | None:
+        """The column plan of the run (state for checkpoints), once fixed."""
+        return self._layout
 
     def extract_ahead(self, sb: SourceBatch) -> tuple[Any, ...] | None:
         """The column extraction and checks :meth:`push` does for ``sb``, without changing any state, so
@@ -321,14 +342,28 @@ class Rebatcher:
         if self._plan is not None and (schema is self._plan_schema or schema.equals(self._plan_schema)):
             return self._plan
         names = self._feature_names
+        inferred = names is None
         if names is None:
-            names = [n for n in schema.names if n not in (self.label, self.weight)]
+            names = [n for n in schema_names(schema) if n not in (self.label, self.weight)]
         plan = make_plan(schema, features=names, widths=self._widths, label=self.label, weight=self.weight,
                          task=self.task, dtype=self.dtype, cast=self.cast)
         if self._widths is None:
+            expected = self.expected_width
+            if expected is not None and plan.n_features != expected:
+                which = "the record batch's columns but the label/weight" if inferred else "the feature columns"
+                raise ColumnProblem("feature_count", None,
+                                    f"{which} {names} give {plan.n_features} values per row, the model takes "
+                                    f"{expected}" + (": name the feature columns (features=[...], --features)"
+                                                     if inferred else ""))
             self._feature_names = names
             self._widths = [c.width for c in plan.features]
             self.n_features = plan.n_features
+            self._layout = ColumnLayout(tuple(names), tuple(self._widths), self.label, self.weight,
+                                        self.dtype.name, self.task)
+            if inferred:
+                logger.info("features taken from the first record batch: %s (%d values per row)", names,
+                            plan.n_features, extra={"event": "columns",
+                                                    "fields": {"features": names, "widths": self._widths}})
         self._plan, self._plan_schema = plan, schema
         return plan
 

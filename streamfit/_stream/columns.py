@@ -10,17 +10,25 @@ Type policy (nothing is coerced silently):
 * a classification label must be an integer column (converted to int64).  With ``cast=True`` bool and
   float columns are accepted; float rows that are not whole numbers are bad rows (``non_integer_label``).
 * strings, nested lists, timestamps... are always refused (``wrong_type``), even with ``cast=True``.
+
+Schema policy: columns are read by name (extra columns are ignored, reordered ones read where they are);
+a schema with a name that is not valid UTF-8 (``invalid_name``) or with a column the plan reads present
+twice (``duplicate_column``) is refused as a whole, never read as "first wins".
+
+The run's column plan is state (:class:`ColumnLayout`): the feature order and widths, label, weight and
+dtype fixed once, saved in checkpoints and enforced on resume, so a message with extra or reordered
+columns never changes what the model is fed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ColumnProblem", "FeatureColumn", "ColumnPlan", "make_plan"]
+__all__ = ["ColumnProblem", "FeatureColumn", "ColumnPlan", "ColumnLayout", "make_plan", "schema_names"]
 
 
 class ColumnProblem(Exception):
@@ -83,14 +91,94 @@ def _type_name(t: pa.DataType) -> str:
     return str(t)
 
 
+@dataclass(frozen=True)
+class ColumnLayout:
+    """The run's column plan as state: which columns feed ``X`` in which order, and the label/weight/dtype.
+
+    Fixed by the first valid record batch (or given), saved in checkpoints (:meth:`to_json`) and
+    enforced on resume (:meth:`check_matches`), so later messages are read by name into the same layout.
+
+    >>> layout = ColumnLayout(("x0", "emb"), (1, 4), "y", None, "float32", "regression")
+    >>> ColumnLayout.from_json(layout.to_json()) == layout, layout.n_features
+    (True, 5)
+    """
+
+    features: tuple[str, ...]
+    widths: tuple[int, ...]
+    label: str
+    weight: str | None
+    dtype: str
+    task: str
+
+    @property
+    def n_features(self) -> int:
+        return sum(self.widths)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"features": list(self.features), "widths": list(self.widths), "label": self.label,
+                "weight": self.weight, "dtype": self.dtype, "task": self.task}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ColumnLayout":
+        """Parse :meth:`to_json` output; ``ValueError`` naming the field that is malformed."""
+        try:
+            if not isinstance(data["features"], list) or not isinstance(data["widths"], list):
+                raise TypeError("features and widths must be lists")
+            features = tuple(data["features"])
+            widths = tuple(data["widths"])
+            layout = cls(features, widths, data["label"], data.get("weight"), data["dtype"], data["task"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed column layout {dict(data)!r}: {exc!r}") from None
+        if (len(features) != len(widths) or not all(isinstance(f, str) for f in features)
+                or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths)
+                or not isinstance(layout.label, str) or not (layout.weight is None or isinstance(layout.weight, str))
+                or layout.dtype not in ("float32", "float64") or layout.task not in ("regression", "classification")):
+            raise ValueError(f"malformed column layout {dict(data)!r}")
+        return layout
+
+    def check_matches(self, *, features: Sequence[str] | None, label: str, weight: str | None, dtype: str,
+                      task: str, what: str = "the saved column plan") -> None:
+        """``ValueError`` naming every difference between this layout and a configuration."""
+        diffs = []
+        if features is not None and tuple(features) != self.features:
+            diffs.append(f"features {list(self.features)} (configured: {list(features)})")
+        for name, mine, given in (("label", self.label, label), ("weight", self.weight, weight),
+                                  ("dtype", self.dtype, dtype), ("task", self.task, task)):
+            if mine != given:
+                diffs.append(f"{name} {mine!r} (configured: {given!r})")
+        if diffs:
+            raise ValueError(f"{what} has " + "; ".join(diffs)
+                             + ": a run keeps its columns (configure the same ones, or start a new run)")
+
+
+def schema_names(schema: pa.Schema) -> list[str]:
+    """The column names; :class:`ColumnProblem` ``invalid_name`` if one is not valid UTF-8."""
+    try:
+        return schema.names
+    except UnicodeDecodeError:
+        for i in range(len(schema)):
+            try:
+                schema.field(i).name
+            except UnicodeDecodeError as exc:
+                raise ColumnProblem("invalid_name", None,
+                                    f"column {i} has a name that is not valid UTF-8 ({bytes(exc.object)!r}), "
+                                    "expected UTF-8 column names") from None
+        raise  # pragma: no cover - names failed but no single field did
+
+
 def _find(schema: pa.Schema, name: str, role: str, expected: str) -> int:
     idx = schema.get_all_field_indices(name)
     if not idx:
-        present = ", ".join(repr(n) for n in schema.names[:10])
-        more = ", ..." if len(schema.names) > 10 else ""
+        names = schema_names(schema)
+        present = ", ".join(repr(n) for n in names[:10])
+        more = ", ..." if len(names) > 10 else ""
         raise ColumnProblem("missing_column", name,
                             f"{role}column '{name}' is missing, expected {expected} "
                             f"(columns present: {present}{more})")
+    if len(idx) > 1:
+        raise ColumnProblem("duplicate_column", name,
+                            f"{role}column '{name}' appears {len(idx)} times (columns {idx}), expected exactly "
+                            "one column of that name")
     return idx[0]
 
 
@@ -123,6 +211,7 @@ def make_plan(
 
     Raises :class:`ColumnProblem` (reason ``missing_column`` or ``wrong_type``).
     """
+    schema_names(schema)  # a name that is not valid UTF-8 makes the whole schema unreadable
     fname = dtype.name
     cols: list[FeatureColumn] = []
     offset = 0

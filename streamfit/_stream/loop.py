@@ -40,6 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from streamfit.sources._base import Position, Source
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Rebatcher, TrainingBatch
+from streamfit._stream.columns import ColumnLayout
 from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
 from streamfit._stream.progress import Progress
@@ -102,6 +103,39 @@ def _single_error(group: BaseExceptionGroup) -> BaseException | None:
     return leaves[0] if len(leaves) == 1 else None
 
 
+def declared_width(estimator: Any) -> int | None:
+    """Feature values per row the estimator takes, when it says so: a fitted ``n_features_in_``, else the
+    fixed width of the (single) input of its ONNX ``model``; ``None`` when unknown (built from the data)."""
+    n = getattr(estimator, "n_features_in_", None)
+    if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+        return int(n)
+    model = getattr(estimator, "model", None)
+    if model is None or not type(estimator).__module__.startswith("streamfit."):
+        return None
+    try:
+        import onnx
+
+        if isinstance(model, (bytes, bytearray)):
+            proto = onnx.load_from_string(bytes(model))
+        elif isinstance(model, onnx.ModelProto):
+            proto = model
+        else:
+            proto = onnx.load(model, load_external_data=False)
+    except Exception:  # an unreadable model is reported by the estimator when it is built
+        return None
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    if len(inputs) != 1 or not inputs[0].type.HasField("tensor_type"):
+        return None
+    dims = inputs[0].type.tensor_type.shape.dim[1:]
+    if not dims or not all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+        return None
+    width = 1
+    for d in dims:
+        width *= d.dim_value
+    return width
+
+
 class StreamLoop:
     """Train ``estimator`` on ``source`` once; see :func:`train_stream` for the parameters.
 
@@ -133,6 +167,7 @@ class StreamLoop:
         on_batch: Hook | None = None,
         on_metrics: Hook | None = None,
         stop_event: anyio.Event | None = None,
+        layout: ColumnLayout | None = None,
     ) -> None:
         if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"Invalid queue_size: {queue_size!r}, expected an int >= 1")
@@ -154,7 +189,8 @@ class StreamLoop:
         self._rebatcher = Rebatcher(
             batch_size, features=features, label=label, weight=weight, task=task, dtype=dtype,
             on_bad=on_bad, cast=cast, drop_last=drop_last, max_rows=max_rows,
-            ring_size=queue_size + IN_FLIGHT_EXTRA)
+            ring_size=queue_size + IN_FLIGHT_EXTRA, layout=layout,
+            expected_width=declared_width(estimator))
         self._metrics = ProgressiveMetrics(task, window)
         self._state = LoopState.CREATED
         self._stop_requested = False
@@ -473,6 +509,7 @@ async def train_stream(
     window: int = 1000,
     evaluate: bool = True,
     stop_event: anyio.Event | None = None,
+    layout: ColumnLayout | None = None,
 ) -> StreamSummary:
     """Train ``estimator`` with ``partial_fit`` on a stream, evaluating each batch before training on it.
 
@@ -487,7 +524,10 @@ async def train_stream(
     source : a :class:`streamfit.sources.Source`, or anything ``streamfit.sources.open_source`` accepts.
         It is closed when training ends.  Sources may expose ``total_rows`` for the progress bar.
     features : feature columns (float columns, or one ``FixedSizeList<float, d>`` / ``fixed_shape_tensor``
-        column taken zero-copy); ``None`` = every column but ``label`` and ``weight``.
+        column taken zero-copy); ``None`` = every column but ``label`` and ``weight`` of the first valid
+        record batch, which must give as many values per row as the model takes when the model says
+        (a fitted ``n_features_in_`` or the ONNX model's fixed input width): a batch with an extra column
+        is bad input (``feature_count``), never a change of features.  Later batches are read by name.
     label, weight : label column; optional sample-weight column.
     batch_size : rows per ``partial_fit`` call; the last batch may be smaller (unless ``drop_last``).
     max_rows : stop after training this many rows.
@@ -504,6 +544,8 @@ async def train_stream(
     window : rows in the recent-metrics window.
     evaluate : progressive validation on/off (off saves one ``predict`` per batch).
     stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
+    layout : the :class:`~streamfit._stream.columns.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
+        of the run that saved it): features, widths, label, weight and dtype are fixed to it.
 
     Examples
     --------
@@ -525,7 +567,7 @@ async def train_stream(
         estimator, source, features=features, label=label, weight=weight, task=task, classes=classes,
         batch_size=batch_size, max_rows=max_rows, on_bad=on_bad, cast=cast, dtype=dtype,
         drop_last=drop_last, queue_size=queue_size, window=window, evaluate=evaluate, progress=progress,
-        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event)
+        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event, layout=layout)
     return await loop.run()
 
 

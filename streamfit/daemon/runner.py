@@ -18,6 +18,7 @@ import anyio
 import numpy as np
 
 from streamfit._stream import StreamLoop
+from streamfit._stream.columns import ColumnLayout
 from streamfit._stream.events import BatchEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
 from streamfit.daemon.guard import DivergenceGuard
@@ -133,6 +134,9 @@ class Runner:
         self._rows_at_start = 0
         self._guard_every = every_batches or 100
         self._submitted_step = 0
+        #: the run's column plan: from the checkpoint on resume, else fixed by the first loop's first batch;
+        #: every later loop (after a rollback, after a restart) reads the stream into the same layout.
+        self._layout: ColumnLayout | None = None
 
     # -- control -----------------------------------------------------------------------------------
     def request_checkpoint(self) -> None:
@@ -161,9 +165,41 @@ class Runner:
                                 "estimator": snap.state, "rollbacks": self.rollbacks,
                                 "source": self.source_spec if isinstance(self.source_spec, str) else None,
                                 "skipped_rows": self._skipped_rows()}
+        layout = self._current_layout()
+        if layout is not None:
+            meta["columns"] = layout.to_json()
         if summary is not None:
             meta["metrics"] = {"stream": summary.stream_metrics, "window": summary.window_metrics}
         return meta
+
+    def _current_layout(self) -> ColumnLayout | None:
+        if self._layout is None and self._loop is not None:
+            self._layout = self._loop.rebatcher.layout
+        return self._layout
+
+    def _restore_layout(self, saved: Any) -> None:
+        """Take the checkpoint's column plan; refuse a configuration that contradicts it."""
+        opts = self.loop_options
+        if saved is None:  # a checkpoint written before column plans were saved
+            log_event("resume", "the checkpoint holds no column plan: the features are taken as configured")
+            return
+        try:
+            layout = ColumnLayout.from_json(saved)
+            features = opts.get("features")
+            layout.check_matches(features=[features] if isinstance(features, str) else features,
+                                 label=opts.get("label", "y"), weight=opts.get("weight"),
+                                 dtype=np.dtype(opts.get("dtype", np.float32)).name,
+                                 task=opts.get("task") or ("classification" if opts.get("classes") is not None
+                                                           else "regression"),
+                                 what="the checkpoint's column plan")
+        except ValueError as exc:
+            raise CheckpointError(str(exc)) from None
+        classes, saved_classes = opts.get("classes"), getattr(self.estimator, "classes_", None)
+        if classes is not None and saved_classes is not None and list(np.asarray(saved_classes).tolist()) != list(
+                np.asarray(classes).tolist()):
+            raise CheckpointError(f"the checkpoint's classes are {np.asarray(saved_classes).tolist()}, the run is "
+                                  f"configured with {list(classes)}: a run keeps its classes")
+        self._layout = layout
 
     def _restore(self, snap: _Snapshot) -> None:
         restore_estimator(self.estimator, snap.state, snap.arrays)
@@ -179,6 +215,7 @@ class Runner:
         snap = _Snapshot(int(meta["batches"]), int(meta["rows"]), meta.get("position"), ckpt.model_bytes,
                          dict(ckpt.arrays), meta["estimator"])
         self._restore(snap)
+        self._restore_layout(meta.get("columns"))
         self.rollbacks = int(meta.get("rollbacks", 0))
         self._skipped = {k: int(v) for k, v in meta.get("skipped_rows", {}).items()}
         self._good = snap
@@ -352,8 +389,9 @@ class Runner:
         trainer = getattr(self.estimator, "trainer_", None)
         self._refused_base = 0 if trainer is None else trainer.n_skipped
         self._rollback_reason = None
+        self._current_layout()  # the previous loop's (before a rollback)
         self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
-                                stop_event=stop_event, **self.loop_options)
+                                stop_event=stop_event, layout=self._layout, **self.loop_options)
         self._loop_running = True
         try:
             summary = await self._loop.run()

@@ -1,0 +1,119 @@
+"""Schema problems are bad input under the policy, never a crash; the column plan is fixed once per run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from streamfit._stream.batching import Rebatcher
+from streamfit.exceptions import BadInputError
+from streamfit.sources._base import SourceBatch
+from streamfit.sources.decoders import ipc_decoder
+from tests.stream.helpers import make_batches
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def non_utf8_name(batch: pa.RecordBatch, name: str) -> pa.RecordBatch:
+    """``batch`` with column ``name``'s first byte replaced by 0xFF, as a flipped IPC message decodes."""
+    data = bytearray(_ipc(batch))
+    i = data.find(len(name).to_bytes(4, "little") + name.encode() + b"\0")  # a flatbuffers string
+    assert i >= 0
+    data[i + 4] = 0xFF
+    return ipc_decoder(bytes(data))
+
+
+def push_all(rb: Rebatcher, batches) -> list:
+    out = []
+    for i, b in enumerate(batches):
+        out += list(rb.push(SourceBatch(b, lambda r, i=i: {"batch": i, "row": r}, where=f"batch {i}")))
+    return out + list(rb.flush())
+
+
+def _with_extra(batch: pa.RecordBatch, at: int = 1) -> pa.RecordBatch:
+    return batch.add_column(at, "extra", pa.array(np.ones(batch.num_rows, np.float32)))
+
+
+@pytest.mark.parametrize("column", ["x1", "y", "zz"])
+def test_non_utf8_column_name_is_bad_input(column):
+    batches = make_batches([10, 10, 10], d=3, seed=2)
+    if column == "zz":  # an extra column: still a broken schema
+        batches[1] = batches[1].append_column("zz", pa.array(np.zeros(10, np.float32)))
+    batches[1] = non_utf8_name(batches[1], column)
+    with pytest.raises(UnicodeDecodeError):
+        batches[1].schema.names  # the defect's trigger
+    with pytest.raises(BadInputError) as info:
+        push_all(Rebatcher(4, features=["x0", "x1", "x2"]), batches)
+    assert info.value.reason == "invalid_name" and info.value.position == {"batch": 1, "row": 0}
+    assert "not valid UTF-8" in str(info.value) and "\\xff" in str(info.value)
+    for features in (None, ["x0", "x1", "x2"]):  # also when the bad schema is the first one seen
+        rb = Rebatcher(4, features=features, on_bad="skip")
+        out = push_all(rb, [batches[1], batches[0], batches[2]])
+        assert sum(t.n_rows for t in out) == 20
+        assert rb.skipped_messages == {"invalid_name": 1} and rb.skipped_rows == {"invalid_name": 10}
+        assert rb.features == ["x0", "x1", "x2"]
+
+
+def test_duplicate_column_is_refused_not_first_wins():
+    batches = make_batches([10, 10], d=3, seed=3)
+    dup = batches[1].append_column("x1", pa.array(np.full(10, 7.0, np.float32)))
+    with pytest.raises(BadInputError) as info:
+        push_all(Rebatcher(4), [batches[0], dup])
+    assert info.value.reason == "duplicate_column" and info.value.column == "x1"
+    assert "appears 2 times" in str(info.value)
+    rb = Rebatcher(4, on_bad="skip")
+    assert sum(t.n_rows for t in push_all(rb, [dup, batches[0]])) == 10
+    assert rb.skipped_messages == {"duplicate_column": 1}
+    dup_label = batches[1].append_column("y", batches[1].column("y"))
+    with pytest.raises(BadInputError, match="label column 'y' appears 2 times"):
+        push_all(Rebatcher(4, features=["x0", "x1", "x2"]), [dup_label])
+
+
+def test_extra_column_in_first_batch_does_not_change_the_features():
+    batches = make_batches([10, 10, 10], d=3, seed=4)
+    first = _with_extra(batches[0])
+    with pytest.raises(BadInputError) as info:
+        push_all(Rebatcher(4, expected_width=3), [first] + batches[1:])
+    assert info.value.reason == "feature_count" and "give 4 values per row, the model takes 3" in str(info.value)
+    rb = Rebatcher(4, expected_width=3, on_bad="skip")
+    out = push_all(rb, [first] + batches[1:] + [_with_extra(batches[0], at=0)])
+    assert rb.features == ["x0", "x1", "x2"] and rb.skipped_messages == {"feature_count": 1}
+    # once fixed, the features are read by name: the extra column of the last batch is ignored
+    assert sum(t.n_rows for t in out) == 30
+    X = np.concatenate([t.X for t in out])
+    ref = np.concatenate([np.column_stack([b.column(f"x{j}").to_numpy() for j in range(3)])
+                          for b in batches[1:] + batches[:1]])
+    np.testing.assert_array_equal(X, ref)
+
+
+def test_reordered_columns_read_by_name_with_a_saved_layout():
+    from streamfit._stream.columns import ColumnLayout
+
+    batches = make_batches([10, 10], d=3, seed=5)
+    layout = ColumnLayout(("x0", "x1", "x2"), (1, 1, 1), "y", None, "float32", "regression")
+    reordered = [b.select(["y", "x2", "x0", "x1"]) for b in batches]
+    rb = Rebatcher(4, layout=layout, expected_width=3)
+    X = np.concatenate([t.X for t in push_all(rb, reordered)])
+    ref = np.concatenate([np.column_stack([b.column(f"x{j}").to_numpy() for j in range(3)]) for b in batches])
+    np.testing.assert_array_equal(X, ref)
+    with pytest.raises(ValueError, match="features"):
+        Rebatcher(4, layout=layout, features=["x2", "x1", "x0"])
+    with pytest.raises(ValueError, match="the model takes 4"):
+        Rebatcher(4, layout=layout, expected_width=4)
+
+
+def test_layout_round_trips_and_refuses_malformed_state():
+    from streamfit._stream.columns import ColumnLayout
+
+    layout = ColumnLayout(("x0", "emb"), (1, 8), "y", "w", "float64", "classification")
+    assert ColumnLayout.from_json(layout.to_json()) == layout
+    for bad in ({}, {**layout.to_json(), "widths": [1]}, {**layout.to_json(), "dtype": "int8"},
+                {**layout.to_json(), "widths": [1, 0]}, {**layout.to_json(), "features": "x0"}):
+        with pytest.raises(ValueError, match="malformed column layout"):
+            ColumnLayout.from_json(bad)
