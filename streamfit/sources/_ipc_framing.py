@@ -127,10 +127,13 @@ class IpcStreamReader:
         if self.schema is None:
             raise Undecodable("IPC record batch before the schema")
         if not self._dictionaries:
-            return _decoded(pa.ipc.read_record_batch, pa.py_buffer(message), self.schema)
-        # pyarrow cannot feed dictionary batches to a memo: replay schema + dictionaries + batch.
-        stream = b"".join((self._schema_message, *self._dictionaries, message))
-        return _decoded(lambda buf: pa.ipc.open_stream(buf).read_next_batch(), pa.py_buffer(stream))
+            batch = _decoded(pa.ipc.read_record_batch, pa.py_buffer(message), self.schema)
+        else:  # pyarrow cannot feed dictionary batches to a memo: replay schema + dictionaries + batch.
+            stream = b"".join((self._schema_message, *self._dictionaries, message))
+            batch = _decoded(lambda buf: pa.ipc.open_stream(buf).read_next_batch(), pa.py_buffer(stream))
+        # offsets, indices and UTF-8 checked once here (microseconds): a corrupt buffer is never read
+        _decoded(batch.validate, full=True)
+        return batch
 
 
 def _decoded(fn: Callable[..., T], *args: Any) -> T:

@@ -31,12 +31,17 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
 
 
 def ipc_decoder(data: bytes) -> pa.RecordBatch:
-    """Decode an Arrow IPC stream (zero copy for a single batch; several batches are concatenated)."""
+    """Decode an Arrow IPC stream (zero copy for a single batch; several batches are concatenated).
+
+    The batch is fully validated (buffer sizes, offsets, dictionary indices, UTF-8; microseconds), so
+    corrupt bytes raise here (an undecodable message) instead of being read out of bounds later.  A stream
+    with a schema and no batch decodes to an empty batch (the column plan counts it as ``empty_batch``).
+    """
     reader = pa.ipc.open_stream(pa.py_buffer(data))
     batches = list(reader)
-    if len(batches) == 1:
-        return batches[0]
-    return _one_batch(pa.Table.from_batches(batches, schema=reader.schema))
+    batch = batches[0] if len(batches) == 1 else _one_batch(pa.Table.from_batches(batches, schema=reader.schema))
+    batch.validate(full=True)
+    return batch
 
 
 def json_lines_decoder(schema: pa.Schema | None = None) -> Decoder:
