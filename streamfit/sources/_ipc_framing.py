@@ -132,7 +132,7 @@ class IpcStreamReader:
             stream = b"".join((self._schema_message, *self._dictionaries, message))
             batch = _decoded(lambda buf: pa.ipc.open_stream(buf).read_next_batch(), pa.py_buffer(stream))
         # offsets, indices and UTF-8 checked once here (microseconds): a corrupt buffer is never read
-        _decoded(batch.validate, full=True)
+        _decoded(lambda: batch.validate(full=True))
         return batch
 
 
