@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from streamfit.exceptions import (BadInputError, CheckpointError, CorruptCheckpointError, DivergenceError,
-                                  ModelError, NonFiniteError, SourceError, StreamfitError)
+                                  InputMismatchError, ModelError, NonFiniteError, SourceError, StreamfitError)
 
 __version__ = "0.1.0"
 
@@ -36,7 +36,7 @@ _SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon"
 
 __all__ = [
     "__version__", *_LAZY, *sorted(_SUBMODULES),
-    "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "SourceError", "CheckpointError",
+    "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "InputMismatchError", "SourceError", "CheckpointError",
     "CorruptCheckpointError", "DivergenceError",
 ]
 

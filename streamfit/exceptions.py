@@ -13,6 +13,7 @@ __all__ = [
     "ModelError",
     "NonFiniteError",
     "BadInputError",
+    "InputMismatchError",
     "SourceError",
     "CheckpointError",
     "CorruptCheckpointError",
@@ -55,6 +56,16 @@ class BadInputError(StreamfitError, ValueError):
         self.reason = reason
         self.column = column
         self.position = position
+
+
+class InputMismatchError(ModelError, BadInputError):
+    """Data given for a model input does not fit what the model declares (name, element type, rank,
+    fixed dim); ``column`` holds the input's name.  Both a :class:`ModelError` (the data and the model
+    disagree, whatever the rows) and a :class:`BadInputError` (``reason="input_mismatch"``)."""
+
+    def __init__(self, message: str, *, input: str | None = None, reason: str = "input_mismatch") -> None:
+        super().__init__(message, reason=reason, column=input)
+        self.input = input
 
 
 class SourceError(StreamfitError):

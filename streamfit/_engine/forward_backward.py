@@ -41,7 +41,7 @@ class ForwardBackwardStep:
         self.y_rank = y_rank
         self.session = make_session(graphs.gradient.SerializeToString(), options, device, pm.dtype)
         self.feed_names = [i.name for i in self.session.get_inputs()]
-        expected = [pm.input_name] + list(pm.weights)
+        expected = [i.name for i in pm.inputs] + list(pm.weights)
         if sorted(self.feed_names) != sorted(expected):
             raise StreamfitError(f"unexpected gradient-graph inputs {self.feed_names}, expected {expected}")
         dev = device.ort_device()
@@ -68,12 +68,13 @@ class ForwardBackwardStep:
         return {"loss_io": io}
 
     # -- pieces -------------------------------------------------------------------------------------
-    def forward(self, x_value: C.OrtValue) -> C.OrtValue:
-        """Run the forward pass, keeping what the backward needs; return Y (device OrtValue)."""
-        live = self.params.live()
+    def forward(self, x_values: tuple[C.OrtValue, ...]) -> C.OrtValue:
+        """Run the forward pass on the model inputs (model order), keeping what the backward needs; return Y."""
+        live = dict(self.params.live())
+        live.update(zip((i.name for i in self.pm.inputs), x_values))
         feeds = C.OrtValueVector()
         for name in self.feed_names:
-            feeds.push_back(x_value if name == self.pm.input_name else live[name])
+            feeds.push_back(live[name])
         fetches = C.OrtValueVector()
         self._state = C.PartialGraphExecutionState()
         self.agent.run_forward(feeds, fetches, self._state, None)
@@ -111,7 +112,7 @@ class ForwardBackwardStep:
 
     # -- whole step ---------------------------------------------------------------------------------
     def run(self, staging: Staging) -> tuple[float, bool]:
-        y = self.forward(staging.x_value)
+        y = self.forward(staging.x_values)
         np.copyto(staging.y, y.numpy())  # CUDA: a device-to-host copy, as the fused step's bound output
         io = staging.extra["loss_io"]
         io.bind_ortvalue_input("sf_y", y)

@@ -86,7 +86,7 @@ class FusedStep:
 
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         bindings = []
-        session = self._session_for(staging.x.shape[0])
+        session = self._session_for(staging.n)
         extra: dict[str, Any] = {}
         inputs = {i.name for i in session.get_inputs()}
         outputs = [o.name for o in session.get_outputs()]
@@ -94,12 +94,13 @@ class FusedStep:
                    if name == Names.check or name.startswith((Names.check + "_", Names.bound_in0, Names.bound_in1))}
         scalars[Names.loss] = self._loss
         if ONES in inputs:
-            value, ones = self.device.staging((staging.x.shape[0],), self.pm.dtype)
+            value, ones = self.device.staging((staging.n,), self.pm.dtype)
             ones.fill(1)
             extra["ones"] = (value, ones)  # kept alive with the staging buffers
         for src, dst in ((0, 1), (1, 0)):
             io = C.SessionIOBinding(session._sess)
-            io.bind_ortvalue_input(self.pm.input_name, staging.x_value)
+            for spec, value in zip(self.pm.inputs, staging.x_values):
+                io.bind_ortvalue_input(spec.name, value)
             io.bind_ortvalue_input(Names.target, staging.t_value)
             io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
             io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)

@@ -1,4 +1,25 @@
-"""Model preparation: load an ONNX model, make it loadable by onnxruntime 1.19, pick what to train."""
+"""Model preparation: load an ONNX model, make it loadable by onnxruntime 1.19, pick what to train.
+
+**The inputs contract** (what the engine takes, what the column plan produces):
+
+* :class:`ModelInput` ``(name, dtype, shape)`` is one non-weight graph input: its declared element type
+  as a numpy dtype and its declared shape (dim 0 the batch; an int is a fixed dim, a str a named
+  symbolic dim, None an unnamed one).  ``Trainer.model_inputs`` lists them in model order.
+* ``Trainer.step(X, y, sample_weight=None)``, ``Trainer.predict(X)`` and ``Trainer.forward(X)`` take ``X``
+  as an ndarray (one-input models, or the input named by ``input_name``) or a ``Mapping[str, ndarray]``
+  keyed by model input name (any model).  Every input keeps its declared dtype (float16/32/64, int32/64,
+  bool, ...) and shape (N-D): float inputs accept any real numbers (cast to the declared float type),
+  integer inputs integers (or bool), bool inputs bool; nothing is cast to the weights' float type.
+  A mismatch (unknown or missing name, element kind, rank, fixed dim, row counts) is an
+  :class:`~streamfit.exceptions.InputMismatchError` (a ``ModelError`` and a ``BadInputError``) naming
+  the input and what was expected, raised the first time a batch shape is seen, never a raw
+  onnxruntime error.
+* Estimators (``OnnxRegressor``, ``OnnxClassifier``) take ``inputs=None`` (model input name -> column
+  name | list of column names | encoder object; the column plan gives it meaning for Arrow data),
+  ``input_name=None`` and ``output_name=None``.  In memory ``X`` is an ndarray (one-input models), a
+  dict ``{input name: array}``, or an Arrow Table/RecordBatch, turned into such a dict by
+  ``OnnxEstimator._arrow_inputs(table)`` when ``inputs`` is given.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +29,11 @@ from typing import Sequence
 
 import numpy as np
 import onnx
-from onnx import ModelProto, TensorProto, numpy_helper
+from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from streamfit.exceptions import ModelError
 
-__all__ = ["PreparedModel", "prepare_model", "load_model"]
+__all__ = ["ModelInput", "PreparedModel", "prepare_model", "load_model"]
 
 #: Highest IR version and default-domain opset onnxruntime 1.19 loads.
 MAX_IR_VERSION = 10
@@ -40,9 +61,60 @@ _ANY_FLOAT = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, Tensor
 _IR10_TYPES = set(range(0, 23))
 
 
+@dataclass(frozen=True)
+class ModelInput:
+    """One non-weight input of a model: declared element type and shape (dim 0 the batch).
+
+    A dim is an int (fixed), a str (named symbolic dim) or None (unnamed); ``shape`` is ``()`` for
+    a scalar input.
+
+    >>> ModelInput("ids", np.dtype(np.int64), (None, 4)).describe()
+    "'ids' (int64, shape [N, 4])"
+    """
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int | str | None, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def shape_text(self) -> str:
+        dims = ["N" if i == 0 and not isinstance(d, int) else "?" if d is None else str(d)
+                for i, d in enumerate(self.shape)]
+        return "[" + ", ".join(dims) + "]"
+
+    def describe(self) -> str:
+        return f"{self.name!r} ({self.dtype}, shape {self.shape_text()})"
+
+
+def _model_input(vi: onnx.ValueInfoProto) -> ModelInput:
+    if not vi.type.HasField("tensor_type"):
+        raise ModelError(f"input {vi.name!r} is not a tensor; streamfit feeds tensor inputs only")
+    tt = vi.type.tensor_type
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    except Exception:  # undefined or exotic element types
+        dtype = None
+    if dtype is None or dtype.kind not in "fiub":
+        kind = TensorProto.DataType.Name(tt.elem_type).lower()
+        raise ModelError(f"input {vi.name!r} is {kind}; streamfit feeds numeric and bool inputs (encode "
+                         "strings into ids outside the graph, e.g. with streamfit.features)")
+    shape: tuple[int | str | None, ...] = ()
+    if tt.HasField("shape"):
+        shape = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                      for d in tt.shape.dim)
+    return ModelInput(vi.name, dtype, shape)
+
+
 @dataclass
 class PreparedModel:
-    """A model ready for training: loadable by ORT 1.19, one output, what to train and penalize."""
+    """A model ready for training: loadable by ORT 1.19, one output, what to train and penalize.
+
+    ``inputs`` are the non-weight graph inputs in model order; ``input_name`` is the one an ndarray
+    ``X`` feeds (the first unless chosen).
+    """
 
     model: ModelProto
     input_name: str
@@ -52,6 +124,7 @@ class PreparedModel:
     dtype: np.dtype
     initial: dict[str, np.ndarray] = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    inputs: tuple[ModelInput, ...] = ()
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
         """A copy of the model with ``values`` as its initializers (what ``to_onnx`` returns)."""
@@ -151,8 +224,6 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     output_name = output_name or outputs[0]
     if output_name not in outputs:
         raise ModelError(f"unknown output {output_name!r}; the model's outputs are {outputs}")
-    if len(inputs) > 1:
-        raise ModelError(f"the model has several inputs {inputs}; streamfit trains models with one input")
     # Train through one output: the others would need gradients nobody provides.
     kept = [o for o in graph.output if o.name == output_name]
     del graph.output[:]
@@ -161,6 +232,7 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     real_inputs = [i for i in graph.input if i.name not in init_names]
     del graph.input[:]
     graph.input.extend(real_inputs)
+    model_inputs = tuple(_model_input(vi) for vi in real_inputs)
 
     uses = _uses(proto)
     if weights is None:
@@ -188,5 +260,5 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
     initial = {w: numpy_helper.to_array(inits[w]).copy() for w in weights}
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
-                         initial, notes)
+                         initial, notes, model_inputs)
 

@@ -97,10 +97,13 @@ def replace_relu_grad(model: ModelProto, dtype: np.dtype) -> int:
 
 
 def float64_activation_grads(model: ModelProto, dtype: np.dtype) -> int:
-    """TanhGrad / SigmoidGrad spelled out (their CPU kernels are float only)."""
+    """TanhGrad / SigmoidGrad spelled out, SplitTraining (Concat's gradient) as a standard Split (their CPU
+    kernels are float only)."""
     one = _const(model, "sf_one", np.array(1, dtype))
 
     def rewrite(node):  # type: ignore[no-untyped-def]
+        if node.domain == "com.microsoft" and node.op_type == "SplitTraining":  # (x, split sizes), axis
+            return [helper.make_node("Split", list(node.input), list(node.output), **_attrs(node))]
         if node.domain != "com.microsoft" or node.op_type not in ("TanhGrad", "SigmoidGrad"):
             return None
         dy, y = node.input[0], node.input[1]

@@ -16,7 +16,9 @@ __all__ = ["Staging", "StagingCache"]
 
 @dataclass
 class Staging:
-    """Host buffers for one batch shape (features, targets, per-row weights) and their OrtValues.
+    """Host buffers for one batch shape (each model input, targets, per-row weights) and their OrtValues.
+
+    ``xs``/``x_values`` hold one buffer per model input, in model order, each of its declared dtype.
 
     The loss graph takes the sample weights as two per-row vectors, ``lw = loss_factor * sw / N`` and
     ``gw = grad_scale * sw``; without sample weights they are constant, so they are rewritten only when
@@ -24,11 +26,11 @@ class Staging:
     ``extra`` holds whatever a strategy binds per shape (its IOBindings).
     """
 
-    x: np.ndarray
+    xs: tuple[np.ndarray, ...]
     t: np.ndarray
     lw: np.ndarray
     gw: np.ndarray
-    x_value: C.OrtValue
+    x_values: tuple[C.OrtValue, ...]
     t_value: C.OrtValue
     lw_value: C.OrtValue
     gw_value: C.OrtValue
@@ -42,25 +44,31 @@ class Staging:
     _grad_scale: float = float("nan")
     _t_view: np.ndarray | None = None
 
-    def load(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None, grad_scale: float) -> None:
-        """Copy one batch in; ``X`` has exactly ``x``'s shape, ``T`` as many elements as ``t``.
+    @property
+    def n(self) -> int:
+        """Rows in the batch."""
+        return self.lw.shape[0]
 
-        The caller has checked the shapes and that both are numeric arrays (plain assignment casts as
-        ``same_kind`` would for them); a short last batch gets its own Staging.
+    def load(self, X: tuple[np.ndarray, ...], T: np.ndarray, sw: np.ndarray | None, grad_scale: float) -> None:
+        """Copy one batch in; each array of ``X`` has exactly its buffer's shape, ``T`` as many elements as ``t``.
+
+        The caller has checked the shapes and that the arrays' kinds fit the buffers (plain assignment casts
+        as ``same_kind`` would for them); a short last batch gets its own Staging.
         """
-        self.x[...] = X
+        for buf, a in zip(self.xs, X):
+            buf[...] = a
         view = self._t_view
         if view is None or view.shape != T.shape:
             view = self._t_view = self.t.reshape(T.shape)
         view[...] = T
         if sw is None:
             if self._weighted or grad_scale != self._grad_scale:  # nan != anything: first fill
-                self.lw.fill(self.loss_factor / self.x.shape[0])
+                self.lw.fill(self.loss_factor / self.lw.shape[0])
                 self.gw.fill(grad_scale)
                 self._weighted, self._grad_scale = False, grad_scale
         else:
             sw = sw.reshape(self.lw.shape)
-            np.multiply(sw, self.loss_factor / self.x.shape[0], out=self.lw, casting="same_kind")
+            np.multiply(sw, self.loss_factor / self.lw.shape[0], out=self.lw, casting="same_kind")
             np.multiply(sw, grad_scale, out=self.gw, casting="same_kind")
             self._weighted, self._grad_scale = True, grad_scale
 
@@ -76,19 +84,22 @@ class StagingCache:
         self.loss_factor = loss_factor
         self._cache: OrderedDict[tuple[Any, ...], Staging] = OrderedDict()
 
-    def get(self, x_shape: tuple[int, ...], x_dtype: Any, t_shape: tuple[int, ...], t_dtype: Any,
-            sw_shape: tuple[int, ...], y_shape: tuple[int, ...]) -> Staging:
-        key = (x_shape, t_shape, sw_shape)
+    def get(self, x_shapes: tuple[tuple[int, ...], ...], x_dtypes: tuple[Any, ...], t_shape: tuple[int, ...],
+            t_dtype: Any, sw_shape: tuple[int, ...], y_shape: tuple[int, ...], dtype: Any) -> Staging:
+        """The Staging for inputs of ``x_shapes``/``x_dtypes`` (model order); ``dtype`` is the weights' float
+        type (row weights and the output)."""
+        key = (x_shapes, t_shape, sw_shape)
         staging = self._cache.get(key)
         if staging is not None:
             self._cache.move_to_end(key)
             return staging
-        xv, x = self.device.staging(x_shape, x_dtype)
+        pairs = [self.device.staging(shape, dt) for shape, dt in zip(x_shapes, x_dtypes)]
         tv, t = self.device.staging(t_shape, t_dtype)
-        lwv, lw = self.device.staging(sw_shape, x_dtype)
-        gwv, gw = self.device.staging(sw_shape, x_dtype)
-        yv, y = self.device.staging(y_shape, x_dtype)
-        staging = Staging(x, t, lw, gw, xv, tv, lwv, gwv, y, yv, loss_factor=self.loss_factor)
+        lwv, lw = self.device.staging(sw_shape, dtype)
+        gwv, gw = self.device.staging(sw_shape, dtype)
+        yv, y = self.device.staging(y_shape, dtype)
+        staging = Staging(tuple(p[1] for p in pairs), t, lw, gw, tuple(p[0] for p in pairs), tv, lwv, gwv, y, yv,
+                          loss_factor=self.loss_factor)
         staging.extra = self.make_extra(staging)
         self._cache[key] = staging
         if len(self._cache) > self.size:

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-__all__ = ["linear_model", "mlp_model"]
+__all__ = ["linear_model", "mlp_model", "two_input_model", "cnn_model", "flags_model"]
 
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 
@@ -58,3 +58,63 @@ def mlp_model(sizes: Sequence[int], activation: str | Sequence[str] = "Relu", dt
             nodes.append(helper.make_node(acts[i], [f"Z{i}"], [out]))
         prev = out
     return _model(nodes, inits, sizes[0], sizes[-1], dtype)
+
+
+def _finish(nodes: list[Any], inits: list[Any], inputs: list[Any], n_out: int, dtype: np.dtype) -> ModelProto:
+    graph = helper.make_graph(nodes, "streamfit_test", inputs,
+                              [helper.make_tensor_value_info("Y", _ELEM[np.dtype(dtype)], [None, n_out])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def two_input_model(n_dense: int, vocab: int, dim: int = 4, n_outputs: int = 1, dtype: Any = np.float32,
+                    seed: int = 0, id_dtype: Any = np.int64) -> ModelProto:
+    """Dense floats ``x`` [N, n_dense] and integer ids ``ids`` [N] (an embedding table ``E`` through
+    ``Gather``): ``Y = concat(x, E[ids]) @ W + B``."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    E = (rng.standard_normal((vocab, dim)) * 0.1).astype(dtype)
+    W = (rng.standard_normal((n_dense + dim, n_outputs)) * 0.1).astype(dtype)
+    inits = [numpy_helper.from_array(E, "E"), numpy_helper.from_array(W, "W"),
+             numpy_helper.from_array(np.zeros(n_outputs, dtype), "B")]
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["emb"], axis=0),
+             helper.make_node("Concat", ["x", "emb"], ["h"], axis=1),
+             helper.make_node("MatMul", ["h", "W"], ["hw"]), helper.make_node("Add", ["hw", "B"], ["Y"])]
+    id_elem = {np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int32): TensorProto.INT32}[np.dtype(id_dtype)]
+    inputs = [helper.make_tensor_value_info("x", _ELEM[dtype], ["N", n_dense]),
+              helper.make_tensor_value_info("ids", id_elem, ["N"])]
+    return _finish(nodes, inits, inputs, n_outputs, dtype)
+
+
+def cnn_model(channels: int = 1, size: int = 8, filters: int = 3, n_outputs: int = 1, dtype: Any = np.float32,
+              seed: int = 0) -> ModelProto:
+    """A 4-D input ``X`` [N, channels, size, size]: Conv 3x3 (padding 1) -> Relu -> Flatten -> Gemm."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    K = (rng.standard_normal((filters, channels, 3, 3)) * 0.3).astype(dtype)
+    W = (rng.standard_normal((filters * size * size, n_outputs)) * 0.05).astype(dtype)
+    inits = [numpy_helper.from_array(K, "K"), numpy_helper.from_array(np.zeros(filters, dtype), "KB"),
+             numpy_helper.from_array(W, "W"), numpy_helper.from_array(np.zeros(n_outputs, dtype), "B")]
+    nodes = [helper.make_node("Conv", ["X", "K", "KB"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Flatten", ["r"], ["f"], axis=1),
+             helper.make_node("Gemm", ["f", "W", "B"], ["Y"])]
+    inputs = [helper.make_tensor_value_info("X", _ELEM[dtype], ["N", channels, size, size])]
+    return _finish(nodes, inits, inputs, n_outputs, dtype)
+
+
+def flags_model(n_features: int, vocab: int, dtype: Any = np.float32, seed: int = 0) -> ModelProto:
+    """Three inputs: floats ``x`` [N, n_features], int32 ids ``code`` [N] and a bool ``flag`` [N, 1]:
+    ``Y = x @ W + E[code] + flag * F``."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((n_features, 1)) * 0.1).astype(dtype), "W"),
+             numpy_helper.from_array(np.zeros((vocab, 1), dtype), "E"),
+             numpy_helper.from_array(np.zeros((1,), dtype), "F")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]),
+             helper.make_node("Gather", ["E", "code"], ["e"], axis=0),
+             helper.make_node("Cast", ["flag"], ["fl"], to=_ELEM[dtype]),
+             helper.make_node("Mul", ["fl", "F"], ["ff"]),
+             helper.make_node("Add", ["xw", "e"], ["s"]), helper.make_node("Add", ["s", "ff"], ["Y"])]
+    inputs = [helper.make_tensor_value_info("x", _ELEM[dtype], ["N", n_features]),
+              helper.make_tensor_value_info("code", TensorProto.INT32, ["N"]),
+              helper.make_tensor_value_info("flag", TensorProto.BOOL, ["N", 1])]
+    return _finish(nodes, inits, inputs, 1, dtype)

@@ -1,4 +1,8 @@
-"""The Trainer: trains the weights of one ONNX model, batch by batch, on one device."""
+"""The Trainer: trains the weights of one ONNX model, batch by batch, on one device.
+
+Inputs follow the contract written in :mod:`streamfit._engine.model`: ``X`` is an ndarray (a one-input
+model) or a mapping {model input name: array}; each input keeps its declared dtype and shape.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_
 from streamfit._engine.device import Device, make_session, parse_device, session_options
 from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
-from streamfit._engine.model import prepare_model
+from streamfit._engine.inputs import InputPlan
+from streamfit._engine.model import ModelInput, prepare_model
 from streamfit._engine.staging import Staging
 from streamfit.exceptions import BadInputError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
@@ -73,6 +78,8 @@ class Trainer:
         # thread takes a core from the reader), heavy ones on all cores
         self.small_batch_options = session_options(1 if threads is None else threads, spinning)
         self._threads_given = threads is not None
+        self._plan = InputPlan(self.prepared.inputs, self.prepared.input_name)
+        self._single = self._plan.single
         self.graphs = build_gradient_graphs(self.prepared)
         self._predict_session = make_session(self.graphs.forward.SerializeToString(), self.options, self.device,
                                              self.prepared.dtype)
@@ -116,18 +123,22 @@ class Trainer:
         return float(self.schedule.lr) * self.lr_scale
 
     # -- inputs -------------------------------------------------------------------------------------
-    def _features(self, X: Any) -> np.ndarray:
-        X = np.asarray(X)
-        if X.ndim == 0 or X.shape[0] == 0:
-            raise BadInputError(f"expected a non-empty batch of rows, got shape {X.shape}", reason="empty_batch")
-        if X.dtype.kind not in "fiub":
-            raise BadInputError(f"features are {X.dtype}, expected numbers ({self.dtype})", reason="wrong_type")
-        return X
+    @property
+    def model_inputs(self) -> tuple[ModelInput, ...]:
+        """The model's non-weight inputs (declared dtype and shape), in model order."""
+        return self.prepared.inputs
 
-    def _ensure_strategy(self, X: np.ndarray) -> None:
+    def _checked(self, X: Any) -> tuple[np.ndarray, ...]:
+        """``X`` as one checked array per model input (model order); raises a clear error on a mismatch."""
+        arrays = self._plan.arrays(X)
+        self._plan.check(arrays)
+        return arrays
+
+    def _ensure_strategy(self, arrays: tuple[np.ndarray, ...]) -> None:
         if self._strategy is not None:
             return
-        y = self.predict(X[:1])
+        probe = arrays if self._plan.fixed_batch else tuple(a[:1] if a.ndim else a for a in arrays)
+        y = self._predict_arrays(probe)
         self._y_tail = tuple(y.shape[1:])
         y_rank = y.ndim
         cls = _STRATEGIES[self.step_kind]
@@ -155,17 +166,18 @@ class Trainer:
                                 reason="shape_mismatch")
         return y.reshape((n,) + self._y_tail)
 
-    def _staging_for(self, X: np.ndarray, y: np.ndarray, key: tuple[Any, ...]) -> Staging:
-        """The staging buffers of a batch shape not seen recently: labels validated, buffers bound."""
+    def _staging_for(self, arrays: tuple[np.ndarray, ...], y: np.ndarray, key: tuple[Any, ...]) -> Staging:
+        """The staging buffers of a batch signature not seen recently: inputs and labels checked, buffers bound."""
+        n = self._plan.check(arrays)
         if self._strategy is None:
-            self._ensure_strategy(X)
+            self._ensure_strategy(arrays)
         assert self._strategy is not None
-        n = X.shape[0]
         T = self._targets(y, n)
         t_dtype = np.int64 if self.loss.integer_labels else self.dtype
         sw_shape = sample_weight_shape(n, len(self._y_tail or ()) + 1)
         y_shape = (n,) + tuple(self._y_tail or ())
-        staging = self._strategy.cache.get(X.shape, self.dtype, T.shape, t_dtype, sw_shape, y_shape)
+        staging = self._strategy.cache.get(tuple(a.shape for a in arrays), tuple(i.dtype for i in self.model_inputs),
+                                           T.shape, t_dtype, sw_shape, y_shape, self.dtype)
         if len(self._staged) >= self._strategy.cache.size:
             self._staged.clear()
         self._staged[key] = staging
@@ -190,22 +202,27 @@ class Trainer:
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Train on one batch; return its mean loss (computed before the update).
 
-        The path for a batch shape seen before is kept lean (at batch 1 the whole step is a few
-        microseconds): the shapes and dtype kinds were validated when the shape was first staged.
+        ``X`` is an ndarray (a one-input model) or a mapping {model input name: array}.  The path for a
+        batch signature seen before is kept lean (at batch 1 the whole step is a few microseconds): the
+        names, shapes and dtype kinds were checked against the model when the signature was first staged.
         """
-        if type(X) is not np.ndarray or X.ndim == 0 or X.shape[0] == 0 or X.dtype.kind not in "fiub":
-            X = self._features(X)  # converts, or raises a clear BadInputError
+        if type(X) is np.ndarray and self._single:
+            arrays: tuple[np.ndarray, ...] = (X,)
+            key: tuple[Any, ...] = (X.shape, X.dtype.kind)
+        else:
+            arrays = self._plan.arrays(X)
+            key = tuple((a.shape, a.dtype.kind) for a in arrays)
         if type(y) is not np.ndarray:
             y = np.asarray(y)
         if self._integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
-            y = self._targets(y, X.shape[0]).astype(np.int64)
-        key = (X.shape, X.dtype.kind, y.shape, y.dtype.kind)
+            y = self._targets(y, self._plan.check(arrays)).astype(np.int64)
+        key += (y.shape, y.dtype.kind)
         staging = self._staged.get(key)
         if staging is None:
-            staging = self._staging_for(X, y, key)
-        n = X.shape[0]
+            staging = self._staging_for(arrays, y, key)
+        n = staging.n
         lr = self.schedule.lr * self.lr_scale
-        staging.load(X, y, None if sample_weight is None else self._sample_weights(sample_weight, n),
+        staging.load(arrays, y, None if sample_weight is None else self._sample_weights(sample_weight, n),
                      lr / n if self._lr_in_grad_weights else 1.0 / n)
         if lr != self._fed_lr or self._scalars_per_step:
             self._set_scalars(lr)
@@ -247,13 +264,15 @@ class Trainer:
         return self._strategy
 
     def forward(self, X: Any) -> np.ndarray:
-        """Forward pass that remembers what :meth:`backward` needs; returns the model output."""
-        X = self._features(X)
-        self._ensure_strategy(X)
+        """Forward pass that remembers what :meth:`backward` needs; returns the model output.
+
+        ``X`` as in :meth:`step`: an ndarray or a mapping {model input name: array}.
+        """
+        arrays = self._checked(X)
+        self._ensure_strategy(arrays)
         fb = self._fb()
-        self._fb_x = np.ascontiguousarray(X, dtype=self.dtype)  # kept alive until backward
-        self._fb_n = X.shape[0]
-        y = fb.forward(self.device.resident(self._fb_x))
+        self._fb_x = self._as_declared(arrays)  # kept alive until backward
+        y = fb.forward(tuple(self.device.resident(a) for a in self._fb_x))
         return self.device.to_numpy(y)
 
     def backward(self, dy: Any) -> dict[str, np.ndarray]:
@@ -277,10 +296,18 @@ class Trainer:
 
     # -- inference ----------------------------------------------------------------------------------
     def predict(self, X: Any) -> np.ndarray:
-        """The model's output for ``X`` with the current weights."""
-        X = np.ascontiguousarray(self._features(X), dtype=self.dtype)
+        """The model's output for ``X`` (as in :meth:`step`) with the current weights."""
+        return self._predict_arrays(self._checked(X))
+
+    def _as_declared(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        return tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.model_inputs, arrays))
+
+    def _predict_arrays(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+        """The model's output for checked arrays (model order)."""
+        arrays = self._as_declared(arrays)
         io = C.SessionIOBinding(self._predict_session._sess)
-        io.bind_ortvalue_input(self.prepared.input_name, self.device.resident(X))
+        for spec, a in zip(self.model_inputs, arrays):
+            io.bind_ortvalue_input(spec.name, self.device.resident(a))
         for name, value in self.params.live().items():
             if name in self.prepared.initial:
                 io.bind_ortvalue_input(name, value)

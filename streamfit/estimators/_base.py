@@ -1,4 +1,9 @@
-"""What the estimators share: parameters -> Trainer, minibatch epochs, state for checkpoints."""
+"""What the estimators share: parameters -> Trainer, minibatch epochs, state for checkpoints.
+
+``X`` follows the inputs contract of :mod:`streamfit._engine.model`: an ndarray for a one-input model, a
+dict {model input name: array} for any model, or an Arrow Table/RecordBatch (all its columns stacked into
+the one input, or, with ``inputs=``, turned into such a dict by :meth:`OnnxEstimator._arrow_inputs`).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,10 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
+import pyarrow as pa
 
 from streamfit._arrow import as_features, as_labels
+from streamfit._engine.inputs import NamedRows, check_mapping
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import BadInputError
 from streamfit.losses import Loss
@@ -73,18 +80,40 @@ class OnnxEstimator(_SkBase):
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
-        return Trainer(model, weights=weights, loss=loss_obj,
-                       optimizer=get_optimizer(self.optimizer, **opt_kwargs),
-                       learning_rate=self._schedule(loss_obj),
-                       penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
-                       step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads)
+        trainer = Trainer(model, weights=weights, input_name=getattr(self, "input_name", None),
+                          output_name=getattr(self, "output_name", None), loss=loss_obj,
+                          optimizer=get_optimizer(self.optimizer, **opt_kwargs),
+                          learning_rate=self._schedule(loss_obj),
+                          penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
+                          step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads)
+        check_mapping(getattr(self, "inputs", None), trainer.model_inputs)
+        return trainer
 
     # -- data --------------------------------------------------------------------------------------
-    def _check_X(self, X: Any, reset: bool) -> np.ndarray:
-        trainer = self.__dict__.get("trainer_")
-        dtype = trainer.dtype if trainer is not None else np.float32
-        if not (type(X) is np.ndarray and X.dtype == dtype and X.ndim == 2 and X.flags.c_contiguous):
-            X = as_features(X, dtype)  # the common case above (a ready float array) skips the conversion
+    def _check_X(self, X: Any, reset: bool) -> "np.ndarray | NamedRows":
+        """``X`` as the trainer takes it: an ndarray, or :class:`NamedRows` for a dict or an Arrow table
+        mapped by ``inputs``.  Element types and shapes are checked against the model by the trainer, once
+        per batch signature; here only the number of features of an array input."""
+        if isinstance(X, (pa.Table, pa.RecordBatch)):
+            if getattr(self, "inputs", None) is not None:
+                X = self._arrow_inputs(X)
+            else:
+                trainer = self.__dict__.get("trainer_")
+                dtype = trainer.model_inputs[0].dtype if trainer is not None else np.dtype(np.float32)
+                X = as_features(X, dtype)
+        if isinstance(X, dict):
+            X = NamedRows(X)
+        if type(X) is NamedRows:
+            if reset or not hasattr(self, "n_features_in_"):
+                self.n_features_in_ = sum(math.prod(a.shape[1:]) for a in X.arrays.values() if a.ndim)
+            return X
+        if type(X) is not np.ndarray:
+            X = np.asarray(X)
+            if X.dtype.kind not in "fiub":
+                raise BadInputError(f"features are {X.dtype}, expected numbers", reason="wrong_type")
+        if X.ndim < 2:
+            raise BadInputError(f"features must be at least 2-D (rows, features...), got shape {X.shape}; "
+                                "reshape a single feature with X.reshape(-1, 1)", reason="shape_mismatch")
         width = X.shape[1] if X.ndim == 2 else math.prod(X.shape[1:])
         if reset or not hasattr(self, "n_features_in_"):
             self.n_features_in_ = width
@@ -92,6 +121,15 @@ class OnnxEstimator(_SkBase):
             raise BadInputError(f"X has {width} features, but {type(self).__name__} "
                                 f"is expecting {self.n_features_in_} features as input", reason="shape_mismatch")
         return X
+
+    def _arrow_inputs(self, table: "pa.Table | pa.RecordBatch") -> dict[str, np.ndarray]:
+        """The model inputs ``{input name: array}`` from an Arrow table, as the ``inputs`` mapping says.
+
+        The hook of the column plan (``inputs`` maps a model input to a column name, a list of column
+        names or an encoder); it fills the model's declared dtype and shape.
+        """
+        raise NotImplementedError("Arrow tables with inputs= are converted by the column plan, not yet available; "
+                                  "pass X as a dict {model input name: array}")
 
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         """Features as the trainer sees them when training, after updating any statistics of the inputs.

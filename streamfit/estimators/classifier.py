@@ -35,7 +35,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     (['neg', 'pos'], True)
     """
 
-    def __init__(self, model: Any = None, *, weights: Any = None, loss: Any = "auto", optimizer: Any = "sgd",
+    def __init__(self, model: Any = None, *, weights: Any = None, inputs: Any = None, input_name: str | None = None,
+                 output_name: str | None = None, loss: Any = "auto", optimizer: Any = "sgd",
                  learning_rate: Any = "invscaling", eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4,
                  l1_ratio: float = 0.15, penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32,
                  max_iter: int = 5, shuffle: bool = False, random_state: Any = None, warm_start: bool = False,
@@ -43,6 +44,9 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
                  threads: int | None = None) -> None:
         self.model = model
         self.weights = weights
+        self.inputs = inputs
+        self.input_name = input_name
+        self.output_name = output_name
         self.loss = loss
         self.optimizer = optimizer
         self.learning_rate = learning_rate
