@@ -2,8 +2,14 @@
 
 A checkpoint directory ``ckpt-<step:012d>`` holds ``model.onnx`` (opaque bytes), ``state.npz``
 (named numpy arrays, never pickled) and ``manifest.json`` (versions, time, caller ``meta``, and the
-SHA-256 and size of the two other files).  Anything that does not match is refused, so a torn,
-truncated or tampered checkpoint is never mistaken for a good one.
+SHA-256 and size of the two other files).  The manifest is written in one canonical JSON form and
+carries the SHA-256 of that form (``manifest_sha256``), so a change of any byte of it is detected.
+Anything that does not match is refused, and symlinks are never followed, so a torn, truncated or
+damaged checkpoint is never mistaken for a good one.
+
+Format versions: 2 (this one) adds the manifest checksum.  Version-1 checkpoints (no manifest
+checksum) are still read, with a warning each time: their data files are verified against the
+manifest, but the manifest itself cannot be; the next save writes version 2.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import datetime as _dt
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import sys
@@ -22,12 +29,16 @@ from typing import Any, Mapping
 import numpy as np
 from numpy.lib.npyio import NpzFile
 
+from streamfit.checkpoint._fs import NoFollowDir, Refused
 from streamfit.exceptions import CheckpointError, CorruptCheckpointError
 
-__all__ = ["Checkpoint", "FORMAT", "FORMAT_VERSION", "MODEL_FILE", "STATE_FILE", "MANIFEST_FILE"]
+__all__ = ["Checkpoint", "FORMAT", "FORMAT_VERSION", "MODEL_FILE", "STATE_FILE", "MANIFEST_FILE", "encode_manifest"]
 
 FORMAT = "streamfit-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The oldest version still read: version 1 has no manifest checksum (read with a warning).
+OLDEST_READ_VERSION = 1
+MANIFEST_SHA256 = "manifest_sha256"
 MODEL_FILE = "model.onnx"
 STATE_FILE = "state.npz"
 MANIFEST_FILE = "manifest.json"
@@ -37,6 +48,8 @@ _DIR_RE = re.compile(r"ckpt-([0-9]{12})")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 #: ``np.savez(file, *args, allow_pickle=..., **arrays)`` would swallow these names.
 _RESERVED_ARRAY_NAMES = frozenset({"file", "allow_pickle"})
+
+logger = logging.getLogger("streamfit.checkpoint")
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,6 +180,47 @@ def build_manifest(
     }
 
 
+def _canonical(manifest: Mapping[str, Any]) -> bytes:
+    """The one byte form of a manifest: sorted keys, one-space indent, ASCII only, a final newline."""
+    return json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def encode_manifest(manifest: Mapping[str, Any]) -> bytes:
+    """``manifest`` with its checksum added, as the bytes of ``manifest.json``.
+
+    The checksum is the SHA-256 of the canonical bytes of everything else; a reader re-encodes what it
+    parsed, so a change that leaves the parsed content intact (spacing, key order, escapes) is caught too.
+
+    >>> raw = encode_manifest({"step": 1, "meta": {"rows": 8}})
+    >>> verify_manifest(raw, json.loads(raw)) is None
+    True
+    >>> changed = raw.replace(b'"rows": 8', b'"rows": 9')
+    >>> verify_manifest(changed, json.loads(changed))
+    'manifest.json fails its SHA-256 check (its content changed after it was written)'
+    """
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_SHA256}
+    return _canonical({**body, MANIFEST_SHA256: hashlib.sha256(_canonical(body)).hexdigest()})
+
+
+def verify_manifest(raw: bytes, manifest: Any) -> str | None:
+    """Why the bytes ``raw`` (parsed into ``manifest``) fail the manifest checksum, or ``None``."""
+    if not isinstance(manifest, dict):
+        return None  # the structural check names this
+    want = manifest.get(MANIFEST_SHA256)
+    if not isinstance(want, str) or not _SHA256_RE.fullmatch(want):
+        return f"manifest.json has {MANIFEST_SHA256} {want!r:.80}, expected 64 hex digits"
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_SHA256}
+    try:
+        body_bytes, full_bytes = _canonical(body), _canonical(manifest)
+    except (ValueError, TypeError, RecursionError) as exc:  # e.g. a lone surrogate cannot be re-encoded
+        return f"manifest.json cannot be re-encoded for its checksum ({exc})"
+    if hashlib.sha256(body_bytes).hexdigest() != want:
+        return "manifest.json fails its SHA-256 check (its content changed after it was written)"
+    if full_bytes != raw:
+        return "manifest.json is not in its canonical form (its bytes changed after it was written)"
+    return None
+
+
 def file_digest(path: Path) -> dict[str, Any]:
     """SHA-256 and size of a file, read back from disk in chunks."""
     h = hashlib.sha256()
@@ -183,7 +237,7 @@ def _is_int(x: Any) -> bool:
 
 
 def _check_manifest(manifest: Any, path: Path) -> str | None:
-    """Reason why ``manifest`` is not a usable version-1 manifest, or ``None``."""
+    """Reason why ``manifest`` is not a usable manifest (its structure), or ``None``."""
     if not isinstance(manifest, dict):
         return f"manifest.json holds a {type(manifest).__name__}, expected an object"
     if manifest.get("format") != FORMAT:
@@ -196,8 +250,10 @@ def _check_manifest(manifest: Any, path: Path) -> str | None:
             f"unknown format version {version}: written by a newer streamfit "
             f"({manifest.get('streamfit_version')}), this one reads version {FORMAT_VERSION}"
         )
-    if version != FORMAT_VERSION:
-        return f"unknown format version {version}, expected {FORMAT_VERSION}"
+    if version < OLDEST_READ_VERSION:
+        return f"unknown format version {version}, expected {OLDEST_READ_VERSION}..{FORMAT_VERSION}"
+    if version >= 2 and MANIFEST_SHA256 not in manifest:
+        return f"manifest.json of format version {version} has no {MANIFEST_SHA256}"
     step = manifest.get("step")
     if not _is_int(step) or step < 0:
         return f"manifest.json has step {step!r}, expected an int >= 0"
@@ -272,52 +328,67 @@ def read_checkpoint(path: Path) -> Checkpoint:
     """Read and fully verify the checkpoint directory at ``path``.
 
     Raises :class:`CorruptCheckpointError` naming the directory and the reason when the checkpoint
-    is incomplete, fails a check or holds forbidden content; :class:`CheckpointError` on other I/O
-    errors (permissions, EIO), which say nothing about the checkpoint itself.
+    is incomplete, fails a check, holds forbidden content or a symlink (never followed);
+    :class:`CheckpointError` on other I/O errors (permissions, EIO), which say nothing about the
+    checkpoint itself.
     """
 
     def corrupt(reason: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"checkpoint {os.fspath(path)}: {reason}")
 
     try:
-        if not path.is_dir():
-            raise corrupt("does not exist" if not path.exists() else "is not a directory")
         try:
-            raw = (path / MANIFEST_FILE).read_bytes()
+            directory = NoFollowDir(path)
         except FileNotFoundError:
-            raise corrupt(f"{MANIFEST_FILE} is missing") from None
-        try:
-            manifest = json.loads(raw)
-        except ValueError as exc:
-            raise corrupt(f"{MANIFEST_FILE} is not valid JSON ({exc})") from exc
-        reason = _check_manifest(manifest, path)
-        if reason:
-            raise corrupt(reason)
-        extra = sorted(set(os.listdir(path)) - {MANIFEST_FILE, *DATA_FILES})
-        if extra:
-            raise corrupt(f"unexpected file {extra[0]!r} in the directory")
-        blobs: dict[str, bytes] = {}
-        for name in DATA_FILES:
-            want = manifest["files"][name]
+            raise corrupt("does not exist") from None
+        with directory:
+            names = directory.names()
             try:
-                blob = (path / name).read_bytes()
+                raw = directory.read(MANIFEST_FILE)
             except FileNotFoundError:
-                raise corrupt(f"{name} is missing") from None
-            if len(blob) != want["size"]:
-                raise corrupt(f"{name} is {len(blob)} bytes, manifest.json says {want['size']} (truncated?)")
-            digest = hashlib.sha256(blob).hexdigest()
-            if digest != want["sha256"]:
-                raise corrupt(
-                    f"{name} fails its SHA-256 check (got {digest[:12]}..., expected {want['sha256'][:12]}...)"
-                )
-            blobs[name] = blob
+                raise corrupt(f"{MANIFEST_FILE} is missing") from None
+            try:
+                manifest = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                raise corrupt(f"{MANIFEST_FILE} is not valid JSON ({exc})") from None
+            legacy = isinstance(manifest, dict) and MANIFEST_SHA256 not in manifest
+            reason = None if legacy else verify_manifest(raw, manifest)
+            reason = reason or _check_manifest(manifest, path)
+            if reason:
+                raise corrupt(reason)
+            extra = sorted(set(names) - {MANIFEST_FILE, *DATA_FILES})
+            if extra:
+                raise corrupt(f"unexpected file {extra[0]!r} in the directory")
+            blobs: dict[str, bytes] = {}
+            for name in DATA_FILES:
+                want = manifest["files"][name]
+                try:
+                    blob = directory.read(name)
+                except FileNotFoundError:
+                    raise corrupt(f"{name} is missing") from None
+                if len(blob) != want["size"]:
+                    raise corrupt(f"{name} is {len(blob)} bytes, manifest.json says {want['size']} (truncated?)")
+                digest = hashlib.sha256(blob).hexdigest()
+                if digest != want["sha256"]:
+                    raise corrupt(
+                        f"{name} fails its SHA-256 check (got {digest[:12]}..., expected {want['sha256'][:12]}...)"
+                    )
+                blobs[name] = blob
+    except Refused as exc:
+        raise corrupt(str(exc)) from None
     except FileNotFoundError as exc:  # the directory vanished while being read
-        raise corrupt(f"{exc.filename} is missing") from exc
+        raise corrupt(f"{exc.filename or 'a file'} is missing") from exc
     except OSError as exc:
         raise CheckpointError(f"checkpoint {os.fspath(path)}: cannot read: {exc}") from exc
     arrays, reason = _load_state(blobs[STATE_FILE], manifest["arrays"])
     if arrays is None:
         raise corrupt(reason or "unreadable state")
+    if legacy:
+        logger.warning(
+            "checkpoint %s has format version %d, whose manifest has no checksum: its data files are verified, "
+            "its manifest (counters, source position) cannot be; the next checkpoint is written in version %d",
+            path, manifest["format_version"], FORMAT_VERSION,
+        )
     return Checkpoint(
         path=path,
         step=manifest["step"],

@@ -6,15 +6,20 @@ file is; every helper here does both so that a crash leaves either the old or th
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import Union
 
 from streamfit.exceptions import CheckpointError
 
-__all__ = ["publish", "fsync_dir", "write_durably", "atomic_write", "tmp_name", "pause_point"]
+__all__ = [
+    "publish", "fsync_dir", "write_durably", "atomic_write", "tmp_name", "pause_point",
+    "Refused", "NoFollowDir",
+]
 
 StrPath = Union[str, "os.PathLike[str]"]
 
@@ -90,3 +95,73 @@ def publish(model_bytes: bytes | bytearray | memoryview, path: StrPath) -> Path:
         return atomic_write(path, model_bytes)
     except OSError as exc:
         raise CheckpointError(f"cannot publish model to {os.fspath(path)!r}: {exc}") from exc
+
+
+class Refused(Exception):
+    """An entry a checkpoint reader will not open: a symlink, or not a regular file / directory."""
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FD = os.open in os.supports_dir_fd and bool(_NOFOLLOW)
+
+
+class NoFollowDir:
+    """A directory opened for reading without following symlinks, itself or its members.
+
+    Members are opened relative to the directory's descriptor with ``O_NOFOLLOW`` (so a symlink
+    swapped in after a check is still refused) and read only if they are regular files; a FIFO or
+    device is never opened for blocking reads.  Raises :class:`Refused` with the reason.
+    """
+
+    def __init__(self, path: StrPath) -> None:
+        self.path = Path(path)
+        st = os.lstat(self.path)
+        if stat.S_ISLNK(st.st_mode):
+            raise Refused("is a symlink (checkpoint directories are never followed)")
+        if not stat.S_ISDIR(st.st_mode):
+            raise Refused("is not a directory")
+        self._fd: int | None = None
+        if _DIR_FD:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # replaced by a symlink or a file meanwhile
+                    raise Refused("is a symlink or not a directory") from exc
+                raise
+
+    def __enter__(self) -> "NoFollowDir":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def names(self) -> list[str]:
+        return os.listdir(self._fd if self._fd is not None else self.path)
+
+    def read(self, name: str) -> bytes:
+        """The bytes of regular file ``name``; :class:`Refused` for a symlink or a non-regular file."""
+        flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        if self._fd is not None:
+            try:
+                fd = os.open(name, flags | os.O_CLOEXEC, dir_fd=self._fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise Refused(f"{name} is a symlink; refused (never followed)") from exc
+                raise
+        else:  # no O_NOFOLLOW / dir_fd (Windows): check, then open
+            if os.path.islink(self.path / name):
+                raise Refused(f"{name} is a symlink; refused (never followed)")
+            fd = os.open(self.path / name, flags)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Refused(f"{name} is not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as f:
+            return f.read()

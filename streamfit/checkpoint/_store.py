@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -31,6 +30,7 @@ from streamfit.checkpoint._format import (
     check_model,
     check_step,
     dir_name,
+    encode_manifest,
     file_digest,
     json_copy,
     parse_dir_name,
@@ -180,7 +180,7 @@ class CheckpointStore:
             os.fsync(f.fileno())
         files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}
         manifest = build_manifest(step, meta, files, arrays)
-        write_durably(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
+        write_durably(tmp / MANIFEST_FILE, encode_manifest(manifest))
         fsync_dir(tmp)
 
     def discard_after(self, step: int) -> builtins.list[Path]:
@@ -257,6 +257,70 @@ class CheckpointStore:
         fsync_dir(self.root)
         for target in trash:
             _remove(target)
+
+    def recover(self) -> Checkpoint | None:
+        """The newest valid checkpoint, for a writer about to continue the run; ``None`` if there is none.
+
+        Like :meth:`load_latest`, but with the writer lock held and for a run that will save again:
+        every corrupt checkpoint newer than the one returned is logged with the reason and renamed
+        aside to ``ckpt-<step>.corrupt`` (``.corrupt.1``, ... if taken), which no reader or save looks
+        at again, and ``latest`` is repointed to the checkpoint returned; so a later save of a
+        smaller step than the corrupt one is not refused.  Raises :class:`CorruptCheckpointError`
+        (renaming nothing) if checkpoints exist but none is valid.
+        """
+        with self._writing():
+            try:
+                return self._recover()
+            except OSError as exc:
+                raise CheckpointError(f"cannot set corrupt checkpoints aside under {self.root}: {exc}") from exc
+
+    def _recover(self) -> Checkpoint | None:
+        scan = self._scan()
+        if scan.problem:
+            logger.warning("%s; using the newest valid checkpoint directory", scan.problem)
+        bad: builtins.list[tuple[Path, str]] = []
+        found: Checkpoint | None = None
+        for info in reversed(scan.committed):
+            try:
+                found = read_checkpoint(info.path)
+                break
+            except CorruptCheckpointError as exc:
+                bad.append((info.path, str(exc)))
+        if found is None:
+            if bad:
+                raise CorruptCheckpointError(
+                    f"no valid checkpoint under {self.root}: " + "; ".join(reason for _, reason in bad))
+            if scan.pointer not in (None, _NO_CHECKPOINT):
+                raise CorruptCheckpointError(
+                    f"no valid checkpoint under {self.root}: latest names missing {scan.pointer}")
+            return None
+        # entries with a checkpoint's name that are not directories (a file, a symlink) would block a save too
+        limit = found.step
+        for name in sorted(os.listdir(self.root)):
+            step = parse_dir_name(name)
+            path = self.root / name
+            if step is not None and step > limit and (path.is_symlink() or not path.is_dir()):
+                if all(p != path for p, _ in bad):
+                    bad.append((path, f"{path} is {'a symlink' if path.is_symlink() else 'not a directory'}"))
+        for path, reason in bad:
+            aside = self._aside_name(path.name)
+            os.rename(path, aside)
+            logger.warning("corrupt checkpoint %s set aside as %s: %s", path.name, aside.name, reason)
+        if bad:
+            fsync_dir(self.root)
+        if scan.pointer != found.path.name:
+            self._write_pointer(found.path.name)
+            logger.info("latest now names %s, the newest valid checkpoint", found.path.name)
+        return found
+
+    def _aside_name(self, name: str) -> Path:
+        """``name.corrupt``, or ``name.corrupt.<n>`` with the first free ``n``."""
+        candidate = self.root / f"{name}.corrupt"
+        n = 0
+        while os.path.lexists(candidate):
+            n += 1
+            candidate = self.root / f"{name}.corrupt.{n}"
+        return candidate
 
     # ----------------------------------------------------------------------------------- reading
 

@@ -207,7 +207,7 @@ class Runner:
 
     def _load_checkpoint(self) -> None:
         assert self.store is not None
-        ckpt = self.store.load_latest()
+        ckpt = self.store.recover()  # corrupt newer checkpoints set aside: later saves go on
         if ckpt is None:
             log_event("resume", "no checkpoint to resume from: starting fresh", root=str(self.store.root))
             return

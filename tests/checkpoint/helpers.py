@@ -34,7 +34,7 @@ def assert_content(ckpt: Any, step: int) -> None:
 
 
 def rehash(ckpt_dir: Path, *, arrays_listing: dict[str, Any] | None = None, extra_files: tuple[str, ...] = ()) -> None:
-    """Rewrite manifest.json so its checksums match the files on disk again (to isolate other checks)."""
+    """Rewrite (and re-sign) manifest.json so its checksums match the files on disk again (to isolate other checks)."""
     manifest_path = ckpt_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     for name in [*manifest["files"], *extra_files]:
@@ -42,4 +42,11 @@ def rehash(ckpt_dir: Path, *, arrays_listing: dict[str, Any] | None = None, extr
         manifest["files"][name] = {"sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
     if arrays_listing is not None:
         manifest["arrays"] = arrays_listing
-    manifest_path.write_text(json.dumps(manifest))
+    sign(manifest_path, manifest)
+
+
+def sign(manifest_path: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest`` with a valid checksum, so a test reaches the checks behind it."""
+    from streamfit.checkpoint._format import encode_manifest
+
+    manifest_path.write_bytes(encode_manifest(manifest))

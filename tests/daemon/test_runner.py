@@ -189,3 +189,28 @@ def test_skipped_rows_are_counted_across_resume(tmp_path):
                          batch_size=64, on_bad="skip"))
     assert first.skipped_rows == {"null": 1} and second.skipped_rows == {"null": 1}
     assert second.rows == total + 2
+
+
+def test_resume_past_a_truncated_newest_checkpoint_sets_it_aside_and_saves_on(tmp_path, caplog):
+    """Issue 9, defect 1: the skipped newest checkpoint used to block every later save ("steps must increase")."""
+    data, total = write_stream(tmp_path, files=2)
+    model = write_model(tmp_path)
+    ck = tmp_path / "ck"
+    _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=ck, every_batches=8, batch_size=64,
+                max_rows=1024))
+    infos = CheckpointStore(ck).list()
+    assert [i.step for i in infos] == [8, 16]
+    newest = infos[-1].path
+    blob = (newest / "state.npz").read_bytes()
+    (newest / "state.npz").write_bytes(blob[: len(blob) // 2])
+    with caplog.at_level(logging.WARNING):
+        summary = _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=ck, resume=True, every_batches=2,
+                              batch_size=64))
+    assert summary.resumed_from == str(infos[0].path)
+    assert summary.rows == total and summary.checkpoints >= 2  # saves of steps < 16 went through
+    aside = ck / f"{newest.name}.corrupt"
+    assert aside.is_dir() and not newest.exists()
+    assert any(newest.name in r.getMessage() and "state.npz is" in r.getMessage() and "set aside" in r.getMessage()
+               for r in caplog.records)
+    store = CheckpointStore(ck)
+    assert store.list()[-1].step == total // 64 and store.load_latest().meta["rows"] == total
