@@ -10,7 +10,7 @@ Both use the same loss/penalty/optimizer emitters, hence the same arithmetic.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,9 @@ class GradientGraphs:
     gradient: ModelProto
     grad_names: list[str]
     info: Any
+    #: static shapes of forward tensors and their ``*_grad`` twins (ints, symbols or None per dim)
+    shapes: dict[str, list] = field(default_factory=dict)
+
 
 
 def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
@@ -99,7 +102,7 @@ def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
     order = list(info.initializer_names_to_train)
     grads = dict(zip(order, info.initializer_grad_names_to_train))
     return GradientGraphs(onnx.load_from_string(builder.get_forward_model()), gradient,
-                          [grads[w] for w in pm.weights], info)
+                          [grads[w] for w in pm.weights], info, shapes)
 
 
 def _value_info(name: str, elem: int, shape: list[Any]) -> onnx.ValueInfoProto:
@@ -283,7 +286,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     grad_model.CopyFrom(graphs.gradient)
     if large_batch:
         replace_relu_grad(grad_model, pm.dtype)
-        bias_grads_as_matmul(grad_model, pm.dtype)
+        bias_grads_as_matmul(grad_model, pm.dtype, graphs.shapes, _batch_dim(pm, graphs.shapes))
     graph = grad_model.graph
     yields = [n for n in graph.node if n.op_type == "YieldOp"]
     if len(yields) != 1:
@@ -322,6 +325,11 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     if plan:  # the graph carries what the step that runs it must check itself
         grad_model.metadata_props.append(onnx.StringStringEntryProto(key=Names.check_plan_key, value=json.dumps(plan)))
     return _toposort(grad_model)
+
+
+def _batch_dim(pm: PreparedModel, shapes: dict[str, list]) -> "int | str | None":
+    dims = shapes.get(pm.input_name)
+    return dims[0] if dims else None
 
 
 def check_plan(model: ModelProto) -> dict[str, Any]:

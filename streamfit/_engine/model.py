@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.trainable import make_trainable
 from streamfit.exceptions import ModelError
 
 __all__ = ["ModelInput", "PreparedModel", "prepare_model", "load_model"]
@@ -55,6 +56,12 @@ _STRUCTURAL = {
 # (op_type, input index) pairs where a weight multiplies: these get the penalty; biases (Add, Gemm C) do not.
 _MULTIPLICATIVE = {("MatMul", 0), ("MatMul", 1), ("Gemm", 0), ("Gemm", 1), ("Conv", 1), ("ConvTranspose", 1),
                    ("Gather", 0), ("Mul", 0), ("Mul", 1), ("Einsum", 0), ("Einsum", 1)}
+# Inputs through which no gradient flows (comparisons, shapes, conditions): a float initializer reaching the
+# output only through these is a constant, not a weight (dynamo's softplus threshold, a Where's condition).
+_NO_GRAD_OPS = {"Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "Not", "And", "Or", "Xor", "Shape",
+                "Size", "ArgMax", "ArgMin", "NonZero", "Round", "Floor", "Ceil", "Sign", "IsNaN", "IsInf",
+                "ConstantOfShape", "EyeLike", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
+_NO_GRAD_INPUTS = {("Where", 0), ("LayerNormalization", 3)} | _STRUCTURAL
 _FLOATS = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64)}
 _ANY_FLOAT = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 # Element types an IR-10 model may hold (IR 11+ adds FLOAT4E2M1 and later types).
@@ -114,6 +121,10 @@ class PreparedModel:
 
     ``inputs`` are the non-weight graph inputs in model order; ``input_name`` is the one an ndarray
     ``X`` feeds (the first unless chosen).
+
+    ``model`` is the training copy (rewritten so its gradient can be built, see
+    :mod:`streamfit._engine.trainable`, only the trained output kept); ``inference`` is the author's graph
+    with all its outputs, which ``predict`` runs and ``to_onnx()`` exports.
     """
 
     model: ModelProto
@@ -125,14 +136,25 @@ class PreparedModel:
     initial: dict[str, np.ndarray] = field(repr=False)
     notes: list[str] = field(default_factory=list)
     inputs: tuple[ModelInput, ...] = ()
+    inference: ModelProto | None = field(default=None, repr=False)
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
-        """A copy of the model with ``values`` as its initializers (what ``to_onnx`` returns)."""
+        """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns)."""
         out = ModelProto()
-        out.CopyFrom(self.model)
+        out.CopyFrom(self.inference if self.inference is not None else self.model)
         for init in out.graph.initializer:
             if init.name in values:
                 init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
+        return out
+
+    def predict_model(self, names: Sequence[str]) -> ModelProto:
+        """The inference model with the initializers ``names`` turned into graph inputs (bound per run)."""
+        out = self.inference_model({})
+        moved = [init for init in out.graph.initializer if init.name in set(names)]
+        kept = [init for init in out.graph.initializer if init.name not in set(names)]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(kept)
+        out.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in moved)
         return out
 
 
@@ -197,6 +219,21 @@ def _uses(model: ModelProto) -> dict[str, set[tuple[str, int]]]:
     return uses
 
 
+def _reaching(model: ModelProto, output: str) -> set[str]:
+    """Tensors with a differentiable path to ``output`` (a gradient can flow from it back to them)."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    seen, todo = {output}, [output]
+    while todo:
+        node = producers.get(todo.pop())
+        if node is None or (node.domain in ("", "ai.onnx") and node.op_type in _NO_GRAD_OPS):
+            continue
+        for i, name in enumerate(node.input):
+            if name and name not in seen and (node.op_type, i) not in _NO_GRAD_INPUTS:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
 def _is_trainable_use(use: tuple[str, int]) -> bool:
     return use not in _STRUCTURAL and ":" not in use[0]
 
@@ -224,6 +261,11 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     output_name = output_name or outputs[0]
     if output_name not in outputs:
         raise ModelError(f"unknown output {output_name!r}; the model's outputs are {outputs}")
+    inference = ModelProto()
+    inference.CopyFrom(proto)
+    real = [i for i in inference.graph.input if i.name not in init_names]
+    del inference.graph.input[:]
+    inference.graph.input.extend(real)
     # Train through one output: the others would need gradients nobody provides.
     kept = [o for o in graph.output if o.name == output_name]
     del graph.output[:]
@@ -235,9 +277,11 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     model_inputs = tuple(_model_input(vi) for vi in real_inputs)
 
     uses = _uses(proto)
+    reaching = _reaching(proto, output_name)
     if weights is None:
         weights = [name for name, init in inits.items()
-                   if init.data_type in _ANY_FLOAT and name in uses and all(map(_is_trainable_use, uses[name]))]
+                   if init.data_type in _ANY_FLOAT and name in uses and name in reaching
+                   and all(map(_is_trainable_use, uses[name]))]
         if not weights:
             raise ModelError("the model has nothing to train: no float initializer feeds computation "
                              f"(initializers: {sorted(inits) or 'none'})")
@@ -257,8 +301,12 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     if len(dtypes) > 1 or not dtypes <= set(_FLOATS):
         kinds = sorted(TensorProto.DataType.Name(d).lower() for d in dtypes)
         raise ModelError(f"trained weights must all be float32 or all float64, got {kinds}")
+    unreachable = [w for w in weights if w not in reaching]
+    if unreachable:
+        raise ModelError(f"weights {unreachable} do not affect output {output_name!r}: no gradient reaches them")
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
     initial = {w: numpy_helper.to_array(inits[w]).copy() for w in weights}
+    proto = make_trainable(proto, notes)
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
-                         initial, notes, model_inputs)
+                         initial, notes, model_inputs, inference)
 

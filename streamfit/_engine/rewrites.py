@@ -128,8 +128,14 @@ def _shape_table(forward: ModelProto, weights: dict[str, np.ndarray]) -> dict[st
     """Static shapes (ints, symbols or None per dim) of forward tensors and of their ``*_grad`` twins."""
     import onnx
 
+    named = ModelProto()
+    named.CopyFrom(forward)
+    for vi in named.graph.input:  # an unnamed batch dimension gets a symbol, so tensors sharing it are known
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and dims and not dims[0].HasField("dim_value") and not dims[0].dim_param:
+            dims[0].dim_param = "sf_batch"
     try:
-        inferred = onnx.shape_inference.infer_shapes(forward)
+        inferred = onnx.shape_inference.infer_shapes(named)
     except Exception:  # shape inference is best effort: no table, no rewrite
         return {}
     table: dict[str, list] = {}
@@ -301,23 +307,47 @@ def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: se
 ONES = "sf_ones"
 
 
-def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype) -> int:
-    """``ReduceSum(dZ, axes=[0])`` over a large batch -> ``MatMul(ones[N], dZ)``: a GEMV runs on all
-    threads where ORT's ReduceSum over axis 0 runs on one.  Adds the graph input ``sf_ones`` ([N])."""
+def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype, shapes: dict[str, list] | None = None,
+                         batch_dim: "int | str | None" = None) -> int:
+    """``ReduceSum(dZ, axes=[0])`` over a large batch -> ``MatMul(ones, dZ)``: a GEMV runs on all
+    threads where ORT's ReduceSum over axis 0 runs on one.
+
+    Where the shapes prove that dZ has one row per batch row (its first dimension is the model input's
+    symbolic batch dimension ``batch_dim``), ``ones`` is the graph input ``sf_ones`` ([N], filled once per
+    batch shape).  Elsewhere (a Gemm inside attention runs on ``batch x sequence`` rows) the ones vector
+    is made from dZ's own row count, so the rewrite never assumes a row count it cannot see.
+    """
+    shapes = shapes or {}
     count = 0
+    fed = False
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    extra = []
     for node in model.graph.node:
         if node.op_type != "ReduceSum" or not node.name.startswith("sf_") or not node.name.endswith("_reduce"):
             continue
         if _attrs(node).get("keepdims", 1) != 0 or len(node.input) < 2 or node.input[1] != "sf_axes_0":
             continue
         grad = node.input[0]
+        shape = shapes.get(grad)
+        if isinstance(batch_dim, str) and shape and len(shape) == 2 and shape[0] == batch_dim:
+            ones = ONES
+            fed = True
+        else:  # ones[rows of dZ]: Shape -> Slice [0:1] -> ConstantOfShape(1)
+            rows, ones = f"{node.name}_rows", f"{node.name}_ones"
+            start = _const(model, "sf_i64_0", np.array([0], np.int64))
+            stop = _const(model, "sf_i64_1", np.array([1], np.int64))
+            extra += [helper.make_node("Shape", [grad], [f"{rows}_shape"]),
+                      helper.make_node("Slice", [f"{rows}_shape", start, stop], [rows]),
+                      helper.make_node("ConstantOfShape", [rows], [ones],
+                                       value=helper.make_tensor("value", elem, [1], [1.0]))]
         node.op_type = "MatMul"
         del node.attribute[:]
         del node.input[:]
-        node.input.extend([ONES, grad])
+        node.input.extend([ones, grad])
         count += 1
-    if count:
-        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model.graph.node.extend(extra)  # ordered by the fused build's toposort
+    if fed:
         model.graph.input.append(helper.make_tensor_value_info(ONES, elem, ["N"]))
+    if count:
         _remove_dead(model)
     return count

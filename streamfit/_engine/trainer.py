@@ -6,6 +6,7 @@ model) or a mapping {model input name: array}; each input keeps its declared dty
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from typing import Any, Literal, Mapping, Sequence
@@ -22,13 +23,15 @@ from streamfit._engine.fused import FusedStep
 from streamfit._engine.inputs import InputPlan
 from streamfit._engine.model import ModelInput, prepare_model
 from streamfit._engine.staging import Staging
-from streamfit.exceptions import BadInputError, NonFiniteError, StreamfitError
+from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
 from streamfit.optim import Optimizer, get_optimizer
 from streamfit.penalties import Penalty
 from streamfit.schedules import Schedule, as_schedule
 
 __all__ = ["Trainer"]
+
+_log = logging.getLogger("streamfit.engine")
 
 StepKind = Literal["fused", "forward_backward"]
 _STRATEGIES = {"fused": FusedStep, "forward_backward": ForwardBackwardStep}
@@ -81,7 +84,9 @@ class Trainer:
         self._plan = InputPlan(self.prepared.inputs, self.prepared.input_name)
         self._single = self._plan.single
         self.graphs = build_gradient_graphs(self.prepared)
-        self._predict_session = make_session(self.graphs.forward.SerializeToString(), self.options, self.device,
+        # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
+        predict_model = self.prepared.predict_model(self.prepared.weights)
+        self._predict_session = make_session(predict_model.SerializeToString(), self.options, self.device,
                                              self.prepared.dtype)
         values: dict[str, np.ndarray] = {}
         for w in self.prepared.weights:
@@ -107,6 +112,8 @@ class Trainer:
         self.n_steps = 0  # applied steps (the optimizer's t)
         self.n_skipped = 0
         self.last_loss = float("nan")
+        #: why the fused step was given up for forward/backward (None: it was not)
+        self.fallback: str | None = None
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -140,13 +147,31 @@ class Trainer:
         probe = arrays if self._plan.fixed_batch else tuple(a[:1] if a.ndim else a for a in arrays)
         y = self._predict_arrays(probe)
         self._y_tail = tuple(y.shape[1:])
-        y_rank = y.ndim
+        self._strategy = self._make_strategy(y.ndim)
+
+    def _make_strategy(self, y_rank: int) -> "FusedStep | ForwardBackwardStep":
         cls = _STRATEGIES[self.step_kind]
         extra = {"small_batch_options": self.small_batch_options,
                  "light_large_batches": not self._threads_given} if cls is FusedStep else {}
-        self._strategy = cls(self.prepared, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
-                             self.options, y_rank, self.params, self.scalars, **extra)
-        self._lr_in_grad_weights = self._strategy.lr_in_grad_weights
+        try:
+            strategy = cls(self.prepared, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
+                           self.options, y_rank, self.params, self.scalars, **extra)
+        except Exception as exc:
+            if cls is not FusedStep or isinstance(exc, BadInputError):
+                raise
+            self._fall_back(exc, "built")
+            return self._make_strategy(y_rank)
+        self._lr_in_grad_weights = strategy.lr_in_grad_weights
+        return strategy
+
+    def _fall_back(self, exc: Exception, what: str) -> None:
+        """The fused graph failed: switch to the forward/backward step once, loudly (weights are kept)."""
+        self.fallback = f"the fused step could not be {what} ({type(exc).__name__}: {str(exc)[:500]})"
+        _log.warning("%s; falling back to step='forward_backward' for the rest of this run", self.fallback)
+        self.step_kind = "forward_backward"
+        self._staged.clear()
+        if self._strategy is not None:
+            self._strategy = self._make_strategy(len(self._y_tail or ()) + 1)
 
     def _targets(self, y: Any, n: int) -> np.ndarray:
         y = np.asarray(y)
@@ -176,8 +201,14 @@ class Trainer:
         t_dtype = np.int64 if self.loss.integer_labels else self.dtype
         sw_shape = sample_weight_shape(n, len(self._y_tail or ()) + 1)
         y_shape = (n,) + tuple(self._y_tail or ())
-        staging = self._strategy.cache.get(tuple(a.shape for a in arrays), tuple(i.dtype for i in self.model_inputs),
-                                           T.shape, t_dtype, sw_shape, y_shape, self.dtype)
+        try:
+            staging = self._strategy.cache.get(tuple(a.shape for a in arrays), tuple(i.dtype for i in self.model_inputs),
+                                               T.shape, t_dtype, sw_shape, y_shape, self.dtype)
+        except Exception as exc:  # the large-batch graph is built on the first large batch
+            if self.step_kind != "fused" or isinstance(exc, StreamfitError) and not isinstance(exc, ModelError):
+                raise
+            self._fall_back(exc, "built")
+            return self._staging_for(arrays, y, key)
         if len(self._staged) >= self._strategy.cache.size:
             self._staged.clear()
         self._staged[key] = staging
@@ -226,7 +257,13 @@ class Trainer:
                      lr / n if self._lr_in_grad_weights else 1.0 / n)
         if lr != self._fed_lr or self._scalars_per_step:
             self._set_scalars(lr)
-        loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
+        try:
+            loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
+        except Exception as exc:
+            if self.step_kind != "fused":
+                raise
+            self._fall_back(exc, "run")
+            return self.step(X, y, sample_weight)
         self._last_staging = staging
         if ok:  # the common case, inline (ok implies a finite loss)
             self.last_loss = loss

@@ -91,3 +91,54 @@ def test_large_batch_graph_trains_like_forward_backward_over_many_steps(optimize
         np.testing.assert_allclose(w, runs["forward_backward"][0][name], rtol=1e-4, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(runs["fused"][1], runs["forward_backward"][1], rtol=1e-5)
     assert runs["fused"][1][-1] < runs["fused"][1][0]
+
+
+ZOO = __import__("pathlib").Path(__file__).resolve().parents[1] / "zoo"
+
+
+@pytest.mark.parametrize("rows", [FusedStep.large_batch_rows, 300])
+def test_attention_bias_gradients_in_the_large_batch_graph(rows):
+    """Attention's Gemms run on batch x sequence rows: the bias-gradient GEMV must not use the batch's
+    ones vector there ("MatMul dimension mismatch" in .../self_attn/Gemm_Grad/dC_reduced_reduce before)."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((rows, 5, 16)).astype(np.float32)
+    y = rng.standard_normal(rows).astype(np.float32)
+    weights = {}
+    for step in ("fused", "forward_backward"):
+        trainer = Trainer(ZOO / "transformer_encoder.legacy.onnx", step=step, learning_rate=0.05)
+        for _ in range(2):
+            trainer.step(X, y)
+        assert trainer.fallback is None
+        weights[step] = trainer.get_weights()
+    for name, value in weights["fused"].items():
+        np.testing.assert_allclose(value, weights["forward_backward"][name], rtol=2e-4, atol=2e-6, err_msg=name)
+
+
+def test_a_fused_graph_that_fails_falls_back_to_forward_backward_once_and_says_so(monkeypatch, caplog):
+    """A large-batch graph that ORT refuses to run: the step is redone with forward/backward, logged."""
+    import streamfit._engine.fused as fused
+
+    real = fused.build_fused
+
+    def broken(*args, large_batch=False, **kwargs):
+        model = real(*args, large_batch=large_batch, **kwargs)
+        if large_batch:  # a node whose shapes cannot match at run time, as the bias-GEMV bug did
+            node = next(n for n in model.graph.node if n.op_type == "Gemm")
+            node.input[0] = node.input[1]
+        return model
+
+    monkeypatch.setattr(fused, "build_fused", broken)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((80, SIZES[0])).astype(np.float32)
+    y = rng.standard_normal((80, SIZES[-1])).astype(np.float32)
+    reference = Trainer(_model(np.float32), step="forward_backward", learning_rate=0.01)
+    trainer = Trainer(_model(np.float32), learning_rate=0.01)
+    trainer.step(X[:8], y[:8])
+    reference.step(X[:8], y[:8])
+    with caplog.at_level("WARNING", logger="streamfit.engine"):
+        for _ in range(3):
+            assert trainer.step(X, y) == pytest.approx(reference.step(X, y), rel=1e-5)
+    assert trainer.step_kind == "forward_backward" and "could not be" in trainer.fallback
+    assert sum("falling back to step='forward_backward'" in r.message for r in caplog.records) == 1
+    for name, value in trainer.get_weights().items():
+        np.testing.assert_allclose(value, reference.get_weights()[name], rtol=1e-5, atol=1e-7)
