@@ -1,0 +1,3 @@
+"""The zoo's export script needs torch, which is not a test dependency: never collected."""
+
+collect_ignore = ["make_zoo.py"]
