@@ -48,6 +48,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--health-interval", type=float, help="seconds between health-file updates (default 1)")
     p.add_argument("--no-guard", dest="guard", action="store_false", default=None, help="disable the divergence guard")
     p.add_argument("--max-rows", type=int)
+    p.add_argument("--no-check", dest="check", action="store_false", default=None,
+                   help="skip the preflight (a model not checked before is run in a subprocess first)")
 
 
 def _scalar(text: str) -> Any:
@@ -70,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write the ONNX model of a checkpoint")
     export.add_argument("checkpoint", help="a checkpoint directory, or a checkpoint root (its newest valid one)")
     export.add_argument("-o", "--output", required=True)
+    check = sub.add_parser("check", help="build both step graphs and run one step of each batch-size class in "
+                                         "a subprocess: refuses a model that would crash the trainer")
+    check.add_argument("model", help="ONNX model file")
+    check.add_argument("--task", choices=["regression", "classification"], default="regression")
+    check.add_argument("--loss", help="default: squared_error, or by output width for classification")
+    check.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"])
+    check.add_argument("--no-cache", action="store_true", help="check again even if the result is cached")
     inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
     inspect.add_argument("checkpoint")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -105,6 +114,23 @@ def _config(ns: argparse.Namespace) -> Any:
     return cfg
 
 
+def _preflight(model: str, task: str, loss: str | None, optimizer: str, use_cache: bool = True) -> Any:
+    from streamfit._preflight import check_model
+
+    if not Path(model).is_file():
+        raise ValueError(f"model file {model!r} not found")
+    loss = loss or ("auto" if task == "classification" else "squared_error")
+    return check_model(model, loss=loss, optimizer=optimizer, use_cache=use_cache)
+
+
+def _check(ns: argparse.Namespace) -> int:
+    result = _preflight(ns.model, ns.task, ns.loss, ns.optimizer, use_cache=not ns.no_cache)
+    print(result.message() + (" (cached)" if result.cached else ""))
+    for note in result.notes:
+        print(f"  {note}")
+    return 0 if result.ok else 1
+
+
 def _runner(cfg: Any, serve: bool) -> Any:
     from streamfit.daemon import Runner
     from streamfit.daemon.config import build_estimator
@@ -113,6 +139,13 @@ def _runner(cfg: Any, serve: bool) -> Any:
 
     if cfg.source is None:
         raise ValueError("no source given: --source URI (or 'source = ...' in the config file)")
+    if cfg.check and cfg.model is not None:  # before any training: a crashing model never starts
+        from streamfit.exceptions import ModelError
+
+        result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer)
+        if not result.ok:
+            raise ModelError(result.message())
+        logging.getLogger("streamfit.daemon").info("%s%s", result.message(), " (cached)" if result.cached else "")
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)
@@ -261,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from streamfit.exceptions import StreamfitError
 
     ns = _parser().parse_args(argv)
-    commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect}
+    commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect, "check": _check}
     try:
         return commands[ns.command](ns)
     except (ValueError, OSError, StreamfitError) as exc:

@@ -26,3 +26,18 @@ def kafka_broker() -> Iterator[LocalKafkaBroker]:
         pytest.skip(f"Kafka tests need a local broker: {exc}")
     with broker:
         yield broker
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _preflight_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The preflight's result cache (``streamfit train``/``serve``) in a directory of this test session, so
+    tests never read or write the user's ``~/.cache/streamfit``; child processes inherit it."""
+    import os
+
+    old = os.environ.get("STREAMFIT_CACHE_DIR")
+    os.environ["STREAMFIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("preflight-cache"))
+    yield
+    if old is None:
+        os.environ.pop("STREAMFIT_CACHE_DIR", None)
+    else:
+        os.environ["STREAMFIT_CACHE_DIR"] = old

@@ -123,8 +123,8 @@ class PreparedModel:
     ``X`` feeds (the first unless chosen).
 
     ``model`` is the training copy (rewritten so its gradient can be built, see
-    :mod:`streamfit._engine.trainable`, only the trained output kept); ``inference`` is the author's graph
-    with all its outputs, which ``predict`` runs and ``to_onnx()`` exports.
+    :mod:`streamfit._engine.trainable`); ``inference`` is the author's graph, which ``predict`` runs and
+    ``to_onnx()`` exports.  Both keep only the trained output.
     """
 
     model: ModelProto
@@ -261,15 +261,15 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     output_name = output_name or outputs[0]
     if output_name not in outputs:
         raise ModelError(f"unknown output {output_name!r}; the model's outputs are {outputs}")
+    # Train through one output: the others would need gradients nobody provides.
+    kept = [o for o in graph.output if o.name == output_name]
+    del graph.output[:]
+    graph.output.extend(kept)
     inference = ModelProto()
     inference.CopyFrom(proto)
     real = [i for i in inference.graph.input if i.name not in init_names]
     del inference.graph.input[:]
     inference.graph.input.extend(real)
-    # Train through one output: the others would need gradients nobody provides.
-    kept = [o for o in graph.output if o.name == output_name]
-    del graph.output[:]
-    graph.output.extend(kept)
     # Initializers also listed as graph inputs (IR < 4 style) are plain initializers for us.
     real_inputs = [i for i in graph.input if i.name not in init_names]
     del graph.input[:]

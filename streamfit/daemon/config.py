@@ -56,6 +56,7 @@ class RunConfig:
     guard_lr_factor: float = 0.1
     guard_max_rollbacks: int = 3
     max_rows: int | None = None
+    check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
     source_options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,0 +1,323 @@
+"""Preflight: build both step graphs of a model and run one step of each batch-size class in a subprocess.
+
+A bug in an onnxruntime-training kernel (AveragePoolGrad's SIGFPE, a SIGSEGV) kills the process that runs
+it, without a Python exception, a checkpoint or a log line; a supervisor would restart it into the same
+crash.  So before training on a model it has not checked, ``streamfit train``/``serve`` runs the steps it
+will run (fused at 1, 7 and 64 rows: small and large-batch graphs; forward/backward at 1 and 64) on
+synthetic inputs of the model's declared types in a child process.  A child that dies names the stage it
+was in; the op is then located by running growing prefixes of that stage's graph in further children.
+
+Results are cached by the SHA-256 of the model, the loss, the optimizer and the versions of streamfit and
+onnxruntime, as JSON files in ``$STREAMFIT_CACHE_DIR`` or else ``$XDG_CACHE_HOME/streamfit/preflight``
+(``~/.cache/streamfit/preflight``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PreflightResult", "check_model", "cache_dir"]
+
+#: (strategy, rows) run by the child, in order: the small- and large-batch fused graphs, then forward/backward
+STAGES: tuple[tuple[str, int], ...] = (("fused", 1), ("fused", 7), ("fused", 64), ("forward_backward", 1),
+                                       ("forward_backward", 64))
+TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """What the preflight found: ``ok``, or the stage that failed, how, and the op where it can tell."""
+
+    ok: bool
+    model_sha256: str
+    stage: str | None = None  # "fused, 64 rows", "building the gradient", ...
+    error: str | None = None  # the exception message, or "killed by SIGFPE"
+    signal: str | None = None
+    op: str | None = None  # "AveragePoolGrad (node 'x_grad')" when located
+    cached: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def message(self) -> str:
+        if self.ok:
+            return f"model {self.model_sha256[:12]}: preflight passed (both step strategies, 1/7/64 rows)"
+        where = f" in op {self.op}" if self.op else ""
+        crash = " (a crash inside onnxruntime-training: it would kill a training process)" if self.signal else ""
+        return (f"model {self.model_sha256[:12]} refused: {self.stage}: {self.error}{where}{crash}. "
+                "Rewrite or remove that op, or train the model with another tool.")
+
+
+def cache_dir() -> Path:
+    """Where preflight results are cached (see the module docstring)."""
+    if os.environ.get("STREAMFIT_CACHE_DIR"):
+        return Path(os.environ["STREAMFIT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "streamfit" / "preflight"
+
+
+def _key(model_bytes: bytes, loss: str, optimizer: str) -> str:
+    import onnxruntime
+
+    import streamfit
+
+    h = hashlib.sha256(model_bytes)
+    h.update(json.dumps([loss, optimizer, streamfit.__version__, onnxruntime.__version__]).encode())
+    return h.hexdigest()
+
+
+def check_model(model: "str | os.PathLike[str]", *, loss: str = "squared_error", optimizer: str = "sgd",
+                use_cache: bool = True, timeout: float = TIMEOUT) -> PreflightResult:
+    """Run the preflight of the ONNX file ``model`` (with its external data beside it) in a subprocess."""
+    path = Path(model)
+    model_bytes = path.read_bytes()
+    sha = hashlib.sha256(model_bytes).hexdigest()
+    key = _key(model_bytes, loss, optimizer)
+    cached = cache_dir() / f"{key}.json"
+    if use_cache and cached.is_file():
+        try:
+            data = json.loads(cached.read_text())
+            return PreflightResult(**{**data, "notes": tuple(data.get("notes", ())), "cached": True})
+        except (ValueError, TypeError):
+            pass  # a damaged cache entry: check again
+    spec = {"model": str(path.resolve()), "loss": loss, "optimizer": optimizer}
+    status, lines, stderr = _child(["run", json.dumps(spec)], timeout)
+    result = _result(sha, status, lines, stderr)
+    if result.signal and result.stage:
+        op = _locate(spec, result.stage, timeout)
+        if op:
+            result = PreflightResult(**{**asdict(result), "op": op})
+    if use_cache:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(".tmp")
+        tmp.write_text(json.dumps({k: v for k, v in asdict(result).items() if k != "cached"}))
+        os.replace(tmp, cached)
+    return result
+
+
+def _child(args: list[str], timeout: float) -> tuple[int, list[dict[str, Any]], str]:
+    """Run this module in a child process; its JSON lines on stdout, its exit status (negative: signal)."""
+    env = dict(os.environ, PYTHONFAULTHANDLER="0")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "streamfit._preflight", *args], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return -signal.SIGKILL, _lines(out), f"no answer within {timeout:.0f} s"
+    return proc.returncode, _lines(proc.stdout), proc.stderr
+
+
+def _lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def _result(sha: str, status: int, lines: list[dict[str, Any]], stderr: str) -> PreflightResult:
+    started = [line["stage"] for line in lines if line.get("event") == "start"]
+    notes = tuple(n for line in lines if line.get("event") == "notes" for n in line["notes"])
+    failed = [line for line in lines if line.get("event") == "error"]
+    if failed:
+        return PreflightResult(False, sha, failed[0]["stage"], failed[0]["error"], notes=notes)
+    if status == 0 and any(line.get("event") == "done" for line in lines):
+        return PreflightResult(True, sha, notes=notes)
+    stage = started[-1] if started else "starting"
+    if status < 0:
+        name = signal.Signals(-status).name
+        error = stderr.strip().splitlines()[-1] if status == -signal.SIGKILL and stderr.strip() else f"killed by {name}"
+        return PreflightResult(False, sha, stage, error, signal=name, notes=notes)
+    tail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {status}"
+    return PreflightResult(False, sha, stage, tail, notes=notes)
+
+
+# -- locating the op of a crash ------------------------------------------------------------------------
+
+def _locate(spec: dict[str, Any], stage: str, timeout: float) -> str | None:
+    """Bisect the crashing stage's graph: run prefixes of its nodes (each in a child) to find the first
+    node whose kernel kills the process.  None when the stage is no graph run or the crash does not recur."""
+    if stage.startswith("preparing"):
+        return None
+    status, lines, _ = _child(["nodes", json.dumps({**spec, "stage": stage})], timeout)
+    if status != 0 or not lines or "nodes" not in lines[-1]:
+        return None
+    nodes: list[str] = lines[-1]["nodes"]
+
+    def crashes(k: int) -> bool:
+        status, _, _ = _child(["prefix", json.dumps({**spec, "stage": stage, "upto": k})], timeout)
+        return status < 0
+
+    if not crashes(len(nodes)):
+        return None
+    lo, hi = 0, len(nodes)  # crashes(hi), not crashes(lo)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if crashes(mid):
+            hi = mid
+        else:
+            lo = mid
+    return nodes[hi - 1]
+
+
+# -- the child -----------------------------------------------------------------------------------------
+
+def _emit(**event: Any) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _parse_stage(stage: str) -> tuple[str, int | None]:
+    """("fused", 64) for "fused, 64 rows"; (kind, None) for a stage that builds rather than runs."""
+    kind, _, what = stage.partition(", ")
+    return kind, int(what.split()[0]) if what.endswith(" rows") else None
+
+
+def _synthetic_x(pm: Any, rows: int) -> Any:
+    """Features of the model's declared type and shape (symbolic dims other than the batch: 3)."""
+    import numpy as np
+    from onnx import helper
+
+    vi = next(i for i in pm.model.graph.input if i.name == pm.input_name)
+    t = vi.type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else 3 for d in t.shape.dim][1:]
+    dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+    if dtype.kind != "f":
+        return np.zeros((rows, *dims), dtype)
+    return np.random.default_rng(0).standard_normal((rows, *dims)).astype(dtype)
+
+
+def _synthetic(trainer: Any, rows: int) -> tuple[Any, Any]:
+    """Synthetic features and zero labels (valid for every loss) for ``rows`` rows."""
+    import numpy as np
+
+    X = _synthetic_x(trainer.prepared, rows)
+    if trainer.loss.integer_labels:
+        return X, np.zeros(rows, np.int64)
+    return X, np.zeros((rows, *trainer.predict(X[:1]).shape[1:]), trainer.dtype)
+
+
+def _make(spec: dict[str, Any], kind: str) -> Any:
+    from streamfit._engine.trainer import Trainer
+
+    loss = spec["loss"]
+    if loss == "auto":  # as OnnxClassifier: one output column is binary
+        probe = Trainer(spec["model"])
+        width = probe.predict(_synthetic_x(probe.prepared, 1)).reshape(1, -1).shape[1]
+        loss = "log_loss" if width == 1 else "softmax_cross_entropy"
+    return Trainer(spec["model"], loss=loss, optimizer=spec["optimizer"], step=kind, learning_rate=1e-3)
+
+
+def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]:
+    """The graph a stage runs (the training copy of the model for a stage that builds) and synthetic feeds
+    for every one of its inputs."""
+    import numpy as np
+    from onnx import helper
+
+    from streamfit._engine.build import build_fused
+    from streamfit._engine.model import prepare_model
+
+    kind, rows = _parse_stage(stage)
+    if rows is None:
+        pm = prepare_model(spec["model"])
+        return pm.model, {pm.input_name: _synthetic_x(pm, 1)}
+    trainer = _make(spec, "fused")
+    X, y = _synthetic(trainer, rows)
+    y_rank = trainer.predict(X[:1]).ndim
+    if kind == "fused":
+        from streamfit._engine.fused import FusedStep
+
+        model = build_fused(trainer.prepared, trainer.graphs, trainer.loss, trainer.optimizer, trainer.penalty, y_rank,
+                            large_batch=rows >= FusedStep.large_batch_rows, host_checks=True)
+    else:
+        model = trainer.graphs.gradient
+    feeds: dict[str, Any] = {}
+    rng = np.random.default_rng(1)
+    for vi in model.graph.input:
+        name = vi.name
+        t = vi.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if name == trainer.prepared.input_name:
+            feeds[name] = X
+        elif name in trainer.prepared.initial:
+            feeds[name] = trainer.prepared.initial[name]
+        elif name == "sf_target":
+            feeds[name] = y
+        else:
+            dims = [d.dim_value if d.HasField("dim_value") else rows for d in t.shape.dim]
+            if name.split("__")[0] in trainer.prepared.initial:  # optimizer state: the weight's shape
+                dims = list(trainer.prepared.initial[name.split("__")[0]].shape)
+            feeds[name] = (rng.random(dims) * 0.1).astype(dtype) if dtype.kind == "f" else np.zeros(dims, dtype)
+    return model, feeds
+
+
+def _run_child(spec: dict[str, Any]) -> None:
+    import numpy as np
+
+    from streamfit._engine.model import prepare_model
+
+    stage = "preparing the model"
+    _emit(event="start", stage=stage)
+    try:
+        _emit(event="notes", notes=prepare_model(spec["model"]).notes)
+        trainers = {}
+        for kind, rows in STAGES:
+            if kind not in trainers:
+                stage = f"{kind}, building the gradient"
+                _emit(event="start", stage=stage)
+                trainers[kind] = _make(spec, kind)
+            stage = f"{kind}, {rows} rows"
+            _emit(event="start", stage=stage)
+            X, y = _synthetic(trainers[kind], rows)
+            loss = trainers[kind].step(X, y)
+            if trainers[kind].fallback:
+                raise RuntimeError(trainers[kind].fallback)
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {loss} on synthetic inputs")
+    except Exception as exc:  # a Python-level failure: reported, not a crash
+        _emit(event="error", stage=stage, error=f"{type(exc).__name__}: {str(exc)[:1000]}")
+        return
+    _emit(event="done")
+
+
+def _nodes_child(spec: dict[str, Any]) -> None:
+    model, _ = _stage_graph(spec, spec["stage"])
+    _emit(nodes=[f"{n.op_type} (node {n.name or n.output[0]!r})" for n in model.graph.node])
+
+
+def _prefix_child(spec: dict[str, Any]) -> None:
+    """Run the first ``upto`` nodes of the stage's graph, fetching all their outputs (so none is pruned)."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    model, feeds = _stage_graph(spec, spec["stage"])
+    nodes = list(model.graph.node)[: spec["upto"]]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    del model.graph.output[:]
+    outs = [o for n in nodes for o in n.output if o]
+    model.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in outs)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    used = {i.name for i in sess.get_inputs()}
+    try:
+        sess.run(None, {k: v for k, v in feeds.items() if k in used})
+    except Exception:  # a Python-level error is no crash
+        pass
+
+
+if __name__ == "__main__":
+    command, payload = sys.argv[1], json.loads(sys.argv[2])
+    {"run": _run_child, "nodes": _nodes_child, "prefix": _prefix_child}[command](payload)
