@@ -145,7 +145,7 @@ def _runner(cfg: Any, serve: bool) -> Any:
         result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer)
         if not result.ok:
             raise ModelError(result.message())
-        logging.getLogger("streamfit.daemon").info("%s%s", result.message(), " (cached)" if result.cached else "")
+        logging.getLogger("streamfit.daemon").debug("%s%s", result.message(), " (cached)" if result.cached else "")
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)
