@@ -1,0 +1,450 @@
+"""The column plan for models with named inputs: Arrow record batches -> one array per model input.
+
+``inputs`` maps each model input name to a column name, a list of column names or an encoder
+(:mod:`streamfit.features`).  Per schema, :meth:`InputPlan.compile` checks every column against the
+input it feeds (element kind, width, rank) once; :meth:`InputPlan.extract` then turns a record batch into
+``{input name: array}`` with each input's declared dtype and per-row shape:
+
+* one scalar column -> ``[n]`` (or ``[n, 1]``); several scalar columns -> ``[n, k]`` reshaped to the
+  declared shape (``k`` = product of the per-row dims);
+* a ``FixedSizeList`` or ``fixed_shape_tensor`` column -> ``[n, d]`` reshaped to the declared shape
+  (a CNN's ``[n, 1, 8, 8]``), zero-copy when the values already have the input's dtype and no nulls;
+* a dictionary column of numbers is decoded (each dictionary value converted once);
+* an encoder's ids (int64) are cast to the input's integer dtype.
+
+Type policy as for ``features=`` (see :mod:`streamfit._stream.columns`): float inputs take float columns
+(integer/bool/decimal ones with ``cast=True``); integer inputs take integer and bool columns (values
+outside the input's range are bad rows, ``out_of_range``); bool inputs take bool columns; strings need an
+encoder.  Nulls and non-finite floats are bad rows (``null``, ``non_finite``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from streamfit._stream.columns import ColumnProblem, _find, _type_name, schema_names
+from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, Padded, Mask
+
+__all__ = ["InputSource", "InputPlan", "CompiledInputs", "normalize_inputs", "Check"]
+
+#: (reason, column, row mask, values shown in messages)
+Check = tuple[str, str, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """What feeds one model input: columns read as they are, or an encoder of columns."""
+
+    input: str
+    columns: tuple[str, ...]
+    encoder: Encoder | None = None
+
+    def describe(self) -> str:
+        if self.encoder is not None:
+            return repr(self.encoder)
+        return repr(self.columns[0]) if len(self.columns) == 1 else repr(list(self.columns))
+
+
+def normalize_inputs(inputs: Mapping[str, Any]) -> tuple[InputSource, ...]:
+    """Validate an ``inputs=`` mapping (input name -> column | list of columns | encoder)."""
+    if not isinstance(inputs, Mapping) or not inputs:
+        raise ValueError(f"inputs must be a non-empty mapping {{model input name: column(s) or encoder}}, "
+                         f"got {inputs!r}")
+    out = []
+    for name, spec in inputs.items():
+        if not isinstance(name, str):
+            raise ValueError(f"inputs: model input names must be strings, got {name!r}")
+        if isinstance(spec, Encoder):
+            out.append(InputSource(name, tuple(spec.columns), spec))
+        elif isinstance(spec, str) and spec:
+            out.append(InputSource(name, (spec,)))
+        elif isinstance(spec, (list, tuple)) and spec and all(isinstance(c, str) and c for c in spec):
+            if len(set(spec)) != len(spec):
+                raise ValueError(f"inputs[{name!r}] names a column twice: {list(spec)}")
+            out.append(InputSource(name, tuple(spec)))
+        else:
+            raise ValueError(f"inputs[{name!r}] must be a column name, a list of column names or a "
+                             f"streamfit.features encoder, got {spec!r}")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One column of an input: where it is in the record batch and how it converts."""
+
+    column: str
+    index: int
+    kind: str  # "scalar" | "vector" | "dict"
+    width: int
+    cast: bool
+
+
+@dataclass(frozen=True)
+class _CompiledInput:
+    name: str
+    dtype: np.dtype
+    row_shape: tuple[int, ...]
+    parts: tuple[_Part, ...]
+    encoder: Encoder | None
+    zero_copy: bool
+
+
+@dataclass(frozen=True)
+class CompiledInputs:
+    """The plan for one schema (built once per schema, reused for every batch with it)."""
+
+    inputs: tuple[_CompiledInput, ...]
+
+    @property
+    def stateful(self) -> bool:
+        return any(c.encoder is not None for c in self.inputs)
+
+
+def _elem_kind(t: pa.DataType) -> str:
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    return "other"
+
+
+def _accepts(input_kind: str, col_kind: str, cast: bool) -> tuple[bool, bool]:
+    """(accepted, needs an explicit cast) for a column element kind feeding an input element kind."""
+    if input_kind == "f":
+        if col_kind == "float":
+            return True, False
+        return (cast, True) if col_kind in ("int", "bool", "decimal") else (False, False)
+    if input_kind in "iu":
+        return (col_kind in ("int", "bool")), False
+    if input_kind == "b":
+        return col_kind == "bool", False
+    return False, False
+
+
+class InputPlan:
+    """Fill every model input from a record batch; see the module docstring.
+
+    ``model_inputs``: objects with ``name``, ``dtype`` and ``shape`` (dim 0 the batch; ints fixed),
+    e.g. :class:`streamfit._engine.model.ModelInput`.  ``states``: the encoders' learned state by input
+    name (fresh states when missing).
+    """
+
+    def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *, cast: bool = False,
+                 states: Mapping[str, EncoderState] | None = None) -> None:
+        self.sources = normalize_inputs(inputs)
+        declared = {m.name: m for m in model_inputs}
+        names = [s.input for s in self.sources]
+        unknown = [n for n in names if n not in declared]
+        if unknown:
+            from streamfit.exceptions import ModelError
+
+            raise ModelError(f"inputs= names {unknown}, which the model does not have; its inputs are "
+                             f"{[m.name for m in model_inputs]}")
+        missing = [m.name for m in model_inputs if m.name not in names]
+        if missing:
+            from streamfit.exceptions import ModelError
+
+            raise ModelError(f"inputs= gives no column for the model input(s) {missing}; map each input "
+                             f"of the model to columns (inputs={{name: column(s) or encoder}})")
+        self.model_inputs = tuple(declared[n] for n in names)
+        self.cast = bool(cast)
+        self.states: dict[str, EncoderState] = {}
+        for s in self.sources:
+            if s.encoder is not None:
+                given = (states or {}).get(s.input)
+                self.states[s.input] = given if given is not None else s.encoder.new_state()
+        #: per-row shapes once resolved (unknown declared dims are fixed by the first schema)
+        self.row_shapes: dict[str, tuple[int, ...]] = {}
+        self._rows_encoded = 0
+
+    @property
+    def columns(self) -> list[str]:
+        """Every column the plan reads, in input order."""
+        out: list[str] = []
+        for s in self.sources:
+            out += [c for c in s.columns if c not in out]
+        return out
+
+    # -- per schema ---------------------------------------------------------------------------------
+    def compile(self, schema: pa.Schema) -> CompiledInputs:
+        """Check ``schema`` against every input; :class:`ColumnProblem` naming the column and the input."""
+        schema_names(schema)
+        return CompiledInputs(tuple(self._compile_one(schema, s, m)
+                                    for s, m in zip(self.sources, self.model_inputs)))
+
+    def _declared_row_shape(self, m: Any) -> tuple[Any, ...]:
+        shape = tuple(m.shape)
+        return shape[1:] if shape else ()
+
+    def _fix_shape(self, m: Any, total: int | None, last: int | None = None) -> tuple[int, ...]:
+        """The per-row shape of input ``m`` given the values per row the columns give (``total``)."""
+        if m.name in self.row_shapes:
+            shape = self.row_shapes[m.name]
+        else:
+            dims = list(self._declared_row_shape(m))
+            unknown = [i for i, d in enumerate(dims) if not isinstance(d, int)]
+            if unknown:
+                if last is not None and unknown == [len(dims) - 1]:
+                    dims[-1] = last
+                elif total is not None and len(unknown) == 1:
+                    known = math.prod(d for d in dims if isinstance(d, int))
+                    if known == 0 or total % known:
+                        dims[unknown[0]] = -1
+                    else:
+                        dims[unknown[0]] = total // known
+                else:
+                    dims = [-1]
+            shape = tuple(dims)
+        if total is not None and (any(d < 0 for d in shape) or math.prod(shape) != total):
+            raise ColumnProblem("wrong_shape", None, f"input {m.name!r} takes {list(shape)} values per row "
+                                                     f"(shape {_shape_text(m.shape)}), its columns give {total}")
+        self.row_shapes.setdefault(m.name, shape)
+        return shape
+
+    def _compile_one(self, schema: pa.Schema, s: InputSource, m: Any) -> _CompiledInput:
+        dtype = np.dtype(m.dtype)
+        where = f" (input {m.name!r}, {dtype}, shape {_shape_text(m.shape)})"
+        if s.encoder is not None:
+            indices = [_find(schema, c, "", f"a column for {type(s.encoder).__name__}") for c in s.columns]
+            if dtype.kind not in "iuf":
+                raise ColumnProblem("wrong_type", s.columns[0], f"{type(s.encoder).__name__} gives integer ids but "
+                                                                f"input {m.name!r} is {dtype}")
+            enc = s.encoder
+            if isinstance(enc, (Padded, Mask)):
+                length = enc.length
+                if length is None:
+                    dims = self._declared_row_shape(m)
+                    length = dims[-1] if dims and isinstance(dims[-1], int) else None
+                    if length is None:
+                        raise ColumnProblem("wrong_shape", enc.column, f"{enc!r} has no length and input "
+                                                                       f"{m.name!r} has no fixed last dimension")
+                self._fix_shape(m, length if len(self._declared_row_shape(m)) <= 1 else None, last=length)
+            else:
+                self._fix_shape(m, enc.width)
+            parts = tuple(_Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices))
+            return _CompiledInput(m.name, dtype, self.row_shapes[m.name], parts, enc, False)
+        parts = []
+        for c in s.columns:
+            i = _find(schema, c, "", f"{dtype}{where}")
+            t = schema.field(i).type
+            storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+            if pa.types.is_fixed_size_list(storage):
+                vkind = _elem_kind(storage.value_type)
+                ok, needs_cast = _accepts(dtype.kind, vkind, self.cast)
+                width = int(np.prod(t.shape)) if isinstance(t, pa.FixedShapeTensorType) else storage.list_size
+                if not ok:
+                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected values of "
+                                                         f"{dtype}{where}" + _hint(dtype.kind, vkind))
+                parts.append(_Part(c, i, "vector", width, needs_cast))
+            elif pa.types.is_dictionary(t):
+                vkind = _elem_kind(t.value_type)
+                ok, needs_cast = _accepts(dtype.kind, vkind, self.cast)
+                if not ok:
+                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
+                                                         + _hint(dtype.kind, vkind))
+                parts.append(_Part(c, i, "dict", 1, needs_cast))
+            elif pa.types.is_list(t) or pa.types.is_large_list(t):
+                raise ColumnProblem("wrong_type", c, f"column '{c}' is {t} (variable length), expected {dtype}{where}: "
+                                                     f"use streamfit.features.Padded('{c}', pad=...) for this input")
+            else:
+                kind = _elem_kind(t)
+                ok, needs_cast = _accepts(dtype.kind, kind, self.cast)
+                if not ok:
+                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
+                                                         + _hint(dtype.kind, kind))
+                parts.append(_Part(c, i, "scalar", 1, needs_cast))
+        if len(parts) > 1 and any(p.kind == "vector" for p in parts):
+            raise ColumnProblem("wrong_type", None, f"input {m.name!r} mixes vector and scalar columns "
+                                                    f"{list(s.columns)}; map it to one vector column or to scalar columns")
+        total = sum(p.width for p in parts)
+        shape = self._fix_shape(m, total)
+        zero_copy = (len(parts) == 1 and not parts[0].cast and parts[0].kind in ("vector", "scalar")
+                     and _value_dtype(schema.field(parts[0].index).type) == dtype)
+        return _CompiledInput(m.name, dtype, shape, tuple(parts), None, zero_copy)
+
+    # -- per batch ----------------------------------------------------------------------------------
+    def extract(self, batch: pa.RecordBatch, compiled: CompiledInputs) -> tuple[dict[str, np.ndarray], list[Check]]:
+        """The arrays of the column inputs (``[n, *row_shape]``) and the row checks that failed.
+
+        Changes no state (safe in a worker thread); encoder inputs are filled by :meth:`encode`."""
+        checks: list[Check] = []
+        out: dict[str, np.ndarray] = {}
+        n = batch.num_rows
+        for c in compiled.inputs:
+            if c.encoder is not None:
+                continue
+            if c.zero_copy and not batch.column(c.parts[0].index).null_count:
+                values = _values(batch.column(c.parts[0].index), c.parts[0], c.dtype)
+                values = values.reshape((n, *c.row_shape))
+                if c.dtype.kind == "f":
+                    _finite_checks(checks, c.parts[0].column, values.reshape(n, -1), None)
+                out[c.name] = values
+                continue
+            buf = np.empty((n, sum(p.width for p in c.parts)), dtype=c.dtype)
+            offset = 0
+            for p in c.parts:
+                arr = batch.column(p.index)
+                null = _null_rows(arr, p)
+                values = _values(arr, p, c.dtype if c.dtype.kind != "f" else None)
+                if c.dtype.kind == "f":
+                    _finite_checks(checks, p.column, values.reshape(n, -1), null)
+                else:
+                    if null is not None:
+                        checks.append(("null", p.column, null, np.zeros(n)))
+                    _range_checks(checks, p.column, values, c.dtype, null)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    buf[:, offset:offset + p.width] = values.reshape(n, p.width) if values.dtype.kind != "O" else 0
+                offset += p.width
+            out[c.name] = buf.reshape((n, *c.row_shape))
+        return out, checks
+
+    def encode(self, batch: pa.RecordBatch, compiled: CompiledInputs, rows: np.ndarray | None, *,
+               journal_at: int | None = None) -> dict[str, np.ndarray]:
+        """The encoder inputs of the good ``rows`` (all when None), as full-batch arrays (other rows 0).
+
+        Vocabularies learn from the good rows only, in order; ``journal_at`` (the stream's good-row number
+        of the first good row) journals their updates for :meth:`commit`."""
+        out: dict[str, np.ndarray] = {}
+        n = batch.num_rows
+        for c in compiled.inputs:
+            enc = c.encoder
+            if enc is None:
+                continue
+            arrays = [batch.column(p.index) for p in c.parts]
+            if rows is not None:
+                take = pa.array(rows, pa.int64())
+                arrays = [a.take(take) for a in arrays]
+            length = c.row_shape[-1] if c.row_shape else None
+            try:
+                ids = enc.encode(self.states.get(c.name), arrays, journal_at=journal_at, length=length)
+            except EncodeProblem as p:
+                raise ColumnProblem("wrong_type", p.column, f"{p.message} (input {c.name!r})") from None
+            ids = _cast_ids(ids, c.dtype, c.name)
+            if rows is not None:
+                full = np.zeros((n, ids.shape[1]), dtype=ids.dtype)
+                full[rows] = ids
+                ids = full
+            out[c.name] = ids.reshape((n, *c.row_shape))
+        return out
+
+    def commit(self, committed: Mapping[str, EncoderState], rows: int) -> None:
+        """Advance the ``committed`` encoder states to the stream's first ``rows`` good rows (after those
+        rows were trained): a checkpoint then holds exactly what the trained rows taught, however far the
+        stream was read ahead."""
+        for s in self.sources:
+            enc = s.encoder
+            commit = getattr(enc, "commit", None)
+            if commit is not None and s.input in committed:
+                commit(committed[s.input], self.states[s.input], rows)
+            elif enc is not None and s.input in committed:
+                committed[s.input].kinds = list(self.states[s.input].kinds)
+
+
+def _shape_text(shape: Sequence[Any]) -> str:
+    return "[" + ", ".join("N" if i == 0 and not isinstance(d, int) else str(d) if isinstance(d, int) else "?"
+                           for i, d in enumerate(shape)) + "]"
+
+
+def _hint(input_kind: str, col_kind: str) -> str:
+    if input_kind == "f" and col_kind in ("int", "bool", "decimal"):
+        return f" (pass cast=True to convert {col_kind} columns)"
+    if col_kind == "other":
+        return " (encode strings with streamfit.features.Hashed or Vocabulary)"
+    return ""
+
+
+def _value_dtype(t: pa.DataType) -> np.dtype | None:
+    storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+    if pa.types.is_fixed_size_list(storage):
+        storage = storage.value_type
+    try:
+        return np.dtype(storage.to_pandas_dtype())
+    except (NotImplementedError, TypeError):
+        return None
+
+
+def _null_rows(arr: pa.Array, p: _Part) -> np.ndarray | None:
+    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+    null = None
+    if storage.null_count:
+        null = np.asarray(storage.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if p.kind == "vector":
+        values = storage.values.slice(storage.offset * p.width, len(storage) * p.width)
+        if values.null_count:
+            child = values.is_null().to_numpy(zero_copy_only=False).reshape(-1, p.width).any(axis=1)
+            null = child if null is None else null | child
+    return null
+
+
+def _values(arr: pa.Array, p: _Part, dtype: np.dtype | None) -> np.ndarray:
+    """The column's values as numpy (``[n]`` or ``[n, width]``); nulls hold arbitrary values."""
+    try:
+        if p.kind == "vector":
+            storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
+            values = storage.values.slice(storage.offset * p.width, len(storage) * p.width)
+            if p.cast:
+                values = values.cast(pa.float64())
+            return values.to_numpy(zero_copy_only=False).reshape(-1, p.width)
+        if p.kind == "dict":
+            dictionary = arr.dictionary
+            if p.cast:
+                dictionary = dictionary.cast(pa.float64())
+            table = dictionary.to_numpy(zero_copy_only=False)
+            index = arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
+            return table[index] if len(table) else np.zeros(len(arr), dtype=table.dtype)
+        if p.cast:
+            arr = arr.cast(pa.float64())
+        if arr.null_count and pa.types.is_integer(arr.type):
+            arr = arr.fill_null(0)
+        return arr.to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ColumnProblem("wrong_type", p.column, f"column '{p.column}' is {arr.type} and cannot be "
+                                                    f"converted: {exc}") from exc
+
+
+def _finite_checks(checks: list, name: str, values: np.ndarray, null: np.ndarray | None) -> None:
+    if null is not None:
+        checks.append(("null", name, null, values[:, 0] if values.ndim == 2 else values))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(values.sum()):
+            return
+    bad = ~np.isfinite(values)
+    if bad.ndim == 2:
+        bad = bad.any(axis=1)
+    if null is not None:
+        bad &= ~null
+    if bad.any():
+        shown = values if values.ndim == 1 else values[np.arange(len(values)), np.argmax(~np.isfinite(values), axis=1)]
+        checks.append(("non_finite", name, bad, shown))
+
+
+def _range_checks(checks: list, name: str, values: np.ndarray, dtype: np.dtype, null: np.ndarray | None) -> None:
+    if values.dtype.kind not in "iu" or np.can_cast(values.dtype, dtype, "safe") or values.size == 0:
+        return
+    info = np.iinfo(dtype)
+    flat = values.reshape(len(values), -1)
+    bad = ((flat < info.min) | (flat > info.max)).any(axis=1)
+    if null is not None:
+        bad &= ~null
+    if bad.any():
+        checks.append(("out_of_range", name, bad, flat[:, 0]))
+
+
+def _cast_ids(ids: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
+    if ids.dtype == dtype:
+        return ids
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if ids.size and (ids.min() < info.min or ids.max() > info.max):
+            raise ColumnProblem("out_of_range", None, f"ids up to {int(ids.max())} do not fit input {name!r} "
+                                                      f"({dtype})")
+    return ids.astype(dtype)
