@@ -25,14 +25,16 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from streamfit.exceptions import BadInputError
 from streamfit.sources._base import Position, SourceBatch
-from streamfit._stream.columns import ColumnLayout, ColumnPlan, ColumnProblem, make_plan, schema_names
+from streamfit._stream.columns import (ColumnLayout, ColumnPlan, ColumnProblem, LabelPlan, make_plan, plan_label,
+                                       schema_names, _scalar_float)
+from streamfit._stream.inputs import CompiledInputs, InputPlan
 
 __all__ = ["TrainingBatch", "Rebatcher", "IN_FLIGHT_EXTRA", "ROW_REASONS", "MESSAGE_REASONS"]
 
@@ -42,10 +44,10 @@ logger = logging.getLogger("streamfit.stream")
 IN_FLIGHT_EXTRA = 2
 
 #: reasons a single row is dropped, in priority order (a row is counted once, under its first reason).
-ROW_REASONS = ("null", "non_finite", "non_integer_label", "negative_weight")
+ROW_REASONS = ("null", "non_finite", "out_of_range", "non_integer_label", "unknown_class", "negative_weight")
 #: reasons a whole record batch / message is dropped.
 MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type", "invalid_name", "duplicate_column",
-                   "feature_count")
+                   "feature_count", "wrong_shape")
 
 _BLOCK = 4096  # rows per copy block: keeps the destination rows in cache for wide buffers
 
@@ -54,14 +56,17 @@ _BLOCK = 4096  # rows per copy block: keeps the destination rows in cache for wi
 class TrainingBatch:
     """``n_rows`` rows ready for ``partial_fit``; ``position`` = source position right after the last row.
 
-    ``X`` may be a view into a reused buffer or into Arrow memory (read-only): do not keep it.
+    ``X`` is an array, or ``{model input name: array}`` when the rebatcher fills named inputs; it may be
+    a view into a reused buffer or into Arrow memory (read-only): do not keep it.  ``rows_end`` counts the
+    stream's good rows up to this batch's last (what :meth:`Rebatcher.commit` takes once it is trained).
     """
 
-    X: np.ndarray
+    X: "np.ndarray | dict[str, np.ndarray]"
     y: np.ndarray
     sample_weight: np.ndarray | None
     n_rows: int
     position: Position
+    rows_end: int = 0
 
 
 @dataclass
@@ -69,8 +74,8 @@ class _Segment:
     """The good rows of one record batch, as numpy arrays (views of Arrow memory where possible)."""
 
     sb: SourceBatch
-    plan: ColumnPlan
-    feats: list[np.ndarray]
+    plan: "ColumnPlan | _InputsPlan"
+    feats: "list[np.ndarray] | dict[str, np.ndarray]"
     y: np.ndarray
     w: np.ndarray | None
     rows: np.ndarray | None  # indices of the good rows, None = all rows
@@ -79,6 +84,17 @@ class _Segment:
     def src_end(self, i: int) -> int:
         """Source row index just after good row ``i - 1``."""
         return i if self.rows is None else int(self.rows[i - 1]) + 1
+
+
+@dataclass(frozen=True)
+class _InputsPlan:
+    """One schema's plan when the rebatcher fills named model inputs."""
+
+    inputs: CompiledInputs
+    label: LabelPlan
+    weight_index: int | None
+    weight_cast: bool
+    zero_copy: bool = True  # a training batch inside one record batch is handed out as views
 
 
 def _fmt_pos(position: Any) -> str:
@@ -98,8 +114,18 @@ class Rebatcher:
         their widths, label, weight and dtype are that layout's; the other arguments must agree.
     expected_width : the model's feature values per row, if known: a record batch whose features give
         another number is bad input (``feature_count``), so an extra column never changes the features.
-    label, weight : label column; optional sample-weight column (finite, >= 0).
-    task : ``"regression"`` (``y`` has ``dtype``) or ``"classification"`` (``y`` is int64).
+    inputs, model_inputs : fill named model inputs instead of one ``X``: ``inputs`` maps model input names
+        to a column, a list of columns or a :mod:`streamfit.features` encoder (unmapped inputs read the
+        column of their name); ``model_inputs`` are the model's declared inputs (``name``, ``dtype``,
+        ``shape``); ``X`` is then ``{input name: array}`` (see :mod:`streamfit._stream.inputs`).
+    encoder_states : the encoders' learned state by input name (the live copy: read-ahead updates it;
+        :meth:`commit` advances a committed copy once rows are trained).
+    label, weight : label column (or several / one vector column: multi-output regression); optional
+        sample-weight column (finite, >= 0).
+    task : ``"regression"`` (``y`` has ``dtype``) or ``"classification"`` (``y`` holds class labels:
+        int64, or the classes' dtype for string/bool labels).
+    classes : the class labels; ``None`` learns them from the first valid batch (as ``partial_fit``'s
+        ``classes=`` takes them); a label not among them is a bad row (``unknown_class``).
     dtype : dtype of ``X`` (float32 or float64); weights use it too.
     on_bad : ``"raise"`` (:class:`BadInputError` naming column, position and expectation) or ``"skip"``
         (drop the bad rows, or the whole record batch for schema problems; count and log them).
@@ -136,6 +162,10 @@ class Rebatcher:
         ring_size: int | None = None,
         layout: ColumnLayout | None = None,
         expected_width: int | None = None,
+        inputs: "Mapping[str, Any] | None" = None,
+        model_inputs: "Sequence[Any] | None" = None,
+        encoder_states: "Mapping[str, Any] | None" = None,
+        classes: Any = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
@@ -152,13 +182,27 @@ class Rebatcher:
             raise ValueError(f"Invalid ring_size: {ring_size!r}, expected None or an int >= 1")
         if isinstance(features, str):
             features = [features]
+        labels = [label] if isinstance(label, str) else list(label)
+        if not labels or not all(isinstance(v, str) for v in labels):
+            raise ValueError(f"Invalid label: {label!r}, expected a column name or a list of column names")
         if features is not None:
             features = list(features)
-            for name in (label, weight):
+            for name in labels + [weight]:
                 if name is not None and name in features:
                     raise ValueError(f"column {name!r} is both a feature and the label/weight")
+        self._inputs: InputPlan | None = None
+        if inputs is not None:
+            if features is not None:
+                raise ValueError("give features= (one X) or inputs= (named model inputs), not both")
+            if model_inputs is None:
+                raise ValueError("inputs= needs the model's declared inputs (model_inputs=)")
+            self._inputs = InputPlan(model_inputs, inputs, cast=cast, states=encoder_states)
+            for name in labels + [weight]:
+                if name is not None and name in self._inputs.columns:
+                    raise ValueError(f"column {name!r} is both a model input's column and the label/weight")
         self.batch_size = batch_size
-        self.label = label
+        self.label = label if isinstance(label, str) else tuple(labels)
+        self._labels = tuple(labels)
         self.weight = weight
         self.task = task
         self.on_bad = on_bad
@@ -180,6 +224,16 @@ class Rebatcher:
         self._plan: ColumnPlan | None = None
         self.n_features: int | None = None if layout is None else layout.n_features
         self._y_dtype = np.dtype(np.int64) if task == "classification" else self.dtype
+        self.y_width = 1  # values per row of y (> 1: multi-output regression), fixed by the first batch
+        self._y_fixed = False
+        #: the class labels (sorted), given or learned from the first valid batch
+        self.classes: np.ndarray | None = None
+        if classes is not None:
+            from streamfit._arrow import as_labels
+
+            self.classes = np.unique(as_labels(classes))
+        self._good_rows = 0  # good rows taken so far (the encoders' journal counts in these)
+        self._emitted_rows = 0  # good rows handed out in training batches
 
         self._X: list[np.ndarray | None] = [None] * (ring_size or 1)
         self._Y: list[np.ndarray | None] = [None] * (ring_size or 1)
@@ -220,6 +274,8 @@ class Rebatcher:
         plan yet, a new schema, a column problem)."""
         plan, batch = self._plan, sb.batch
         if self.done or plan is None or batch is None or sb.error is not None or batch.num_rows == 0:
+            return None
+        if self.task == "classification" and self.classes is None:  # push learns them
             return None
         if not (batch.schema is self._plan_schema or batch.schema.equals(self._plan_schema)):
             return None
@@ -297,7 +353,18 @@ class Rebatcher:
             rows = self._bad_rows(sb, checks, n)
             if len(rows) == 0:
                 return None
-        return _Segment(sb, plan, feats, y, w, rows, n if rows is None else len(rows))
+        good = n if rows is None else len(rows)
+        if isinstance(plan, _InputsPlan) and plan.inputs.stateful:
+            assert self._inputs is not None
+            try:  # encoders learn from the good rows, in stream order (never in a worker thread)
+                feats = {**feats, **self._inputs.encode(sb.batch, plan.inputs, rows, journal_at=self._good_rows)}
+            except ColumnProblem as p:
+                self._bad(sb, p.reason, p.column, p.message, row=None, rows=n)
+                self.skipped_messages[p.reason] += 1
+                self.skipped_rows[p.reason] += n
+                return None
+        self._good_rows += good
+        return _Segment(sb, plan, feats, y, w, rows, good)
 
     def _bad_rows(self, sb: SourceBatch, checks: list[tuple[str, str, np.ndarray, np.ndarray]],
                   n: int) -> np.ndarray:
@@ -326,9 +393,17 @@ class Rebatcher:
         return np.flatnonzero(code == 0)
 
     def _row_message(self, reason: str, column: str, value: Any) -> str:
-        role = "label " if column == self.label else "weight " if column == self.weight else ""
+        role = "label " if column in self._labels else "weight " if column == self.weight else ""
         label_cls = role == "label " and self.task == "classification"
-        expected = "an int64 class label" if label_cls else f"a finite {self.dtype.name}"
+        expected = "a class label" if label_cls else f"a finite {self.dtype.name}"
+        if reason == "unknown_class":
+            shown = [] if self.classes is None else self.classes.tolist()
+            more = ", ..." if len(shown) > 20 else ""
+            value = value.item() if isinstance(value, np.generic) else value
+            return (f"label column '{column}' has {value!r}, expected one of the classes "
+                    f"{str(shown[:20])[:-1]}{more}]")
+        if reason == "out_of_range":
+            return f"column '{column}' has {value}, outside the range of its model input's integer type"
         if reason == "null":
             return f"{role}column '{column}' has a null, expected {expected}"
         if reason == "non_finite":
@@ -338,15 +413,29 @@ class Rebatcher:
         return f"{role}column '{column}' has {value}, expected a weight >= 0"
 
     # ------------------------------------------------------------------ columns
-    def _plan_for(self, schema: pa.Schema) -> ColumnPlan:
+    def _plan_for(self, schema: pa.Schema) -> "ColumnPlan | _InputsPlan":
         if self._plan is not None and (schema is self._plan_schema or schema.equals(self._plan_schema)):
             return self._plan
+        if self._inputs is not None:
+            compiled = self._inputs.compile(schema)
+            lp = plan_label(schema, self.label, task=self.task, dtype=self.dtype, cast=self.cast)
+            wi, wc = (None, False)
+            if self.weight is not None:
+                wi, wc = _scalar_float(schema, self.weight, "weight ", self.dtype.name, self.cast)
+            self._fix_label_width(lp)
+            plan: "ColumnPlan | _InputsPlan" = _InputsPlan(compiled, lp, wi, wc)
+            if self._layout is None:
+                self._layout = ColumnLayout(tuple(self._inputs.columns), (1,) * len(self._inputs.columns),
+                                            self.label, self.weight, self.dtype.name, self.task)
+            self._plan, self._plan_schema = plan, schema
+            return plan
         names = self._feature_names
         inferred = names is None
         if names is None:
             names = [n for n in schema_names(schema) if n not in (self.label, self.weight)]
         plan = make_plan(schema, features=names, widths=self._widths, label=self.label, weight=self.weight,
                          task=self.task, dtype=self.dtype, cast=self.cast)
+        self._fix_label_width(plan.label)
         if self._widths is None:
             expected = self.expected_width
             if expected is not None and plan.n_features != expected:
@@ -367,20 +456,28 @@ class Rebatcher:
         self._plan, self._plan_schema = plan, schema
         return plan
 
-    def _extract(self, batch: pa.RecordBatch, plan: ColumnPlan):
+    def _fix_label_width(self, lp: LabelPlan) -> None:
+        if not self._y_fixed:
+            self.y_width, self._y_fixed = lp.width, True
+        elif lp.width != self.y_width:
+            raise ColumnProblem("wrong_shape", lp.columns[0], f"label column(s) {list(lp.columns)} give {lp.width} "
+                                                              f"values per row, the stream's first gave {self.y_width}")
+
+    def _extract(self, batch: pa.RecordBatch, plan: "ColumnPlan | _InputsPlan"):
         """Numpy arrays of the plan's columns, and the row checks that failed (usually none)."""
         checks: list[tuple[str, str, np.ndarray, np.ndarray]] = []
-        feats = []
-        for col in plan.features:
-            values, null = _float_values(batch.column(col.index), col.name, col.cast, col.width if col.vector else 0)
-            feats.append(values)
-            _finite_checks(checks, col.name, values, null)
-        label_arr = batch.column(plan.label_index)
-        if self.task == "classification":
-            y = self._class_labels(label_arr, plan.label_cast, checks)
+        feats: Any
+        if isinstance(plan, _InputsPlan):
+            assert self._inputs is not None
+            feats, checks = self._inputs.extract(batch, plan.inputs)
         else:
-            y, null = _float_values(label_arr, self.label, plan.label_cast, 0)
-            _finite_checks(checks, self.label, y, null)
+            feats = []
+            for col in plan.features:
+                values, null = _float_values(batch.column(col.index), col.name, col.cast,
+                                             col.width if col.vector else 0)
+                feats.append(values)
+                _finite_checks(checks, col.name, values, null)
+        y = self._labels_of(batch, plan.label, checks)
         w = None
         if plan.weight_index is not None:
             w, null = _float_values(batch.column(plan.weight_index), self.weight, plan.weight_cast, 0)
@@ -391,35 +488,105 @@ class Rebatcher:
                 checks.append(("negative_weight", self.weight, neg, w))
         return feats, y, w, checks
 
-    def _class_labels(self, arr: pa.Array, cast: bool, checks: list) -> np.ndarray:
+    def _labels_of(self, batch: pa.RecordBatch, lp: LabelPlan, checks: list) -> np.ndarray:
+        if lp.kind in ("int", "cast", "class"):
+            return self._class_labels(batch.column(lp.indices[0]), lp, checks)
+        if lp.kind == "vector":
+            y, null = _float_values(batch.column(lp.indices[0]), lp.columns[0], lp.cast, lp.width)
+            _finite_checks(checks, lp.columns[0], y, null)
+            return y
+        if len(lp.indices) == 1:
+            y, null = _float_values(batch.column(lp.indices[0]), lp.columns[0], lp.cast, 0)
+            _finite_checks(checks, lp.columns[0], y, null)
+            return y
+        y = np.empty((batch.num_rows, len(lp.indices)), dtype=self.dtype)
+        for j, (i, name) in enumerate(zip(lp.indices, lp.columns)):
+            values, null = _float_values(batch.column(i), name, lp.cast, 0)
+            _finite_checks(checks, name, values, null)
+            y[:, j] = values
+        return y
+
+    def _class_labels(self, arr: pa.Array, lp: LabelPlan, checks: list) -> np.ndarray:
+        name = lp.columns[0]
         null = _null_mask(arr)
         if null is not None:
-            checks.append(("null", self.label, null, np.zeros(len(arr))))
-        if not cast:  # integer column
+            checks.append(("null", name, null, np.zeros(len(arr))))
+        if lp.kind == "class":  # strings, dictionaries, bool: the values themselves, as classes_ holds them
+            from streamfit.features._values import categorical
+
+            cat = categorical(arr)
+            uniques = cat.uniques.astype(str) if cat.kind == "string" else (
+                cat.uniques.astype(bool) if cat.kind == "bool" else cat.uniques)
+            present = uniques[np.unique(cat.index[cat.index >= 0])] if len(uniques) else uniques
+            self._learn_classes(present)
+            values = uniques[np.maximum(cat.index, 0)] if len(uniques) else np.zeros(len(arr), dtype=uniques.dtype)
+            self._unknown_checks(checks, name, values, null)
+            return values
+        if lp.kind == "int":
             if null is not None:
                 arr = arr.fill_null(0)
-            return arr.to_numpy(zero_copy_only=False)
+            values = arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            self._learn_classes(values if null is None else values[~null])
+            self._unknown_checks(checks, name, values, null)
+            return values
         v = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
         finite = np.isfinite(v)
         if not finite.all():
             nf = ~finite if null is None else ~finite & ~null
             if nf.any():
-                checks.append(("non_finite", self.label, nf, v))
+                checks.append(("non_finite", name, nf, v))
         with np.errstate(invalid="ignore"):
             frac = finite & (v != np.floor(v))
         if frac.any():
-            checks.append(("non_integer_label", self.label, frac, v))
-        return np.where(finite & ~frac, v, 0).astype(np.int64)
+            checks.append(("non_integer_label", name, frac, v))
+        values = np.where(finite & ~frac, v, 0).astype(np.int64)
+        ok = finite & ~frac if null is None else finite & ~frac & ~null
+        self._learn_classes(values[ok])
+        self._unknown_checks(checks, name, values, None if ok.all() else ~ok)
+        return values
+
+    def _learn_classes(self, present: np.ndarray) -> None:
+        if self.classes is None and len(present):
+            self.classes = np.unique(present)
+            logger.info("classes taken from the first record batch: %s", self.classes.tolist(),
+                        extra={"event": "classes", "fields": {"classes": self.classes.tolist()}})
+
+    def _unknown_checks(self, checks: list, name: str, values: np.ndarray, skip: np.ndarray | None) -> None:
+        classes = self.classes
+        if classes is None or not len(values):
+            return
+        try:
+            idx = np.clip(np.searchsorted(classes, values), 0, len(classes) - 1)
+            unknown = classes[idx] != values
+        except TypeError:  # labels of another kind than the classes (strings vs ints)
+            unknown = np.ones(len(values), dtype=bool)
+        if skip is not None:
+            unknown &= ~skip
+        if unknown.any():
+            checks.append(("unknown_class", name, unknown, values))
+
+    def commit(self, rows: int, committed: "Mapping[str, Any]") -> None:
+        """The first ``rows`` good rows were trained: advance the ``committed`` encoder states to them."""
+        if self._inputs is not None:
+            self._inputs.commit(committed, rows)
 
     # ------------------------------------------------------------------ buffers
-    def _buffers(self, slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _buffers(self, slot: int, seg: _Segment | None = None) -> tuple[Any, np.ndarray, np.ndarray | None]:
         X = self._X[slot]
         if X is None:
-            assert self.n_features is not None
-            X = self._X[slot] = np.empty((self.batch_size, self.n_features), dtype=self.dtype)
-            self._Y[slot] = np.empty(self.batch_size, dtype=self._y_dtype)
+            bs = self.batch_size
+            if self._inputs is not None:
+                assert seg is not None and isinstance(seg.feats, dict)
+                X = {name: np.empty((bs, *a.shape[1:]), dtype=a.dtype) for name, a in seg.feats.items()}
+            else:
+                assert self.n_features is not None
+                X = np.empty((bs, self.n_features), dtype=self.dtype)
+            self._X[slot] = X
+            y_dtype = self.classes.dtype if self.task == "classification" and self.classes is not None \
+                else self._y_dtype
+            self._Y[slot] = np.empty((bs,) if self.y_width == 1 else (bs, self.y_width), dtype=y_dtype)
             if self.weight is not None:
-                self._W[slot] = np.empty(self.batch_size, dtype=self.dtype)
+                self._W[slot] = np.empty(bs, dtype=self.dtype)
         return X, self._Y[slot], self._W[slot]  # type: ignore[return-value]
 
     def _take(self, seg: _Segment) -> Iterator[TrainingBatch]:
@@ -443,13 +610,20 @@ class Rebatcher:
                 return
 
     def _copy(self, seg: _Segment, i: int, k: int) -> None:
-        X, Y, W = self._buffers(self._slot)
+        X, Y, W = self._buffers(self._slot, seg)
         f = self._fill
         for b in range(0, k, _BLOCK):
             kb = min(_BLOCK, k - b)
             src = slice(i + b, i + b + kb) if seg.rows is None else seg.rows[i + b:i + b + kb]
             dst = slice(f + b, f + b + kb)
-            for col, values in zip(seg.plan.features, seg.feats):
+            if isinstance(seg.feats, dict):
+                for name, values in seg.feats.items():
+                    X[name][dst] = values[src]
+                Y[dst] = seg.y[src]
+                if W is not None:
+                    W[dst] = seg.w[src]  # type: ignore[index]
+                continue
+            for col, values in zip(seg.plan.features, seg.feats):  # type: ignore[union-attr]
                 if col.vector:
                     X[dst, col.offset:col.offset + col.width] = values[src]
                 else:
@@ -459,11 +633,14 @@ class Rebatcher:
                 W[dst] = seg.w[src]  # type: ignore[index]
         self._fill += k
 
-    def _finish(self, n: int, position: Position) -> None:
+    def _finish(self, n: int, position: Position, fresh: bool = False) -> None:
         self.rows_out += n
+        self._emitted_rows += n
         self.batches_out += 1
         self._last_emitted = position
-        if self.ring_size is not None:
+        if fresh:  # no ring buffer was used
+            pass
+        elif self.ring_size is not None:
             self._slot = (self._slot + 1) % self.ring_size
         else:  # hand the arrays over: the next batch allocates new ones
             self._X[0] = self._Y[0] = self._W[0] = None
@@ -478,21 +655,27 @@ class Rebatcher:
         sb, end = self._fill_end
         position = sb.position_at(end)
         if n < self.batch_size:
-            X, Y, W = X[:n], Y[:n], None if W is None else W[:n]
+            X = {k: v[:n] for k, v in X.items()} if isinstance(X, dict) else X[:n]
+            Y, W = Y[:n], None if W is None else W[:n]
         self._fill = 0
         self._fill_end = None
         self._finish(n, position)
-        return TrainingBatch(X, Y, W, n, position)
+        return TrainingBatch(X, Y, W, n, position, self._emitted_rows)
 
     def _emit_view(self, seg: _Segment, i: int) -> TrainingBatch:
         bs = self.batch_size
+        position = seg.sb.position_at(i + bs)
+        if isinstance(seg.feats, dict):  # every input, label and weight as views of this segment's arrays
+            X: Any = {name: values[i:i + bs] for name, values in seg.feats.items()}
+            Y, W = seg.y[i:i + bs], None if seg.w is None else seg.w[i:i + bs]
+            self._finish(bs, position, fresh=True)
+            return TrainingBatch(X, Y, W, bs, position, self._emitted_rows)
         _, Y, W = self._buffers(self._slot)
         Y[:] = seg.y[i:i + bs]
         if W is not None:
             W[:] = seg.w[i:i + bs]  # type: ignore[index]
-        position = seg.sb.position_at(i + bs)
         self._finish(bs, position)
-        return TrainingBatch(seg.feats[0][i:i + bs], Y, W, bs, position)
+        return TrainingBatch(seg.feats[0][i:i + bs], Y, W, bs, position, self._emitted_rows)
 
 
 def _null_mask(arr: pa.Array) -> np.ndarray | None:

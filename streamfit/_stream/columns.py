@@ -7,8 +7,12 @@ Type policy (nothing is coerced silently):
   columns are refused ("column 'x3' is int64, expected float32") unless ``cast=True`` is given.
 * a feature may also be one vector column: ``FixedSizeList<float, d>`` or ``fixed_shape_tensor``
   (width = product of the shape); it is taken zero-copy when a training batch lies inside one record batch.
-* a classification label must be an integer column (converted to int64).  With ``cast=True`` bool and
-  float columns are accepted; float rows that are not whole numbers are bad rows (``non_integer_label``).
+* a classification label is an integer, string, large_string, dictionary or bool column, mapped through
+  the classes (given, or learned from the first batch as ``partial_fit(classes=)`` takes them): a label not
+  among them is a bad row (``unknown_class``).  With ``cast=True`` float columns are accepted; float rows
+  that are not whole numbers are bad rows (``non_integer_label``).
+* a regression label is one float column, several (multi-output ``[n, k]``) or one ``FixedSizeList`` /
+  ``fixed_shape_tensor`` column (``[n, d]``).
 * strings, nested lists, timestamps... are always refused (``wrong_type``), even with ``cast=True``.
 
 Schema policy: columns are read by name (extra columns are ignored, reordered ones read where they are);
@@ -28,7 +32,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ColumnProblem", "FeatureColumn", "ColumnPlan", "ColumnLayout", "make_plan", "schema_names"]
+__all__ = ["ColumnProblem", "FeatureColumn", "ColumnPlan", "ColumnLayout", "LabelPlan", "make_plan", "plan_label",
+           "schema_names"]
 
 
 class ColumnProblem(Exception):
@@ -56,8 +61,7 @@ class ColumnPlan:
     """How one schema maps to ``X`` (n, n_features), ``y`` and ``sample_weight``."""
 
     features: tuple[FeatureColumn, ...]
-    label_index: int
-    label_cast: bool
+    label: "LabelPlan"
     weight_index: int | None
     weight_cast: bool
     n_features: int
@@ -105,7 +109,7 @@ class ColumnLayout:
 
     features: tuple[str, ...]
     widths: tuple[int, ...]
-    label: str
+    label: "str | tuple[str, ...]"
     weight: str | None
     dtype: str
     task: str
@@ -115,7 +119,8 @@ class ColumnLayout:
         return sum(self.widths)
 
     def to_json(self) -> dict[str, Any]:
-        return {"features": list(self.features), "widths": list(self.widths), "label": self.label,
+        return {"features": list(self.features), "widths": list(self.widths),
+                "label": self.label if isinstance(self.label, str) else list(self.label),
                 "weight": self.weight, "dtype": self.dtype, "task": self.task}
 
     @classmethod
@@ -126,20 +131,24 @@ class ColumnLayout:
                 raise TypeError("features and widths must be lists")
             features = tuple(data["features"])
             widths = tuple(data["widths"])
-            layout = cls(features, widths, data["label"], data.get("weight"), data["dtype"], data["task"])
+            label = data["label"]
+            if isinstance(label, list) and label and all(isinstance(v, str) for v in label):
+                label = tuple(label)
+            layout = cls(features, widths, label, data.get("weight"), data["dtype"], data["task"])
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed column layout {dict(data)!r}: {exc!r}") from None
         if (len(features) != len(widths) or not all(isinstance(f, str) for f in features)
                 or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths)
-                or not isinstance(layout.label, str) or not (layout.weight is None or isinstance(layout.weight, str))
+                or not isinstance(layout.label, (str, tuple)) or not (layout.weight is None or isinstance(layout.weight, str))
                 or layout.dtype not in ("float32", "float64") or layout.task not in ("regression", "classification")):
             raise ValueError(f"malformed column layout {dict(data)!r}")
         return layout
 
-    def check_matches(self, *, features: Sequence[str] | None, label: str, weight: str | None, dtype: str,
-                      task: str, what: str = "the saved column plan") -> None:
+    def check_matches(self, *, features: Sequence[str] | None, label: "str | Sequence[str]", weight: str | None,
+                      dtype: str, task: str, what: str = "the saved column plan") -> None:
         """``ValueError`` naming every difference between this layout and a configuration."""
         diffs = []
+        label = label if isinstance(label, str) else tuple(label)
         if features is not None and tuple(features) != self.features:
             diffs.append(f"features {list(self.features)} (configured: {list(features)})")
         for name, mine, given in (("label", self.label, label), ("weight", self.weight, weight),
@@ -201,7 +210,7 @@ def make_plan(
     *,
     features: Sequence[str],
     widths: Sequence[int] | None,
-    label: str,
+    label: "str | Sequence[str]",
     weight: str | None,
     task: str,
     dtype: np.dtype,
@@ -245,22 +254,7 @@ def make_plan(
         raise ColumnProblem("missing_column", None,
                             f"no feature columns: the batch has only the label/weight columns {schema.names}")
 
-    if task == "classification":
-        li = _find(schema, label, "label ", "int64 class labels")
-        lt = schema.field(li).type
-        lkind = _kind(lt)
-        if lkind == "int":
-            label_cast = False
-        elif lkind in ("float", "bool") and cast:
-            label_cast = True
-        elif lkind in ("float", "bool"):
-            raise ColumnProblem("wrong_type", label, f"label column '{label}' is {_type_name(lt)}, expected int64 "
-                                                     f"class labels (pass cast=True to convert {lkind} labels)")
-        else:
-            raise ColumnProblem("wrong_type", label,
-                                f"label column '{label}' is {_type_name(lt)}, expected int64 class labels")
-    else:
-        li, label_cast = _scalar_float(schema, label, "label ", fname, cast)
+    lp = plan_label(schema, label, task=task, dtype=dtype, cast=cast)
 
     wi, weight_cast = (None, False)
     if weight is not None:
@@ -270,4 +264,70 @@ def make_plan(
     if len(cols) == 1 and cols[0].vector and not cols[0].cast:
         vt = vector_storage_type(schema.field(cols[0].index).type).value_type
         zero_copy = vt.to_pandas_dtype() == dtype
-    return ColumnPlan(tuple(cols), li, label_cast, wi, weight_cast, offset, zero_copy)
+    return ColumnPlan(tuple(cols), lp, wi, weight_cast, offset, zero_copy)
+
+
+@dataclass(frozen=True)
+class LabelPlan:
+    """How one schema's label column(s) become ``y``.
+
+    ``kind``: ``"float"`` (regression, scalar columns: ``y`` is ``[n]`` or ``[n, k]`` for k columns),
+    ``"vector"`` (regression, one FixedSizeList / fixed_shape_tensor column: ``[n, d]``), ``"int"``
+    (integer class labels), ``"cast"`` (float class labels converted, ``cast=True``), ``"class"``
+    (string, dictionary or bool class labels, mapped through the classes).
+    """
+
+    columns: tuple[str, ...]
+    indices: tuple[int, ...]
+    kind: str
+    width: int
+    cast: bool
+
+    @property
+    def multi(self) -> bool:
+        return self.kind == "vector" or len(self.indices) > 1
+
+
+def plan_label(schema: pa.Schema, label: "str | Sequence[str]", *, task: str, dtype: np.dtype,
+               cast: bool) -> LabelPlan:
+    """Check the label column(s) of ``schema``; :class:`ColumnProblem` naming the column."""
+    names = (label,) if isinstance(label, str) else tuple(label)
+    fname = np.dtype(dtype).name
+    if task == "classification":
+        if len(names) != 1:
+            raise ColumnProblem("wrong_type", names[0], f"a classifier takes one label column, got {list(names)}")
+        (name,) = names
+        li = _find(schema, name, "label ", "class labels")
+        lt = schema.field(li).type
+        value_type = lt.value_type if pa.types.is_dictionary(lt) else lt
+        lkind = _kind(value_type)
+        text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+        if text or lkind == "bool" or (pa.types.is_dictionary(lt) and lkind == "int"):
+            return LabelPlan(names, (li,), "class", 1, False)
+        if lkind == "int":
+            return LabelPlan(names, (li,), "int", 1, False)
+        if lkind == "float" and cast:
+            return LabelPlan(names, (li,), "cast", 1, True)
+        if lkind == "float":
+            raise ColumnProblem("wrong_type", name, f"label column '{name}' is {_type_name(lt)}, expected integer, "
+                                                    "string, dictionary or bool class labels (pass cast=True to "
+                                                    "convert float labels)")
+        raise ColumnProblem("wrong_type", name, f"label column '{name}' is {_type_name(lt)}, expected integer, "
+                                                "string, dictionary or bool class labels")
+    if len(names) == 1:
+        i = _find(schema, names[0], "label ", fname)
+        t = schema.field(i).type
+        if _kind(t) == "vector":
+            st = vector_storage_type(t)
+            vkind = _kind(st.value_type)
+            width = int(np.prod(t.shape)) if isinstance(t, pa.FixedShapeTensorType) else st.list_size
+            if vkind != "float" and not (cast and vkind in ("int", "bool", "decimal")):
+                raise ColumnProblem("wrong_type", names[0], f"label column '{names[0]}' is {_type_name(t)}, "
+                                                            f"expected {fname} values")
+            return LabelPlan(names, (i,), "vector", width, vkind != "float")
+    indices, casts = [], []
+    for name in names:
+        i, needs_cast = _scalar_float(schema, name, "label ", fname, cast)
+        indices.append(i)
+        casts.append(needs_cast)
+    return LabelPlan(names, tuple(indices), "float", len(indices), any(casts))

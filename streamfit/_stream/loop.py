@@ -168,6 +168,7 @@ class StreamLoop:
         on_metrics: Hook | None = None,
         stop_event: anyio.Event | None = None,
         layout: ColumnLayout | None = None,
+        inputs: Any = None,
     ) -> None:
         if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"Invalid queue_size: {queue_size!r}, expected an int >= 1")
@@ -186,11 +187,32 @@ class StreamLoop:
         self.on_batch = on_batch
         self.on_metrics = on_metrics
         self.stop_event = stop_event
+        if inputs is None:
+            inputs = getattr(estimator, "inputs", None)
+        elif getattr(estimator, "inputs", None) not in (None, inputs):
+            raise ValueError(f"inputs={inputs!r} differs from the estimator's inputs={estimator.inputs!r}")
+        self.inputs = inputs
+        self._committed: dict[str, Any] | None = None
+        named: dict[str, Any] = {}
+        if inputs is not None:
+            from streamfit.features._estimator import encoder_states, model_inputs_of
+
+            model_inputs = model_inputs_of(estimator)
+            if model_inputs is None:
+                raise ValueError(f"inputs= needs an estimator that declares its model inputs "
+                                 f"({type(estimator).__name__} does not before it is fitted)")
+            # the estimator's states are the committed ones (checkpoints save them); the rebatcher reads ahead
+            # with its own copy, committed batch by batch as batches are trained
+            self._committed = encoder_states(estimator)
+            named = dict(inputs=inputs, model_inputs=model_inputs,
+                         encoder_states={k: v.copy() for k, v in self._committed.items()})
+        if classes is None and task == "classification":
+            classes = getattr(estimator, "classes_", None)
         self._rebatcher = Rebatcher(
             batch_size, features=features, label=label, weight=weight, task=task, dtype=dtype,
             on_bad=on_bad, cast=cast, drop_last=drop_last, max_rows=max_rows,
-            ring_size=queue_size + IN_FLIGHT_EXTRA, layout=layout,
-            expected_width=declared_width(estimator))
+            ring_size=queue_size + IN_FLIGHT_EXTRA, layout=layout, classes=classes,
+            expected_width=None if inputs is not None else declared_width(estimator), **named)
         self._metrics = ProgressiveMetrics(task, window)
         self._state = LoopState.CREATED
         self._stop_requested = False
@@ -403,8 +425,9 @@ class StreamLoop:
         kwargs: dict[str, Any] = {}
         if tb.sample_weight is not None:
             kwargs["sample_weight"] = tb.sample_weight
-        if first and self.classes is not None:
-            kwargs["classes"] = self.classes
+        classes = self.classes if self.classes is not None else self._rebatcher.classes
+        if first and classes is not None:
+            kwargs["classes"] = classes
         if self.evaluate and hasattr(est, "partial_fit_predict"):
             # streamfit estimators return the outputs their training step computed before the update:
             # progressive validation without a second forward pass
@@ -413,12 +436,12 @@ class StreamLoop:
                 if self.task == "regression":
                     rows = rows_from_predictions(est, out, None, tb.y, task=self.task)
                 else:
-                    cls = np.asarray(getattr(est, "classes_", self.classes))
+                    cls = np.asarray(getattr(est, "classes_", classes))
                     rows = rows_from_predictions(est, cls[out.argmax(axis=1)], out, tb.y, task=self.task,
-                                                 classes=self.classes)
+                                                 classes=classes)
         else:
             if self.evaluate and self._fitted:
-                rows = evaluate_batch(est, tb.X, tb.y, task=self.task, classes=self.classes)
+                rows = evaluate_batch(est, tb.X, tb.y, task=self.task, classes=classes)
             est.partial_fit(tb.X, tb.y, **kwargs)
         self._fitted = True
         loss = getattr(est, "loss_", None)
@@ -436,6 +459,8 @@ class StreamLoop:
             assert self._trainer is not None
             rows, own_loss = await self._trainer.run(self._timed_step, tb, first)
         self._note_step(self._step_seconds, tb)
+        if self._committed is not None:  # the encoders' state now holds exactly the trained rows
+            self._rebatcher.commit(tb.rows_end, self._committed)
         self._partial_fit_called = True
         self._rows += tb.n_rows
         self._batches += 1
@@ -510,6 +535,7 @@ async def train_stream(
     evaluate: bool = True,
     stop_event: anyio.Event | None = None,
     layout: ColumnLayout | None = None,
+    inputs: Any = None,
 ) -> StreamSummary:
     """Train ``estimator`` with ``partial_fit`` on a stream, evaluating each batch before training on it.
 
@@ -538,12 +564,16 @@ async def train_stream(
     on_batch : ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
     on_metrics : ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
     task : ``"regression"`` or ``"classification"``; default: classification iff ``classes`` is given.
-    classes : all class labels, passed to the first ``partial_fit`` call.
+    classes : all class labels, passed to the first ``partial_fit`` call (default: a fitted estimator's
+        ``classes_``, else those of the first batch); a label outside them is a bad row (``unknown_class``).
     cast : accept integer/bool/decimal columns by explicit conversion (refused by default).
     dtype : float32 (default) or float64 for ``X`` (and a regression ``y``); a classification ``y`` is int64.
     window : rows in the recent-metrics window.
     evaluate : progressive validation on/off (off saves one ``predict`` per batch).
     stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
+    inputs : model input name -> column, list of columns or :mod:`streamfit.features` encoder (default: the
+        estimator's ``inputs``); each batch then becomes ``{input name: array}`` of the declared dtypes and
+        shapes (see :mod:`streamfit._stream.inputs`), and the encoders' state advances as rows are trained.
     layout : the :class:`~streamfit._stream.columns.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
         of the run that saved it): features, widths, label, weight and dtype are fixed to it.
 
@@ -567,7 +597,7 @@ async def train_stream(
         estimator, source, features=features, label=label, weight=weight, task=task, classes=classes,
         batch_size=batch_size, max_rows=max_rows, on_bad=on_bad, cast=cast, dtype=dtype,
         drop_last=drop_last, queue_size=queue_size, window=window, evaluate=evaluate, progress=progress,
-        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event, layout=layout)
+        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event, layout=layout, inputs=inputs)
     return await loop.run()
 
 

@@ -128,8 +128,9 @@ class OnnxEstimator(_SkBase):
         The hook of the column plan (``inputs`` maps a model input to a column name, a list of column
         names or an encoder); it fills the model's declared dtype and shape.
         """
-        raise NotImplementedError("Arrow tables with inputs= are converted by the column plan, not yet available; "
-                                  "pass X as a dict {model input name: array}")
+        from streamfit.features._estimator import arrow_inputs
+
+        return arrow_inputs(self, table)
 
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         """Features as the trainer sees them when training, after updating any statistics of the inputs.
@@ -192,7 +193,12 @@ class OnnxEstimator(_SkBase):
     def state_dict(self) -> dict[str, Any]:
         """Learned state as plain arrays and numbers (checkpoints store it; no pickle)."""
         self._require_fitted()
-        return {"trainer": self.trainer_.state_dict(), "n_features_in_": self.n_features_in_}
+        state = {"trainer": self.trainer_.state_dict(), "n_features_in_": self.n_features_in_}
+        if "encoder_states_" in self.__dict__ or "input_columns_" in self.__dict__:  # the column plan's
+            from streamfit.features._estimator import encoder_state_dict
+
+            state["features"] = encoder_state_dict(self)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore learned state (an unfitted estimator builds its trainer first, from its parameters)."""
@@ -201,6 +207,10 @@ class OnnxEstimator(_SkBase):
         self.trainer_.load_state_dict(state["trainer"])
         self.n_features_in_ = int(state["n_features_in_"])
         self.t_ = self.trainer_.n_steps
+        if "features" in state:
+            from streamfit.features._estimator import load_encoder_state
+
+            load_encoder_state(self, state["features"])
 
     def _restore_trainer(self, state: Mapping[str, Any]) -> None:
         self.trainer_ = self._make_trainer(self.loss)

@@ -11,6 +11,7 @@ from sklearn.linear_model import SGDClassifier, SGDRegressor
 
 from streamfit._stream import train_stream
 from streamfit._stream.batching import Rebatcher
+from streamfit.sources._base import SourceBatch
 from streamfit.exceptions import BadInputError
 
 import streamfit._stream.loop as loop_module
@@ -165,18 +166,39 @@ def test_vector_problems():
 def test_classification_label_types():
     b = make_batches([N], d=2, classes=3)[0]
     as_float = _set(b, "y", pa.array(b.column("y").to_numpy().astype(np.float64)))
-    with pytest.raises(BadInputError, match="label column 'y' is double, expected int64 class labels "
-                                            r"\(pass cast=True"):
+    with pytest.raises(BadInputError, match="label column 'y' is double, expected integer, string, dictionary or "
+                                            r"bool class labels \(pass cast=True"):
         push_all(Rebatcher(8, task="classification"), [as_float])
     fractional = _with_value(as_float, "y", 1.5)
     with pytest.raises(BadInputError, match="label column 'y' has 1.5, expected a whole-number class label"):
         push_all(Rebatcher(8, task="classification", cast=True), [fractional])
     rb = Rebatcher(8, task="classification", cast=True, on_bad="skip")
     assert push_all(rb, [fractional]) == N - 1 and rb.skipped_rows == {"non_integer_label": 1}
-    strings = _set(b, "y", pa.array(["a"] * N))
-    with pytest.raises(BadInputError, match="label column 'y' is string, expected int64 class labels$|"
-                                            "label column 'y' is string, expected int64 class labels \\("):
-        push_all(Rebatcher(8, task="classification", cast=True), [strings])
+    timestamps = _set(b, "y", pa.array(np.arange(N).astype("datetime64[s]")))
+    with pytest.raises(BadInputError, match="label column 'y' is timestamp.s., expected integer, string"):
+        push_all(Rebatcher(8, task="classification"), [timestamps])
+
+
+def test_string_dictionary_and_bool_class_labels_unknown_class_is_a_bad_row():
+    b = make_batches([N], d=2, classes=3)[0]
+    names = np.array(["ant", "bee", "cat"])[b.column("y").to_numpy()]
+    for labels, classes in ((pa.array(names), ["ant", "bee", "cat"]),
+                            (pa.array(names).dictionary_encode(), ["ant", "bee", "cat"]),
+                            (pa.array(b.column("y").to_numpy() > 0), [False, True])):
+        batches = [_set(b, "y", labels)]
+        rb = Rebatcher(8, task="classification", classes=classes)
+        ys = [t.y for t in rb.push(SourceBatch(batches[0], lambda r: {"row": r}))] + [t.y for t in rb.flush()]
+        assert np.concatenate(ys).tolist() == labels.to_pylist() if not pa.types.is_dictionary(labels.type) \
+            else np.concatenate(ys).tolist() == names.tolist()
+    odd = names.copy()
+    odd[BAD_ROW] = "dog"
+    with pytest.raises(BadInputError, match=r"label column 'y' has 'dog', expected one of the classes \['ant', "
+                                            r"'bee', 'cat'\]") as info:
+        push_all(Rebatcher(8, task="classification", classes=["ant", "bee", "cat"]), [_set(b, "y", pa.array(odd))])
+    assert info.value.reason == "unknown_class" and info.value.position == {"batch": 0, "row": BAD_ROW}
+    rb = Rebatcher(8, task="classification", on_bad="skip")  # classes learned from the first batch
+    assert push_all(rb, [_set(b, "y", pa.array(names)), _set(b, "y", pa.array(odd))]) == 2 * N - 1
+    assert rb.classes.tolist() == sorted(set(names.tolist())) and rb.skipped_rows == {"unknown_class": 1}
 
 
 # ---------------------------------------------------------------------------------- through the loop
