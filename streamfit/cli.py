@@ -21,6 +21,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=["regression", "classification"])
     p.add_argument("--classes", type=lambda s: [_scalar(c) for c in s.split(",")], help="all class labels, comma-separated")
     p.add_argument("--features", type=lambda s: s.split(","), help="feature columns, comma-separated (default: all but label/weight)")
+    p.add_argument("--input", dest="inputs", action="append", metavar="NAME=COL[,COL...]",
+                   help="feed model input NAME from columns, or an encoder: NAME=hashed:COL:BUCKETS, "
+                        "NAME=vocabulary:COL[:MIN_COUNT], NAME=padded:COL[:LENGTH[:PAD]] (repeatable)")
     p.add_argument("--label", help="label column (default y)")
     p.add_argument("--weight", help="sample-weight column")
     p.add_argument("--batch-size", type=int)

@@ -263,6 +263,11 @@ class Rebatcher:
         return None if self._feature_names is None else list(self._feature_names)
 
     @property
+    def input_plan(self) -> InputPlan | None:
+        """The plan of the named model inputs (``inputs=``), else None."""
+        return self._inputs
+
+    @property
     def layout(self) -> ColumnLayout | None:
         """The column plan of the run (state for checkpoints), once fixed."""
         return self._layout

@@ -164,6 +164,9 @@ class InputPlan:
                 self.states[s.input] = given if given is not None else s.encoder.new_state()
         #: per-row shapes once resolved (unknown declared dims are fixed by the first schema)
         self.row_shapes: dict[str, tuple[int, ...]] = {}
+        #: column -> {"dtype": numpy dtype name or "str", "dims": per-row dims} as first seen (the raw inputs
+        #: of an exported model)
+        self.column_info: dict[str, dict[str, Any]] = {}
         self._rows_encoded = 0
 
     @property
@@ -178,8 +181,13 @@ class InputPlan:
     def compile(self, schema: pa.Schema) -> CompiledInputs:
         """Check ``schema`` against every input; :class:`ColumnProblem` naming the column and the input."""
         schema_names(schema)
-        return CompiledInputs(tuple(self._compile_one(schema, s, m)
-                                    for s, m in zip(self.sources, self.model_inputs)))
+        compiled = CompiledInputs(tuple(self._compile_one(schema, s, m)
+                                        for s, m in zip(self.sources, self.model_inputs)))
+        for c in self.columns:
+            if c not in self.column_info:
+                self.column_info[c] = _column_info(schema.field(schema.get_field_index(c)).type,
+                                                   self.row_shapes)
+        return compiled
 
     def _declared_row_shape(self, m: Any) -> tuple[Any, ...]:
         shape = tuple(m.shape)
@@ -347,6 +355,26 @@ class InputPlan:
                 commit(committed[s.input], self.states[s.input], rows)
             elif enc is not None and s.input in committed:
                 committed[s.input].kinds = list(self.states[s.input].kinds)
+
+
+def _column_info(t: pa.DataType, row_shapes: Mapping[str, Any]) -> dict[str, Any]:
+    from streamfit.features._values import kind_of
+
+    dims: list[int] = []
+    if isinstance(t, pa.FixedShapeTensorType):
+        dims, t = list(t.shape), t.value_type
+    elif pa.types.is_fixed_size_list(t):
+        dims, t = [t.list_size], t.value_type
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        dims, t = [-1], t.value_type  # padded: the length is the input's
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if kind_of(t) == "string":
+        return {"dtype": "str", "dims": dims}
+    try:
+        return {"dtype": np.dtype(t.to_pandas_dtype()).name, "dims": dims}
+    except (NotImplementedError, TypeError):
+        return {"dtype": "float64", "dims": dims}
 
 
 def _shape_text(shape: Sequence[Any]) -> str:

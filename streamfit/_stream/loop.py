@@ -461,6 +461,10 @@ class StreamLoop:
         self._note_step(self._step_seconds, tb)
         if self._committed is not None:  # the encoders' state now holds exactly the trained rows
             self._rebatcher.commit(tb.rows_end, self._committed)
+            if self._batches == 0:
+                from streamfit.features._estimator import note_plan
+
+                note_plan(self.estimator, self._rebatcher.input_plan)
         self._partial_fit_called = True
         self._rows += tb.n_rows
         self._batches += 1

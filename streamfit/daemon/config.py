@@ -24,6 +24,8 @@ class RunConfig:
     task: str = "regression"
     classes: list[Any] | None = None
     features: list[str] | None = None
+    #: model input name -> columns or encoder, as ``--input`` strings (``NAME=...``) or a TOML table
+    inputs: Any = None
     label: str = "y"
     weight: str | None = None
     batch_size: int = 256
@@ -75,6 +77,23 @@ def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
     return RunConfig(**values)
 
 
+def parse_inputs(value: Any) -> dict[str, Any] | None:
+    """``--input`` flags (a list of ``NAME=SPEC``) or a TOML table ``{name = "SPEC"}`` -> an ``inputs=`` mapping."""
+    from streamfit.features import parse_input
+
+    if value is None:
+        return None
+    items = [f"{k}={v}" if isinstance(v, str) else (k, v) for k, v in value.items()] \
+        if isinstance(value, dict) else list(value)
+    out: dict[str, Any] = {}
+    for item in items:
+        name, spec = parse_input(item) if isinstance(item, str) else item
+        if name in out:
+            raise ValueError(f"--input {name}=...: model input {name!r} is mapped twice")
+        out[name] = spec
+    return out
+
+
 def build_estimator(cfg: RunConfig) -> Any:
     """The estimator a configuration describes: an ONNX file (OnnxRegressor/OnnxClassifier by ``task``)."""
     import streamfit
@@ -85,10 +104,13 @@ def build_estimator(cfg: RunConfig) -> Any:
         raise ValueError(f"task must be 'regression' or 'classification', got {cfg.task!r}")
     if not Path(cfg.model).is_file():
         raise ValueError(f"model file {cfg.model!r} not found")
+    inputs = parse_inputs(cfg.inputs)
     common = dict(optimizer=cfg.optimizer, learning_rate=cfg.learning_rate, eta0=cfg.eta0, power_t=cfg.power_t,
                   alpha=cfg.alpha, l1_ratio=cfg.l1_ratio, penalty=cfg.penalty, momentum=cfg.momentum,
                   batch_size=cfg.batch_size, threads=cfg.threads,
                   on_nonfinite="skip" if cfg.guard else "raise")
+    if inputs is not None:
+        common["inputs"] = inputs
     if cfg.task == "classification":
         return streamfit.OnnxClassifier(cfg.model, loss=cfg.loss or "auto", **common)
     return streamfit.OnnxRegressor(cfg.model, loss=cfg.loss or "squared_error", **common)

@@ -179,7 +179,9 @@ class OnnxEstimator(_SkBase):
     def to_onnx(self) -> Any:
         """The inference ONNX model with the trained weights (runs in plain onnxruntime)."""
         self._require_fitted()
-        return self.trainer_.to_onnx()
+        from streamfit.features._estimator import export_model
+
+        return export_model(self, self.trainer_.to_onnx())  # with encoders: raw columns in, encoded in the graph
 
     def _require_fitted(self) -> None:
         if not hasattr(self, "trainer_"):

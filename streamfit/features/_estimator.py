@@ -11,7 +11,7 @@ import pyarrow as pa
 from streamfit.features._encoders import Encoder, EncoderState
 
 __all__ = ["model_inputs_of", "encoder_states", "arrow_inputs", "encoder_state_dict", "load_encoder_state",
-           "column_types"]
+           "note_plan", "export_model"]
 
 
 def model_inputs_of(estimator: Any) -> tuple[Any, ...] | None:
@@ -48,33 +48,15 @@ def encoder_states(estimator: Any) -> dict[str, EncoderState]:
     return states
 
 
-def column_types(estimator: Any) -> dict[str, str]:
-    """The Arrow column -> numpy dtype name (``"str"`` for strings) the estimator was trained from (what the
-    exported model's raw inputs take)."""
-    return estimator.__dict__.setdefault("input_columns_", {})
-
-
-def note_column_types(estimator: Any, schema: pa.Schema, columns: list[str]) -> None:
-    from streamfit.features._values import kind_of
-
-    seen = column_types(estimator)
-    for c in columns:
-        if c in seen:
-            continue
-        t = schema.field(schema.get_field_index(c)).type
-        if isinstance(t, pa.BaseExtensionType):
-            t = t.storage_type
-        if pa.types.is_dictionary(t):
-            t = t.value_type
-        if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
-            t = t.value_type
-        if kind_of(t) == "string":
-            seen[c] = "str"
-        else:
-            try:
-                seen[c] = np.dtype(t.to_pandas_dtype()).name
-            except (NotImplementedError, TypeError):
-                seen[c] = "float64"
+def note_plan(estimator: Any, plan: Any) -> None:
+    """Record on the estimator the columns and per-row shapes ``plan`` (an InputPlan) resolved: what the
+    exported model's raw inputs take."""
+    columns = estimator.__dict__.setdefault("input_columns_", {})
+    for c, info in plan.column_info.items():
+        columns.setdefault(c, info)
+    shapes = estimator.__dict__.setdefault("input_shapes_", {})
+    for name, shape in plan.row_shapes.items():
+        shapes.setdefault(name, list(shape))
 
 
 def _plan(estimator: Any) -> Any:
@@ -111,7 +93,7 @@ def arrow_inputs(estimator: Any, table: "pa.Table | pa.RecordBatch") -> dict[str
         compiled = compiled_by_schema.get(batch.schema)
         if compiled is None:
             compiled = compiled_by_schema.setdefault(batch.schema, plan.compile(batch.schema))
-            note_column_types(estimator, batch.schema, plan.columns)
+            note_plan(estimator, plan)
         arrays, checks = plan.extract(batch, compiled)
         if checks:
             reason, column, mask, values = checks[0]
@@ -126,7 +108,9 @@ def arrow_inputs(estimator: Any, table: "pa.Table | pa.RecordBatch") -> dict[str
 
 def encoder_state_dict(estimator: Any) -> dict[str, Any]:
     states = estimator.__dict__.get("encoder_states_") or {}
-    return {"states": {name: st.to_dict() for name, st in states.items()}, "columns": dict(column_types(estimator))}
+    return {"states": {name: st.to_dict() for name, st in states.items()},
+            "columns": {c: dict(v) for c, v in estimator.__dict__.get("input_columns_", {}).items()},
+            "shapes": {k: list(v) for k, v in estimator.__dict__.get("input_shapes_", {}).items()}}
 
 
 def load_encoder_state(estimator: Any, state: Mapping[str, Any]) -> None:
@@ -135,5 +119,19 @@ def load_encoder_state(estimator: Any, state: Mapping[str, Any]) -> None:
         if name not in states:
             raise ValueError(f"the saved state has an encoder for input {name!r}, which inputs= does not encode")
         states[name].load_dict(saved)
-    estimator.input_columns_ = {str(k): str(v) for k, v in state.get("columns", {}).items()}
+    estimator.input_columns_ = {str(c): {"dtype": str(v["dtype"]), "dims": [int(d) for d in v["dims"]]}
+                                for c, v in state.get("columns", {}).items()}
+    estimator.input_shapes_ = {str(k): [int(d) for d in v] for k, v in state.get("shapes", {}).items()}
     estimator.__dict__.pop("_input_plan", None)
+
+
+def export_model(estimator: Any, model: Any) -> Any:
+    """``model`` (the trained graph) taking raw columns when ``inputs=`` has encoders, else unchanged."""
+    inputs = getattr(estimator, "inputs", None)
+    if not inputs or not any(isinstance(v, Encoder) for v in inputs.values()):
+        return model
+    from streamfit.features._export import raw_column_model
+
+    return raw_column_model(model, inputs, model_inputs_of(estimator), encoder_states(estimator),
+                            estimator.__dict__.get("input_columns_", {}),
+                            {k: tuple(v) for k, v in estimator.__dict__.get("input_shapes_", {}).items()})
