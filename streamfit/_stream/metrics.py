@@ -42,7 +42,9 @@ def _own_loss(estimator: Any, y: np.ndarray, out: np.ndarray) -> np.ndarray | No
     if not callable(fn):
         return None
     value = np.asarray(fn(y, out), dtype=np.float64)
-    return np.full(len(y), float(value)) if value.ndim == 0 else value.reshape(len(y))
+    if value.ndim == 0:
+        return np.full(len(y), float(value))
+    return value.reshape(len(y), -1).mean(axis=1) if value.size != len(y) else value.reshape(len(y))
 
 
 def log_loss_rows(y: np.ndarray, proba: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -71,10 +73,12 @@ def rows_from_predictions(estimator: Any, pred: np.ndarray, proba: np.ndarray | 
                           task: str, classes: Any = None) -> dict[str, np.ndarray]:
     """Per-row progressive values from predictions made before training (labels and, if any, probabilities)."""
     if task == "regression":
-        pred = pred.reshape(len(y)).astype(np.float64)
+        pred = pred.reshape(y.shape).astype(np.float64)
         err = pred - y.astype(np.float64)
         sq = err * err
         own = _own_loss(estimator, y, pred)
+        if y.ndim > 1:  # multi-output: per row, the mean over the outputs
+            sq, err = sq.reshape(len(y), -1).mean(axis=1), np.abs(err).reshape(len(y), -1).mean(axis=1)
         return {"loss": sq if own is None else own, "abs_error": np.abs(err), "sq_error": sq}
     rows: dict[str, np.ndarray] = {"correct": (pred.reshape(len(y)) == y).astype(np.float64)}
     if proba is not None:

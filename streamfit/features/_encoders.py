@@ -313,7 +313,8 @@ class _ListEncoder(Encoder):
         return (self.column,)
 
     def lists(self, arr: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-        """(offsets relative to the values, lengths, values) of a list column; null lists are empty."""
+        """(offsets into ``values``, lengths, values) of a list column; null lists are empty.  ``values`` is the
+        whole child array (a slice's offsets point into it)."""
         t = arr.type
         if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
             raise EncodeProblem(self.column, f"column '{self.column}' is {t}, expected a variable-length list "
@@ -355,7 +356,7 @@ class Padded(_ListEncoder):
             raise EncodeProblem(self.column, f"Padded('{self.column}') needs a length: the model input's last "
                                              "dimension is not fixed; pass length=")
         offsets, lengths, values = self.lists(arrays[0])
-        if values.null_count:
+        if values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).null_count:
             raise EncodeProblem(self.column, f"column '{self.column}' has null list elements, expected values "
                                              "(a null list is padding, a null element is not)")
         kind = values.type
@@ -369,8 +370,7 @@ class Padded(_ListEncoder):
         take = np.minimum(lengths, L)
         row = np.repeat(np.arange(n), take)
         col = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
-        start = offsets[:-1] - offsets[0]
-        out[row, col] = flat[np.repeat(start, take) + col]
+        out[row, col] = flat[np.repeat(offsets[:-1], take) + col]
         return out
 
 
