@@ -87,25 +87,30 @@ class InputPlan:
     def _described(self) -> str:
         return ", ".join(i.describe() for i in self.inputs)
 
+    def signature(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        """What :meth:`check` depends on: the shape and dtype kind of every array."""
+        if len(arrays) == 1:
+            return (arrays[0].shape, arrays[0].dtype.kind)
+        return tuple((a.shape, a.dtype.kind) for a in arrays)
+
     def check(self, arrays: tuple[np.ndarray, ...]) -> int:
         """Raise a clear error unless ``arrays`` fit the declared inputs; return the number of rows."""
         rows: int | None = None
         first = ""
         for spec, a in zip(self.inputs, arrays):
-            what = f"input {spec.describe()}"
             if not accepts(spec.dtype, a.dtype):
-                raise InputMismatchError(f"{what} got {a.dtype} data; expected {_kinds(spec.dtype)}",
+                raise InputMismatchError(f"input {spec.describe()} got {a.dtype} data; expected {_kinds(spec.dtype)}",
                                          input=spec.name)
             if spec.shape:  # () : no declared shape (or a scalar input), any rank is taken
                 if a.ndim != spec.rank:
-                    raise InputMismatchError(f"{what} got an array of rank {a.ndim} (shape {list(a.shape)}); "
-                                             f"expected rank {spec.rank}", input=spec.name)
+                    raise InputMismatchError(f"input {spec.describe()} got an array of rank {a.ndim} (shape "
+                                             f"{list(a.shape)}); expected rank {spec.rank}", input=spec.name)
                 for axis, (dim, size) in enumerate(zip(spec.shape, a.shape)):
                     if isinstance(dim, int) and dim > 0 and size != dim:
                         where = "the batch dim (the model was exported for that batch size)" if axis == 0 \
                             else f"dim {axis}"
-                        raise InputMismatchError(f"{what} got shape {list(a.shape)}; {where} must be {dim}",
-                                                 input=spec.name)
+                        raise InputMismatchError(f"input {spec.describe()} got shape {list(a.shape)}; {where} must "
+                                                 f"be {dim}", input=spec.name)
             if a.ndim == 0:
                 continue
             if a.shape[0] == 0:

@@ -13,7 +13,6 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from onnx import ModelProto
-from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
@@ -22,6 +21,7 @@ from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
 from streamfit._engine.inputs import InputPlan
 from streamfit._engine.model import ModelInput, prepare_model
+from streamfit._engine.predict import Predictor
 from streamfit._engine.staging import Staging
 from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
@@ -94,6 +94,8 @@ class Trainer:
             for slot, arr in self.optimizer.init_state(self.prepared.initial[w]).items():
                 values[Names.slot(w, slot)] = arr
         self.params = PingPong(self.device, values)
+        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device)
+        self._predict_checked: set[tuple[Any, ...]] = set()
         self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.decay],
                                    self.prepared.dtype)
         self._l2 = penalty.l2 if penalty is not None else 0.0
@@ -242,7 +244,7 @@ class Trainer:
             key: tuple[Any, ...] = (X.shape, X.dtype.kind)
         else:
             arrays = self._plan.arrays(X)
-            key = tuple((a.shape, a.dtype.kind) for a in arrays)
+            key = self._plan.signature(arrays)
         if type(y) is not np.ndarray:
             y = np.asarray(y)
         if self._integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
@@ -333,24 +335,30 @@ class Trainer:
 
     # -- inference ----------------------------------------------------------------------------------
     def predict(self, X: Any) -> np.ndarray:
-        """The model's output for ``X`` (as in :meth:`step`) with the current weights."""
-        return self._predict_arrays(self._checked(X))
+        """The model's output for ``X`` (as in :meth:`step`) with the current weights.
+
+        A batch signature is checked against the model the first time it is seen; small batches then
+        run through bindings made once (a copy in, one session run, a copy out).
+        """
+        if type(X) is np.ndarray and self._single:
+            arrays: tuple[np.ndarray, ...] = (X,)
+            key: tuple[Any, ...] = (X.shape, X.dtype.kind)
+        else:
+            arrays = self._plan.arrays(X)
+            key = self._plan.signature(arrays)
+        if key not in self._predict_checked:
+            self._plan.check(arrays)
+            if len(self._predict_checked) >= 64:
+                self._predict_checked.clear()
+            self._predict_checked.add(key)
+        return self._predictor.run(arrays, key)
 
     def _as_declared(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         return tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.model_inputs, arrays))
 
     def _predict_arrays(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
-        """The model's output for checked arrays (model order)."""
-        arrays = self._as_declared(arrays)
-        io = C.SessionIOBinding(self._predict_session._sess)
-        for spec, a in zip(self.model_inputs, arrays):
-            io.bind_ortvalue_input(spec.name, self.device.resident(a))
-        for name, value in self.params.live().items():
-            if name in self.prepared.initial:
-                io.bind_ortvalue_input(name, value)
-        io.bind_output(self.prepared.output_name, C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0))
-        self._predict_session._sess.run_with_iobinding(io, None)
-        return io.get_outputs()[0].numpy()
+        """The model's output for checked arrays (model order), without binding them for later calls."""
+        return self._predictor.run(arrays)
 
     # -- state --------------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -99,7 +99,10 @@ class OnnxEstimator(_SkBase):
                 X = self._arrow_inputs(X)
             else:
                 trainer = self.__dict__.get("trainer_")
-                dtype = trainer.model_inputs[0].dtype if trainer is not None else np.dtype(np.float32)
+                # the declared float type; float64 before the trainer exists (first call) or for a non-float
+                # input (the trainer then says what the input expects: the column plan maps such columns)
+                declared = trainer.model_inputs[0].dtype if trainer is not None else np.dtype(np.float64)
+                dtype = declared if declared.kind == "f" else np.dtype(np.float64)
                 X = as_features(X, dtype)
         if isinstance(X, dict):
             X = NamedRows(X)
@@ -114,13 +117,18 @@ class OnnxEstimator(_SkBase):
         if X.ndim < 2:
             raise BadInputError(f"features must be at least 2-D (rows, features...), got shape {X.shape}; "
                                 "reshape a single feature with X.reshape(-1, 1)", reason="shape_mismatch")
-        width = X.shape[1] if X.ndim == 2 else math.prod(X.shape[1:])
-        if reset or not hasattr(self, "n_features_in_"):
+        self._check_width(X.shape[1] if X.ndim == 2 else math.prod(X.shape[1:]), reset)
+        return X
+
+    def _check_width(self, width: int, reset: bool) -> None:
+        """Remember the number of features (``reset``), or check it against the first call's."""
+        if reset:
             self.n_features_in_ = width
-        elif width != self.n_features_in_:
+        elif width != self.__dict__.get("n_features_in_", width):
             raise BadInputError(f"X has {width} features, but {type(self).__name__} "
                                 f"is expecting {self.n_features_in_} features as input", reason="shape_mismatch")
-        return X
+        elif "n_features_in_" not in self.__dict__:
+            self.n_features_in_ = width
 
     def _arrow_inputs(self, table: "pa.Table | pa.RecordBatch") -> dict[str, np.ndarray]:
         """The model inputs ``{input name: array}`` from an Arrow table, as the ``inputs`` mapping says.
@@ -166,8 +174,9 @@ class OnnxEstimator(_SkBase):
         self.loss_ = total / rows if rows else float("nan")
         return self.loss_
 
-    @staticmethod
-    def _sample_weight(sample_weight: Any, n: int) -> np.ndarray | None:
+    def _sample_weight(self, sample_weight: Any, n: int, all_zero_ok: bool = True) -> np.ndarray | None:
+        """Sample weights of ``n`` rows, checked once at the public method (a hook: the ready-made
+        estimators apply scikit-learn's rules; ``all_zero_ok`` is False in ``fit``)."""
         if sample_weight is None:
             return None
         sw = np.asarray(as_labels(sample_weight), dtype=np.float64).reshape(-1)

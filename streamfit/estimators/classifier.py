@@ -68,7 +68,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     # -- setup -------------------------------------------------------------------------------------
     def _start(self, X: np.ndarray, classes: Any) -> None:
-        self.classes_ = np.unique(as_labels(classes))
+        self._set_classes(np.unique(as_labels(classes)))
         if len(self.classes_) < 2:
             raise ValueError(f"a classifier needs at least 2 classes, got {len(self.classes_)} class: "
                              f"{self.classes_.tolist()}")
@@ -92,59 +92,87 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         probe = self._make_trainer("squared_error")  # only to read the output width
         return None, int(np.prod(probe.predict(X[:1]).shape[1:]) or 1)
 
-    def _encode(self, y: Any, n: int) -> np.ndarray:
+    def _check_labels(self, y: Any, n: int) -> np.ndarray:
+        """Labels as a 1-D array of ``n`` rows (a hook: the ready-made classifiers apply scikit-learn's rules)."""
         y = as_labels(y).reshape(-1)
         if y.shape[0] != n:
             raise ValueError(f"got {n} rows of features but {y.shape[0]} labels")
+        return y
+
+    def _set_classes(self, classes: np.ndarray) -> None:
+        self.classes_ = classes
+        self._one_label = {}  # label -> its encoded batch of one row (read-only: the trainer copies it)
+
+    def _encode(self, y: np.ndarray) -> np.ndarray:
+        """Checked labels -> class indices (the trainer's dtype for a binary model, int64 for softmax)."""
+        if len(y) == 1:  # a batch of one row (a per-event stream): the encoded label is looked up
+            cache = self.__dict__.get("_one_label")
+            if cache is not None:
+                try:
+                    label = y.item()
+                    encoded = cache.get(label)
+                except TypeError:  # an unhashable label
+                    label = encoded = None
+                if encoded is None:
+                    encoded = self._encode_many(y)
+                    if label is not None and len(cache) < 256:
+                        encoded.flags.writeable = False
+                        cache[label] = encoded
+                return encoded
+        return self._encode_many(y)
+
+    def _encode_many(self, y: np.ndarray) -> np.ndarray:
+        dtype = self.trainer_.dtype if self.binary_ else np.int64
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
         unknown = self.classes_[idx] != y
         if unknown.any():
             raise BadInputError(f"labels {np.unique(y[unknown]).tolist()[:5]} are not in classes_ "
                                 f"{self.classes_.tolist()}", reason="unknown_class")
-        return idx.astype(self.trainer_.dtype) if self.binary_ else idx.astype(np.int64)
+        return idx.astype(dtype)
+
+    def _first_call(self, X: Any, classes: Any, first: bool) -> None:
+        if first:
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._start(X, classes)
+        elif classes is not None and not np.array_equal(np.unique(as_labels(classes)), self.classes_):
+            raise ValueError(f"classes={np.unique(as_labels(classes)).tolist()} differs from the classes of the "
+                             f"first partial_fit call {self.classes_.tolist()}")
 
     # -- fitting -----------------------------------------------------------------------------------
     def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "OnnxClassifier":
         """One pass over ``X``; the first call needs ``classes`` (all labels the stream may hold)."""
         first = not hasattr(self, "trainer_")
-        if first:
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            X0 = self._check_X(X, reset=True)
-            self._start(X0, classes)
-        elif classes is not None and not np.array_equal(np.unique(as_labels(classes)), self.classes_):
-            raise ValueError(f"classes={np.unique(as_labels(classes)).tolist()} differs from the classes of the "
-                             f"first partial_fit call {self.classes_.tolist()}")
         X = self._check_X(X, reset=first)
+        labels = self._check_labels(y, len(X))
         sw = self._sample_weight(sample_weight, len(X))
-        self._one_pass(self._fit_inputs(X, sw, first), self._encode(y, len(X)), sw)
+        self._first_call(X, classes, first)
+        self._one_pass(self._fit_inputs(X, sw, first), self._encode(labels), sw)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
         """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it."""
         first = not hasattr(self, "trainer_")
-        if first:
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._start(self._check_X(X, reset=True), classes)
         X = self._check_X(X, reset=first)
-        T = self._encode(y, len(X))
+        labels = self._check_labels(y, len(X))
+        sw = self._sample_weight(sample_weight, len(X))
+        self._first_call(X, classes, first)
+        T = self._encode(labels)
         width = 1 if self.binary_ else len(self.classes_)
         scores = np.empty((len(X), width), self.trainer_.dtype)
-        sw = self._sample_weight(sample_weight, len(X))
         self._one_pass(self._fit_inputs(X, sw, first), T, sw, scores)
         return self._proba(scores.reshape(len(X)) if self.binary_ else scores)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxClassifier":
         """``max_iter`` epochs over ``X``; classes are taken from ``y``."""
         X = self._check_X(X, reset=True)
-        labels = as_labels(y)
+        labels = self._check_labels(y, len(X))
+        sw = self._sample_weight(sample_weight, len(X), all_zero_ok=False)
         first = not (self.warm_start and hasattr(self, "trainer_"))
         if first:
             self._start(X, labels)
-        T = self._encode(labels, len(X))
-        sw = self._sample_weight(sample_weight, len(X))
+        T = self._encode(labels)
         X = self._fit_inputs(X, sw, first)
         rng = np.random.default_rng(self.random_state)
         self.loss_curve_ = []
@@ -183,11 +211,11 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return state
 
     def _restore_trainer(self, state: Any) -> None:
-        self.classes_ = np.asarray(state["classes_"])
+        self._set_classes(np.asarray(state["classes_"]))
         self.binary_ = bool(state["binary_"])
         self.loss_name_ = str(state["loss_name_"])
         self.trainer_ = self._make_trainer(self.loss_name_)
 
     def load_state_dict(self, state: Any) -> None:
         super().load_state_dict(state)
-        self.classes_ = np.asarray(state["classes_"])
+        self._set_classes(np.asarray(state["classes_"]))

@@ -72,12 +72,11 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         self.threads = threads
 
     def _targets(self, y: Any, n: int) -> np.ndarray:
+        """Targets of ``n`` rows in the trainer's dtype (a hook: the ready-made regressors apply
+        scikit-learn's rules)."""
         T = as_labels(y)
         if T.dtype.kind not in "fiub":
             raise ValueError(f"regression targets must be numbers, got {T.dtype}")
-        dtype = self.trainer_.dtype
-        if T.dtype != dtype:
-            T = T.astype(dtype)
         if T.shape[0] != n:
             raise ValueError(f"got {n} rows of features but {T.shape[0]} targets")
         return T
@@ -86,14 +85,23 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         """Build the trainer (a hook: the ready-made regressors build their graph from ``X`` and ``y``)."""
         self.trainer_ = self._make_trainer(self.loss)
 
+    def _checked(self, X: Any, y: Any, sample_weight: Any, first: bool, all_zero_ok: bool = True,
+                 reset: bool | None = None) -> tuple[Any, np.ndarray, np.ndarray | None]:
+        """The one validation of a fitting call's ``X``, ``y`` and sample weights (the layers below trust
+        them); the first call builds the trainer."""
+        X = self._check_X(X, reset=first if reset is None else reset)
+        T = self._targets(y, len(X))
+        sw = self._sample_weight(sample_weight, len(X), all_zero_ok)
+        if first:
+            self._start(X, T)
+        dtype = self.trainer_.dtype
+        return X, (T if T.dtype == dtype else T.astype(dtype)), sw
+
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
         """One pass over ``X`` in minibatches of ``batch_size``."""
         first = not hasattr(self, "trainer_")
-        if first:
-            self._start(X, y)
-        X = self._check_X(X, reset=first)
-        sw = self._sample_weight(sample_weight, len(X))
-        self._one_pass(self._fit_inputs(X, sw, first), self._targets(y, len(X)), sw)
+        X, T, sw = self._checked(X, y, sample_weight, first)
+        self._one_pass(self._fit_inputs(X, sw, first), T, sw)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
@@ -102,11 +110,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         Progressive validation for free: the training step computes these outputs anyway.
         """
         first = not hasattr(self, "trainer_")
-        if first:
-            self._start(X, y)
-        X = self._check_X(X, reset=first)
-        T = self._targets(y, len(X))
-        sw = self._sample_weight(sample_weight, len(X))
+        X, T, sw = self._checked(X, y, sample_weight, first)
         out = np.empty((len(X),) + T.shape[1:], self.trainer_.dtype)
         self._one_pass(self._fit_inputs(X, sw, first), T, sw, out)
         return out
@@ -114,11 +118,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
         """``max_iter`` epochs over ``X`` (from the model's initial weights unless ``warm_start``)."""
         first = not (self.warm_start and hasattr(self, "trainer_"))
-        if first:
-            self._start(X, y)
-        X = self._check_X(X, reset=True)
-        T = self._targets(y, len(X))
-        sw = self._sample_weight(sample_weight, len(X))
+        X, T, sw = self._checked(X, y, sample_weight, first, all_zero_ok=False, reset=True)
         X = self._fit_inputs(X, sw, first)
         rng = np.random.default_rng(self.random_state)
         self.loss_curve_ = []

@@ -81,6 +81,15 @@ class ReadyMade:
         self._require_fitted()  # type: ignore[attr-defined]
         return layers_of(self.trainer_.get_weights())  # type: ignore[attr-defined]
 
+    # -- the one validation of X and sample weights (scikit-learn's rules), at the public methods ----------
+    def _check_X(self, X: Any, reset: bool) -> np.ndarray:
+        X = check_features(X)  # a finite float32 (rows, features) array
+        self._check_width(X.shape[1], reset)  # type: ignore[attr-defined]
+        return X
+
+    def _sample_weight(self, sample_weight: Any, n: int, all_zero_ok: bool = True) -> np.ndarray | None:
+        return check_sample_weight(sample_weight, n, all_zero_ok=all_zero_ok)
+
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         if getattr(self, "scaler_", None) is None:
             return X
@@ -138,26 +147,12 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
     def _restore_trainer(self, state: Mapping[str, Any]) -> None:
         self._initialize(layers_of(state["trainer"]["weights"]))
 
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
-        """``max_iter`` epochs over ``X`` (from fresh initial weights unless ``warm_start``)."""
-        X = check_features(X)
-        return super().fit(X, check_targets(y, len(X)), check_sample_weight(sample_weight, len(X)))
-
-    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
-        """One pass over the batch ``X``; the first call builds the model."""
-        X = check_features(X)
-        return super().partial_fit(X, check_targets(y, len(X)),
-                                   check_sample_weight(sample_weight, len(X), all_zero_ok=True))
-
-    def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
-        """:meth:`partial_fit`, returning each row's prediction made just before training on it."""
-        X = check_features(X)
-        return super().partial_fit_predict(X, check_targets(y, len(X)),
-                                           check_sample_weight(sample_weight, len(X), all_zero_ok=True))
+    def _targets(self, y: Any, n: int) -> np.ndarray:
+        return check_targets(y, n)
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        return super().predict(check_features(X)).astype(np.float64)
+        return super().predict(X).astype(np.float64)
 
     def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
         tags = super().__sklearn_tags__()
@@ -191,23 +186,5 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
     def _restore_trainer(self, state: Mapping[str, Any]) -> None:
         self._initialize(layers_of(state["trainer"]["weights"]), state["classes_"])
 
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyClassifier":
-        """``max_iter`` epochs over ``X``; the classes are those of ``y``."""
-        X = check_features(X)
-        return super().fit(X, check_labels(y, len(X)), check_sample_weight(sample_weight, len(X)))
-
-    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
-        """One pass over the batch ``X``; the first call needs ``classes`` (every label the stream may hold)."""
-        X = check_features(X)
-        return super().partial_fit(X, check_labels(y, len(X)), classes=classes,
-                                   sample_weight=check_sample_weight(sample_weight, len(X), all_zero_ok=True))
-
-    def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
-        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it."""
-        X = check_features(X)
-        return super().partial_fit_predict(X, check_labels(y, len(X)), classes=classes,
-                                           sample_weight=check_sample_weight(sample_weight, len(X), all_zero_ok=True))
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Scores: the logit of ``classes_[1]`` for 2 classes (shape (rows,)), else one per class."""
-        return super().decision_function(check_features(X))
+    def _check_labels(self, y: Any, n: int) -> np.ndarray:
+        return check_labels(y, n)

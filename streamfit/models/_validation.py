@@ -7,6 +7,7 @@ skipped: one NaN row would poison the running statistics of ``standardize=True``
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -40,6 +41,11 @@ def check_features(X: Any, dtype: Any = np.float32) -> np.ndarray:
     streamfit.exceptions.BadInputError: Input X contains NaN or infinity (first at row 0, column 1)
     """
     dtype = np.dtype(dtype)
+    if type(X) is np.ndarray and X.ndim == 2 and X.dtype.kind == "f" and X.size:  # the common case, lean
+        arr = X if X.dtype is dtype and X.flags.c_contiguous else np.ascontiguousarray(X, dtype=dtype)
+        if arr.size <= 64:  # a few values: their Python sum is finite iff they are (or it overflowed)
+            return arr if math.isfinite(sum(arr.reshape(-1).tolist())) else _finite(arr)
+        return _finite(arr)
     if X is None:
         raise ValueError("X is None; expected an array-like of shape (rows, features)")
     if _is_sparse(X):
@@ -63,7 +69,10 @@ def check_features(X: Any, dtype: Any = np.float32) -> np.ndarray:
         n = arr.shape[0] if arr.shape[0] == 0 else arr.shape[1]
         raise BadInputError(f"Found array with {n} {what} (shape={arr.shape}) while a minimum of 1 is required.",
                             reason="empty_batch")
-    arr = np.ascontiguousarray(arr, dtype=dtype)
+    return _finite(np.ascontiguousarray(arr, dtype=dtype))
+
+
+def _finite(arr: np.ndarray) -> np.ndarray:
     if not np.isfinite(arr).all():
         row, col = (int(i[0]) for i in np.nonzero(~np.isfinite(arr)))
         raise BadInputError(f"Input X contains NaN or infinity (first at row {row}, column {col})",

@@ -61,6 +61,7 @@ class RunningScaler:
         self.count = 0.0
         self.mean_ = np.zeros(n_features)
         self.m2_ = np.zeros(n_features)
+        self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
 
     @property
     def var_(self) -> np.ndarray:
@@ -76,11 +77,24 @@ class RunningScaler:
 
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
         """Merge the rows of ``X`` (weighted by ``sample_weight``) into the statistics."""
+        self._f32 = None
+        if sample_weight is None and len(X) == 1:  # one row (a batch-1 stream): Welford's update, in place
+            x = X[0]
+            delta = x - self.mean_
+            self.count += 1.0
+            self.mean_ += delta * (1.0 / self.count)
+            self.m2_ += delta * (x - self.mean_)
+            return
         self.count, self.mean_, self.m2_ = merge_moments(self.count, self.mean_, self.m2_, X, sample_weight)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """``(X - mean) / scale`` computed in ``X``'s float type (as the exported graph computes it)."""
         X = np.asarray(X)
+        if X.dtype == np.float32:  # the ready-made estimators' case: statistics cast once per update
+            if self._f32 is None:
+                self._f32 = (self.mean_.astype(np.float32), self.scale_.astype(np.float32))
+            mean, scale = self._f32
+            return (X - mean) / scale
         dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
         return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
 
@@ -96,6 +110,7 @@ class RunningScaler:
                              f"{self.mean_.shape[0]}")
         self.count = float(np.asarray(state["count"], np.float64))
         self.mean_, self.m2_ = mean.copy(), m2.copy()
+        self._f32 = None
 
     def __repr__(self) -> str:
         return f"RunningScaler(n_features={self.mean_.shape[0]}, count={self.count})"
