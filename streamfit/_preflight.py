@@ -184,17 +184,22 @@ def _parse_stage(stage: str) -> tuple[str, int | None]:
 
 
 def _synthetic_x(pm: Any, rows: int) -> Any:
-    """Features of the model's declared type and shape (symbolic dims other than the batch: 3)."""
+    """Features of the model's declared type and shape (symbolic dims other than the batch: 3); a dict by
+    input name for a model with several inputs."""
     import numpy as np
     from onnx import helper
 
-    vi = next(i for i in pm.model.graph.input if i.name == pm.input_name)
-    t = vi.type.tensor_type
-    dims = [d.dim_value if d.HasField("dim_value") else 3 for d in t.shape.dim][1:]
-    dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-    if dtype.kind != "f":
-        return np.zeros((rows, *dims), dtype)
-    return np.random.default_rng(0).standard_normal((rows, *dims)).astype(dtype)
+    def one(name: str) -> Any:
+        vi = next(i for i in pm.model.graph.input if i.name == name)
+        t = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 3 for d in t.shape.dim][1:]
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if dtype.kind != "f":
+            return np.zeros((rows, *dims), dtype)
+        return np.random.default_rng(0).standard_normal((rows, *dims)).astype(dtype)
+
+    names = [i.name for i in getattr(pm, "inputs", ())] or [pm.input_name]
+    return one(names[0]) if len(names) == 1 else {name: one(name) for name in names}
 
 
 def _synthetic(trainer: Any, rows: int) -> tuple[Any, Any]:
@@ -204,7 +209,8 @@ def _synthetic(trainer: Any, rows: int) -> tuple[Any, Any]:
     X = _synthetic_x(trainer.prepared, rows)
     if trainer.loss.integer_labels:
         return X, np.zeros(rows, np.int64)
-    return X, np.zeros((rows, *trainer.predict(X[:1]).shape[1:]), trainer.dtype)
+    first = {k: v[:1] for k, v in X.items()} if isinstance(X, dict) else X[:1]
+    return X, np.zeros((rows, *trainer.predict(first).shape[1:]), trainer.dtype)
 
 
 def _make(spec: dict[str, Any], kind: str) -> Any:
@@ -230,10 +236,11 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
     kind, rows = _parse_stage(stage)
     if rows is None:
         pm = prepare_model(spec["model"])
-        return pm.model, {pm.input_name: _synthetic_x(pm, 1)}
+        x1 = _synthetic_x(pm, 1)
+        return pm.model, x1 if isinstance(x1, dict) else {pm.input_name: x1}
     trainer = _make(spec, "fused")
     X, y = _synthetic(trainer, rows)
-    y_rank = trainer.predict(X[:1]).ndim
+    y_rank = trainer.predict({k: v[:1] for k, v in X.items()} if isinstance(X, dict) else X[:1]).ndim
     if kind == "fused":
         from streamfit._engine.fused import FusedStep
 
@@ -247,7 +254,9 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
         name = vi.name
         t = vi.type.tensor_type
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if name == trainer.prepared.input_name:
+        if isinstance(X, dict) and name in X:
+            feeds[name] = X[name]
+        elif name == trainer.prepared.input_name:
             feeds[name] = X
         elif name in trainer.prepared.initial:
             feeds[name] = trainer.prepared.initial[name]
