@@ -80,7 +80,8 @@ class Runner:
 
     ``source`` is a URI/path (re-opened at a position on resume or rollback) or a callable returning a
     fresh :class:`~streamfit.sources.Source`.  ``loop_options`` go to the streaming loop (features,
-    label, batch_size, on_bad, classes, progress, ...).
+    label, batch_size, on_bad, classes, progress, ...), except ``max_rows``: the rows to train in all,
+    counted over resumes (a resumed run trains what the checkpoint's row counter leaves).
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
@@ -109,6 +110,11 @@ class Runner:
         self.guard = guard
         self.health = HealthFile(health_path, health_interval) if health_path is not None else None
         self.metrics = metrics
+        max_rows = loop_options.pop("max_rows", None)
+        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f"Invalid max_rows: {max_rows!r}, expected None or an int >= 0")
+        #: rows to train in all, counted over resumes and rollbacks (the checkpoint's row counter)
+        self.max_rows = max_rows
         self.loop_options = loop_options
         # counters across restarts
         self.rows = 0
@@ -391,7 +397,8 @@ class Runner:
         self._rollback_reason = None
         self._current_layout()  # the previous loop's (before a rollback)
         self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
-                                stop_event=stop_event, layout=self._layout, **self.loop_options)
+                                stop_event=stop_event, layout=self._layout, max_rows=self._rows_left(),
+                                **self.loop_options)
         self._loop_running = True
         try:
             summary = await self._loop.run()
@@ -401,6 +408,10 @@ class Runner:
         if self._rollback_reason is None and summary.position is not None:
             self.position = summary.position  # may move past trailing skipped input
         return summary
+
+    def _rows_left(self) -> int | None:
+        """What ``max_rows`` leaves to train from the current row counter (restored on resume or rollback)."""
+        return None if self.max_rows is None else max(self.max_rows - self.rows, 0)
 
     async def _roll_back(self) -> None:
         reason = self._rollback_reason

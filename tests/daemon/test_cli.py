@@ -102,3 +102,19 @@ def test_skipped_input_is_a_structured_log_line(tmp_path):
     lines = [json.loads(JsonFormatter().format(r)) for r in records]
     skipped = [line for line in lines if line.get("event") == "skipped_input"]
     assert skipped and skipped[0]["reason"] == "null" and skipped[0]["position"]["file"] == "part-999.parquet"
+
+
+def test_max_rows_is_a_total_over_resumes(tmp_path, capsys):
+    """Issue 9: `train --max-rows 640`, then `--resume --max-rows 1280`, trains 1280 rows in all, not 1920."""
+    data, total = write_stream(tmp_path, files=2, rows=1024)
+    args = ["train", "--source", f"parquet:{data}", "--model", str(write_model(tmp_path)), "--no-progress",
+            "--batch-size", "64", "--checkpoint-dir", str(tmp_path / "ck")]
+    assert main([*args, "--max-rows", "640"]) == 0
+    assert "trained 640 rows in 10 batches" in capsys.readouterr().out
+    assert main([*args, "--resume", "--max-rows", "1280"]) == 0
+    assert "trained 1280 rows in 20 batches" in capsys.readouterr().out
+    meta = CheckpointStore(tmp_path / "ck").load_latest().meta
+    assert meta["rows"] == 1280 and meta["position"] == {"file": "part-001.parquet", "row": 256}
+    assert main([*args, "--resume", "--max-rows", "1280"]) == 0  # reached already: nothing more to train
+    assert "trained 1280 rows in 20 batches" in capsys.readouterr().out
+    assert CheckpointStore(tmp_path / "ck").load_latest().meta["rows"] == 1280
