@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from streamfit.exceptions import (BadInputError, CheckpointError, CorruptCheckpointError, DivergenceError,
-                                  InputMismatchError, ModelError, NonFiniteError, SourceError, StreamfitError)
+from streamfit.exceptions import (BadInputError, CheckpointError, ConfigError, CorruptCheckpointError,
+                                  DivergenceError, InputMismatchError, ModelError, NonFiniteError, ResumeError,
+                                  SourceError, StreamfitError)
 
 __version__ = "0.1.0"
 
@@ -36,8 +37,8 @@ _SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon"
 
 __all__ = [
     "__version__", *_LAZY, *sorted(_SUBMODULES),
-    "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "InputMismatchError", "SourceError", "CheckpointError",
-    "CorruptCheckpointError", "DivergenceError",
+    "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "InputMismatchError", "ConfigError", "SourceError",
+    "CheckpointError", "ResumeError", "CorruptCheckpointError", "DivergenceError",
 ]
 
 

@@ -1,4 +1,8 @@
-"""The ``streamfit`` command: train on a finite stream, serve a never-ending one, export and inspect checkpoints."""
+"""The ``streamfit`` command: train on a finite stream, serve a never-ending one, export and inspect checkpoints.
+
+Every failure ends with one line on stderr (a JSON log line under ``--log-json``) and exit code 2 for bad
+input or configuration, 1 for a runtime failure; ``--debug`` adds the traceback.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -62,9 +67,28 @@ def _scalar(text: str) -> Any:
         return text
 
 
+class _UsageError(Exception):
+    """A command line argparse refuses (reported as a configuration error, exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors become one line (and exit code 2) like every other failure."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamfit", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="print the full traceback of a failure")
+    parser = _Parser(prog="streamfit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub_add = sub.add_parser
+
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub_add(name, parents=[common], **kw)
+
+    sub.add_parser = add  # type: ignore[method-assign]
     train = sub.add_parser("train", help="train on a finite stream, then checkpoint and export the model")
     train.add_argument("--demo", action="store_true", help="train on a small generated Parquet stream")
     train.add_argument("--demo-dir", default="streamfit-demo", help="where --demo writes its data and results")
@@ -88,8 +112,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_logging_json: bool | None = None  # how the "streamfit" logger was set up (None: not yet)
+
+
 def _setup_logging(json_lines: bool) -> None:
+    global _logging_json
     from streamfit.daemon.health import JsonFormatter
+
+    _logging_json = json_lines
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -114,6 +144,7 @@ def _config(ns: argparse.Namespace) -> Any:
     cfg = load_config(ns.config, flags)
     if flags.get("_penalty_none"):
         cfg.penalty = None
+    ns.log_json = cfg.log_json  # a failure from here on is reported as the run logs
     return cfg
 
 
@@ -134,14 +165,29 @@ def _check(ns: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _prepare(ns: argparse.Namespace, serve: bool) -> tuple[Any, Any]:
+    """Configuration, logging and the runner; what fails here is the configuration's fault (exit 2)."""
+    from streamfit.exceptions import ConfigError, StreamfitError
+
+    try:
+        cfg = _config(ns)
+        _setup_logging(cfg.log_json)
+        return cfg, _runner(cfg, serve=serve)
+    except (ValueError, TypeError, OSError) as exc:
+        if isinstance(exc, StreamfitError):
+            raise
+        raise ConfigError(str(exc)) from exc
+
+
 def _runner(cfg: Any, serve: bool) -> Any:
     from streamfit.daemon import Runner
     from streamfit.daemon.config import build_estimator
     from streamfit.daemon.guard import DivergenceGuard
     from streamfit.daemon.health import Metrics
+    from streamfit.exceptions import ConfigError
 
     if cfg.source is None:
-        raise ValueError("no source given: --source URI (or 'source = ...' in the config file)")
+        raise ConfigError("no source given: --source URI (or 'source = ...' in the config file)")
     if cfg.check and cfg.model is not None:  # before any training: a crashing model never starts
         from streamfit.exceptions import ModelError
 
@@ -179,6 +225,21 @@ def _print_summary(summary: Any, output: str | None) -> None:
         print(f"model written to {output}")
 
 
+def _check_trained(summary: Any, finite: bool) -> None:
+    """Refuse to call a run that trained nothing a success: every row skipped, or (``train``) no row at all."""
+    from streamfit.exceptions import BadInputError
+
+    if summary.rows_this_run > 0 or summary.ended_by == "max_rows":
+        return
+    skipped = summary.skipped_this_run
+    if skipped:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
+        raise BadInputError(f"no row trained: all {sum(skipped.values())} rows read were skipped by --on-bad skip "
+                            f"({reasons}); the skipped_input log lines say where", reason="all_skipped")
+    if finite and summary.rows == 0:
+        raise BadInputError("no row trained: the source held no rows", reason="no_rows")
+
+
 def _train(ns: argparse.Namespace) -> int:
     import anyio
     import onnx
@@ -202,10 +263,9 @@ def _train(ns: argparse.Namespace) -> int:
         ns.penalty = ns.penalty or "none"
         ns.batch_size = ns.batch_size or 128
         print(f"demo: {data} (4 Parquet files, 40,000 rows), model {model}")
-    cfg = _config(ns)
-    _setup_logging(cfg.log_json)
-    runner = _runner(cfg, serve=False)
+    cfg, runner = _prepare(ns, serve=False)
     summary = anyio.run(runner.run)
+    _check_trained(summary, finite=True)
     if cfg.output:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
         onnx.save(runner.estimator.to_onnx(), cfg.output)
@@ -216,9 +276,7 @@ def _train(ns: argparse.Namespace) -> int:
 def _serve(ns: argparse.Namespace) -> int:
     import anyio
 
-    cfg = _config(ns)
-    _setup_logging(cfg.log_json)
-    runner = _runner(cfg, serve=True)
+    cfg, runner = _prepare(ns, serve=True)
 
     async def main() -> Any:
         stop = anyio.Event()
@@ -239,19 +297,21 @@ def _serve(ns: argparse.Namespace) -> int:
         return summary
 
     summary = anyio.run(main)
+    _check_trained(summary, finite=False)
     _print_summary(summary, None)
     return 0
 
 
 def _open_checkpoint(path: str) -> Any:
     from streamfit.checkpoint import CheckpointStore
+    from streamfit.exceptions import ConfigError
 
     p = Path(path)
     if (p / "manifest.json").exists():
         return CheckpointStore(p.parent).load(p)
     ckpt = CheckpointStore(p).load_latest()
     if ckpt is None:
-        raise ValueError(f"{path}: no valid checkpoint here")
+        raise ConfigError(f"{path}: no valid checkpoint here")
     return ckpt
 
 
@@ -293,16 +353,46 @@ def _inspect(ns: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from streamfit.exceptions import StreamfitError
+def _report(failure: Any, command: str, exc: BaseException, json_lines: bool, debug: bool) -> None:
+    """One line on stderr, or one JSON log line; the traceback first with ``--debug``."""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    line = failure.line(command)
+    if not json_lines:
+        print(line, file=sys.stderr, flush=True)
+        return
+    from streamfit.daemon.health import log_event
 
-    ns = _parser().parse_args(argv)
+    if _logging_json is not True:
+        _setup_logging(True)
+    log_event("error", line, level=logging.ERROR, command=command, exit_code=failure.exit_code, kind=failure.kind,
+              **failure.fields)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``streamfit`` command; return its exit code (0 ok, 1 runtime failure, 2 bad input/configuration)."""
+    from streamfit.daemon.failure import describe
+    from streamfit.exceptions import ConfigError
+
+    global _logging_json
+    _logging_json = None
+    args = list(sys.argv[1:] if argv is None else argv)
     commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect, "check": _check}
+    ns: argparse.Namespace | None = None
     try:
+        ns = _parser().parse_args(args)
         return commands[ns.command](ns)
-    except (ValueError, OSError, StreamfitError) as exc:
-        print(f"streamfit {ns.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):  # --help
+            raise
+        if isinstance(exc, _UsageError):
+            exc = ConfigError(str(exc))
+        command = ns.command if ns is not None else next((a for a in args if a in commands), "")
+        json_lines = bool(getattr(ns, "log_json", None)) if ns is not None else "--log-json" in args
+        debug = bool(getattr(ns, "debug", False)) if ns is not None else "--debug" in args
+        failure = describe(exc)
+        _report(failure, command, exc, json_lines, debug)
+        return failure.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

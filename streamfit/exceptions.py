@@ -14,8 +14,10 @@ __all__ = [
     "NonFiniteError",
     "BadInputError",
     "InputMismatchError",
+    "ConfigError",
     "SourceError",
     "CheckpointError",
+    "ResumeError",
     "CorruptCheckpointError",
     "DivergenceError",
 ]
@@ -68,12 +70,21 @@ class InputMismatchError(ModelError, BadInputError):
         self.input = input
 
 
+class ConfigError(StreamfitError, ValueError):
+    """A run's configuration is invalid: a flag, a config-file key or value, options that contradict each other."""
+
+
 class SourceError(StreamfitError):
     """A data source failed (file unreadable, socket closed, broker unreachable)."""
 
 
 class CheckpointError(StreamfitError):
     """A checkpoint cannot be written or read."""
+
+
+class ResumeError(CheckpointError, ConfigError):
+    """A resume refused because the run's configuration and its checkpoints disagree: a fresh run over
+    existing checkpoints, another estimator, column plan or classes than the checkpoint holds."""
 
 
 class CorruptCheckpointError(CheckpointError):

@@ -340,6 +340,8 @@ class CheckpointStore:
             names = os.listdir(self.root)
         except FileNotFoundError:
             return _Scan([], [], None, None)
+        except OSError as exc:  # not a directory, no permission: say which directory
+            raise CheckpointError(f"cannot list checkpoint directory {self.root}: {exc}") from exc
         infos = sorted(
             (CheckpointInfo(step, self.root / n) for n in names if (step := parse_dir_name(n)) is not None),
             key=lambda i: i.step,

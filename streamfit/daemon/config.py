@@ -12,6 +12,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from streamfit.exceptions import ConfigError
+
 __all__ = ["RunConfig", "load_config", "build_estimator"]
 
 
@@ -62,16 +64,44 @@ class RunConfig:
     source_options: dict[str, Any] = field(default_factory=dict)
 
 
+_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
+                                       "list": (list,), "dict": (dict,), "None": (type(None),)}
+
+
+def _check_type(name: str, value: Any, annotation: str, where: str) -> None:
+    """Refuse a TOML value of the wrong type (``batch_size = "64"``) before it fails deep in a run."""
+    allowed: tuple[type, ...] = ()
+    for part in annotation.split("|"):
+        allowed += _TYPES.get(part.strip().split("[")[0], (object,))
+    if isinstance(value, bool) and bool not in allowed:
+        ok = False
+    else:
+        ok = isinstance(value, allowed)
+    if not ok:
+        raise ConfigError(f"{where}: {name} = {value!r} is a {type(value).__name__}, expected {annotation}")
+
+
 def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
-    """Defaults, then the TOML file's keys, then every flag that was given (flags win)."""
+    """Defaults, then the TOML file's keys, then every flag that was given (flags win).
+
+    Raises :class:`~streamfit.exceptions.ConfigError` for an unreadable file, invalid TOML, an unknown key
+    or a value of the wrong type.
+    """
     values: dict[str, Any] = {}
-    known = {f.name for f in fields(RunConfig)}
+    known = {f.name: str(f.type) for f in fields(RunConfig)}
     if path is not None:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-        unknown = sorted(set(data) - known)
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+        unknown = sorted(set(data) - set(known))
         if unknown:
-            raise ValueError(f"{path}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+            raise ConfigError(f"{path}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        for key, value in data.items():
+            _check_type(key, value, known[key], path)
         values.update(data)
     values.update({k: v for k, v in flags.items() if k in known and v is not None})
     return RunConfig(**values)
@@ -99,11 +129,11 @@ def build_estimator(cfg: RunConfig) -> Any:
     import streamfit
 
     if cfg.model is None:
-        raise ValueError("no model given: --model PATH.onnx (or 'model = ...' in the config file)")
+        raise ConfigError("no model given: --model PATH.onnx (or 'model = ...' in the config file)")
     if cfg.task not in ("regression", "classification"):
-        raise ValueError(f"task must be 'regression' or 'classification', got {cfg.task!r}")
+        raise ConfigError(f"task must be 'regression' or 'classification', got {cfg.task!r}")
     if not Path(cfg.model).is_file():
-        raise ValueError(f"model file {cfg.model!r} not found")
+        raise ConfigError(f"model file {cfg.model!r} not found")
     inputs = parse_inputs(cfg.inputs)
     common = dict(optimizer=cfg.optimizer, learning_rate=cfg.learning_rate, eta0=cfg.eta0, power_t=cfg.power_t,
                   alpha=cfg.alpha, l1_ratio=cfg.l1_ratio, penalty=cfg.penalty, momentum=cfg.momentum,

@@ -24,7 +24,7 @@ from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
 from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import restore_estimator, snapshot_estimator
-from streamfit.exceptions import CheckpointError, DivergenceError, SourceError
+from streamfit.exceptions import DivergenceError, ResumeError, SourceError
 from streamfit.sources import Position, Source, SourceBatch, open_source
 
 __all__ = ["Runner", "RunSummary"]
@@ -45,6 +45,9 @@ class RunSummary:
     skipped_rows: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     rows_per_s: float = 0.0
+    #: rows trained and rows skipped (by reason) by this run alone, not counting the resumed checkpoint's
+    rows_this_run: int = 0
+    skipped_this_run: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -199,11 +202,11 @@ class Runner:
                                                            else "regression"),
                                  what="the checkpoint's column plan")
         except ValueError as exc:
-            raise CheckpointError(str(exc)) from None
+            raise ResumeError(str(exc)) from None
         classes, saved_classes = opts.get("classes"), getattr(self.estimator, "classes_", None)
         if classes is not None and saved_classes is not None and list(np.asarray(saved_classes).tolist()) != list(
                 np.asarray(classes).tolist()):
-            raise CheckpointError(f"the checkpoint's classes are {np.asarray(saved_classes).tolist()}, the run is "
+            raise ResumeError(f"the checkpoint's classes are {np.asarray(saved_classes).tolist()}, the run is "
                                   f"configured with {list(classes)}: a run keeps its classes")
         self._layout = layout
 
@@ -344,10 +347,11 @@ class Runner:
         if self.resume:
             self._load_checkpoint()
         elif self.store is not None and self.store.list():
-            raise CheckpointError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
-                                  "use an empty checkpoint directory")
+            raise ResumeError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
+                              "use an empty checkpoint directory")
         self._t0 = time.perf_counter()
         self._rows_at_start = self.rows
+        skipped_at_start = dict(self._skipped)
         if self.store is not None:
             self._writer = AsyncCheckpointWriter(self.store)
         log_event("start", f"training from {self.source_spec if isinstance(self.source_spec, str) else 'source'}",
@@ -381,7 +385,10 @@ class Runner:
                             self.rollbacks, self._resumed_from, ended_by, dict(self._skipped),
                             {} if summary is None else {"stream": summary.stream_metrics,
                                                         "window": summary.window_metrics},
-                            (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0)
+                            (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0,
+                            self.rows - self._rows_at_start,
+                            {k: n - skipped_at_start.get(k, 0) for k, n in self._skipped.items()
+                             if n > skipped_at_start.get(k, 0)})
         log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
                   f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from streamfit.exceptions import CheckpointError
+from streamfit.exceptions import CheckpointError, ResumeError
 
 __all__ = ["flatten_state", "unflatten_state", "snapshot_estimator", "restore_estimator"]
 
@@ -66,6 +66,6 @@ def restore_estimator(estimator: Any, meta: Mapping[str, Any], arrays: Mapping[s
     """Load a snapshot into ``estimator`` (built from the same configuration as the one that saved it)."""
     saved = meta.get("class")
     if saved != type(estimator).__name__:
-        raise CheckpointError(f"the checkpoint holds a {saved}, but the configured estimator is a "
+        raise ResumeError(f"the checkpoint holds a {saved}, but the configured estimator is a "
                               f"{type(estimator).__name__}")
     estimator.load_state_dict(unflatten_state(meta["state"], arrays))
