@@ -74,7 +74,7 @@ def test_train_and_serve_refuse_a_crashing_model_before_training(tmp_path, capsy
                      "--checkpoint-dir", str(tmp_path / f"ck-{command}")])
         assert code == 2
         err = capsys.readouterr().err
-        assert f"streamfit {command}: error: model" in err and "refused" in err and "SIGSEGV" in err
+        assert f"streamfit {command}: ModelError: model" in err and "refused" in err and "SIGSEGV" in err
         assert not (tmp_path / f"ck-{command}").exists()  # nothing was trained or checkpointed
 
 
