@@ -214,3 +214,23 @@ def test_resume_past_a_truncated_newest_checkpoint_sets_it_aside_and_saves_on(tm
                for r in caplog.records)
     store = CheckpointStore(ck)
     assert store.list()[-1].step == total // 64 and store.load_latest().meta["rows"] == total
+
+
+def test_a_bit_flip_in_the_saved_source_position_never_resumes_silently(tmp_path, caplog):
+    """Issue 9, defect 2: 'part-001' -> 'part-000' (one bit) in the newest manifest resumed silently and lost rows."""
+    data, total = write_stream(tmp_path, files=3, rows=512)
+    model = write_model(tmp_path)
+    ck = tmp_path / "ck"
+    _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=ck, every_batches=6, batch_size=64,
+                max_rows=832))  # checkpoints at batches 6 (part-000) and 12, 13 (inside part-001)
+    newest = CheckpointStore(ck).list()[-1].path
+    raw = (newest / "manifest.json").read_bytes()
+    assert raw.count(b'"part-001.parquet"') == 1
+    flipped = raw.replace(b'"part-001.parquet"', b'"part-000.parquet"')  # '1' ^ 0x01 == '0'
+    assert sum(bin(a ^ b).count("1") for a, b in zip(raw, flipped)) == 1
+    (newest / "manifest.json").write_bytes(flipped)
+    with caplog.at_level(logging.WARNING):
+        summary = _run(Runner(_estimator(model), f"parquet:{data}", checkpoint_dir=ck, resume=True, batch_size=64))
+    assert summary.resumed_from != str(newest) and summary.rows == total  # nothing lost, nothing repeated
+    assert any("manifest.json fails its SHA-256 check" in r.getMessage() for r in caplog.records)
+    assert (ck / f"{newest.name}.corrupt").is_dir()
