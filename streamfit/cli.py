@@ -325,6 +325,8 @@ def _export(ns: argparse.Namespace) -> int:
 
 
 def _inspect(ns: argparse.Namespace) -> int:
+    from streamfit.checkpoint import CheckpointStore
+
     ckpt = _open_checkpoint(ns.checkpoint)
     if ns.json:
         print(json.dumps(ckpt.manifest, indent=2, default=str))
@@ -350,6 +352,11 @@ def _inspect(ns: argparse.Namespace) -> int:
         print(f"  divergence rollbacks so far: {meta['rollbacks']}")
     arrays = sorted(ckpt.arrays)
     print(f"  {len(arrays)} arrays: {', '.join(arrays[:8])}{' ...' if len(arrays) > 8 else ''}")
+    if ckpt.manifest.get("format_version") == 1:
+        print("  format 1: its manifest has no checksum (the data files are verified, the manifest cannot be)")
+    aside = CheckpointStore(ckpt.path.parent).list_corrupt()
+    if aside:
+        print(f"  set aside as corrupt (kept for a post-mortem): {', '.join(p.name for p in aside)}")
     return 0
 
 

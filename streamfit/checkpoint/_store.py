@@ -360,6 +360,15 @@ class CheckpointStore:
         """Committed checkpoints, oldest first (directory names only; nothing is verified)."""
         return self._scan().committed
 
+    def list_corrupt(self) -> builtins.list[Path]:
+        """Checkpoint directories :meth:`recover` set aside as corrupt (``ckpt-*.corrupt*``), by name."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return [self.root / n for n in sorted(names)
+                if ".corrupt" in n and parse_dir_name(n.split(".corrupt", 1)[0]) is not None]
+
     def load(self, path: StrPath) -> Checkpoint:
         """Read and verify one checkpoint: a directory path, or a directory name under ``root``.
 

@@ -272,7 +272,7 @@ def test_recover_names_a_second_corrupt_copy_uniquely(store):
     store.save(2, *content(2))
     _flip_model_byte(store.root / "ckpt-000000000002")
     assert_content(store.recover(), 1)
-    names = sorted(p.name for p in store.root.iterdir() if ".corrupt" in p.name)
+    names = [p.name for p in store.list_corrupt()]
     assert names == ["ckpt-000000000002.corrupt", "ckpt-000000000002.corrupt.1"]
     assert store.recover().step == 1 and store.load_latest().step == 1  # nothing left to set aside
 

@@ -216,7 +216,7 @@ def test_resume_past_a_truncated_newest_checkpoint_sets_it_aside_and_saves_on(tm
     assert store.list()[-1].step == total // 64 and store.load_latest().meta["rows"] == total
 
 
-def test_a_bit_flip_in_the_saved_source_position_never_resumes_silently(tmp_path, caplog):
+def test_a_bit_flip_in_the_saved_source_position_never_resumes_silently(tmp_path, caplog, capsys):
     """Issue 9, defect 2: 'part-001' -> 'part-000' (one bit) in the newest manifest resumed silently and lost rows."""
     data, total = write_stream(tmp_path, files=3, rows=512)
     model = write_model(tmp_path)
@@ -234,3 +234,11 @@ def test_a_bit_flip_in_the_saved_source_position_never_resumes_silently(tmp_path
     assert summary.resumed_from != str(newest) and summary.rows == total  # nothing lost, nothing repeated
     assert any("manifest.json fails its SHA-256 check" in r.getMessage() for r in caplog.records)
     assert (ck / f"{newest.name}.corrupt").is_dir()
+    from streamfit.cli import main
+
+    capsys.readouterr()
+    try:
+        assert main(["inspect", str(ck)]) == 0
+    finally:
+        logging.getLogger("streamfit").propagate = True  # main() reset the handlers of "streamfit"
+    assert f"set aside as corrupt (kept for a post-mortem): {newest.name}.corrupt" in capsys.readouterr().out
