@@ -1,0 +1,41 @@
+"""Epsilon-insensitive loss ``max(0, |y - t| - epsilon)``: support vector regression, passive-aggressive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+from streamfit.losses.base import Loss
+
+
+class EpsilonInsensitive(Loss):
+    """``max(0, |r| - epsilon)``; dL/dY = sign(r) outside the tube ``|r| > epsilon``, 0 inside.
+
+    >>> import numpy as np
+    >>> EpsilonInsensitive(epsilon=0.5).numpy(np.array([[3.0], [1.2]]), np.array([[1.0], [1.0]]))
+    (0.75, array([[0.5],
+           [0. ]]))
+    """
+
+    name = "epsilon_insensitive"
+
+    def __init__(self, epsilon: float = 0.1) -> None:
+        if not epsilon >= 0:
+            raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
+        self.epsilon = float(epsilon)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon}
+
+    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+        r = b.op("Sub", y, t)
+        excess = b.op("Sub", b.op("Abs", r), b.const(self.epsilon))
+        outside = b.op("Cast", b.op("Greater", excess, b.const(0.0)), to=b.elem)
+        return b.op("Relu", excess), b.op("Mul", b.op("Sign", r), outside)
+
+    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = y - t
+        excess = np.abs(r) - self.epsilon
+        return np.maximum(excess, 0.0), np.sign(r) * (excess > 0)

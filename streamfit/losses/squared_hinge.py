@@ -1,0 +1,40 @@
+"""Squared hinge loss ``max(0, threshold - y z)**2``, labels 0/1: LinearSVC's default loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit._engine.graph import GraphBuilder
+from streamfit.losses.base import Loss
+from streamfit.losses.hinge import signed
+
+
+class SquaredHinge(Loss):
+    """``max(0, threshold - y z)**2``; dL/dz = -2 y max(0, threshold - y z) (smooth, unlike the hinge).
+
+    >>> import numpy as np
+    >>> SquaredHinge().numpy(np.array([[0.5]]), np.array([[1.0]]))
+    (0.25, array([[-1.]]))
+    """
+
+    name = "squared_hinge"
+
+    def __init__(self, threshold: float = 1.0) -> None:
+        if not threshold >= 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold!r}")
+        self.threshold = float(threshold)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"threshold": self.threshold}
+
+    def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
+        y = signed(b, t)
+        gap = b.op("Relu", b.op("Sub", b.const(self.threshold), b.op("Mul", y, z)))
+        return b.op("Mul", gap, gap), b.op("Mul", b.op("Mul", y, gap), b.const(-2.0))
+
+    def _np_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        y = 2.0 * t - 1.0
+        gap = np.maximum(self.threshold - y * z, 0.0)
+        return gap * gap, -2.0 * y * gap
