@@ -63,6 +63,8 @@ def from_sklearn(estimator: Any, **params: Any) -> ReadyMade:
         raise ValueError(f"{type(estimator).__name__}(loss={estimator.loss!r}) has no streamfit equivalent; pass "
                          "loss=... (e.g. 'squared_error', 'huber' or 'absolute_error') to continue with another")
     out.set_params(warm_start=True, standardize=scaler is not None)
+    if "standardize_target" in out.get_params():  # scikit-learn's weights give the targets themselves
+        out.set_params(standardize_target=False)
     if isinstance(out, ReadyClassifier):
         out._initialize(layers, classes)
     else:

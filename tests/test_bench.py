@@ -37,3 +37,9 @@ def test_pipeline_bench_smoke():
 def test_primitives_bench_smoke():
     out = _run("primitives.py", timeout=120)
     assert "session run, 1 node" in out and "update        Gemm" in out
+
+
+def test_river_defaults_bench_smoke():
+    pytest.importorskip("river")
+    out = _run("river_defaults.py", timeout=120)
+    assert "TrumpApproval" in out and "Bananas" in out and ("met" in out or "MISSED" in out)

@@ -36,9 +36,9 @@ def _expected_failures(estimator):
     return failures
 
 
-CHECKED = [LinearRegressor(), LogisticRegression(), MLPRegressor(), MLPClassifier(),
-           LinearRegressor(standardize=True), LogisticRegression(standardize=True),
-           MLPRegressor(standardize=True), MLPClassifier(standardize=True)]
+CHECKED = [LinearRegressor(), LogisticRegression(), MLPRegressor(), MLPClassifier(),  # standardizing (defaults)
+           LinearRegressor(standardize=False, standardize_target=False), LogisticRegression(standardize=False),
+           MLPRegressor(standardize=False, standardize_target=False), MLPClassifier(standardize=False)]
 
 
 @estimator_checks.parametrize_with_checks(CHECKED, expected_failed_checks=_expected_failures)
@@ -138,9 +138,9 @@ def _progressive_accuracy(est, use_raw, skip=20):
                                                              **kw)],
                          ids=["logistic", "mlp"])
 def test_standardize_trains_raw_features_as_well_as_prescaled_ones(make):
-    prescaled = _progressive_accuracy(make(), use_raw=False)
-    standardized_raw = _progressive_accuracy(make(standardize=True), use_raw=True)
-    unscaled_raw = _progressive_accuracy(make(), use_raw=True)
+    prescaled = _progressive_accuracy(make(standardize=False), use_raw=False)
+    standardized_raw = _progressive_accuracy(make(), use_raw=True)  # standardize=True is the default
+    unscaled_raw = _progressive_accuracy(make(standardize=False), use_raw=True)
     assert standardized_raw >= prescaled - 1.0, (standardized_raw, prescaled)
     assert unscaled_raw < prescaled - 5.0, (unscaled_raw, prescaled)  # the test would notice no scaling
 
@@ -203,6 +203,56 @@ def test_state_dict_restores_a_fresh_estimator_exactly(make):
     assert ("scaler" in state) == est.standardize
     if est.standardize:
         np.testing.assert_array_equal(twin.scaler_.mean_, est.scaler_.mean_)
+    if not is_clf:
+        assert "target_scaler" in state
+        np.testing.assert_array_equal(twin.target_scaler_.mean_, est.target_scaler_.mean_)
+
+
+# -- target standardization (the regressors' default) ------------------------------------------------------
+def _level_stream(n=400, seed=7):
+    """Rows whose target sits far from 0 (as TrumpApproval's ~43): what target standardization is for."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3)) * [1.0, 5.0, 0.2] + [0.0, 100.0, -3.0]
+    return X, 500.0 + 30.0 * (X[:, 0] - (X[:, 1] - 100.0) / 5.0) + rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("make", [lambda **kw: LinearRegressor(random_state=0, **kw),
+                                  lambda **kw: MLPRegressor(hidden_layer_sizes=(8,), eta0=0.01, random_state=0, **kw)],
+                         ids=["linear", "mlp"])
+def test_standardized_targets_learn_a_far_level_at_the_default_rate(make):
+    X, y = _level_stream()
+
+    def progressive_mae(est):
+        errors = [abs(est.partial_fit_predict(X[i:i + 1], y[i:i + 1])[0] - y[i]) for i in range(len(X))]
+        return float(np.mean(errors[100:]))
+
+    scaled, raw = progressive_mae(make()), progressive_mae(make(standardize_target=False))
+    assert scaled < 10.0 and raw > 5 * scaled, (scaled, raw)  # without it the model is still climbing to 500
+
+
+def test_progressive_predictions_never_see_their_own_targets():
+    X, y = _level_stream(n=40)
+    est = LinearRegressor(random_state=0, standardize=False).fit(X, y)  # (the feature statistics would move)
+    before = est.predict(X[:5])
+    shifted = est.partial_fit_predict(X[:5], y[:5] + 1e6)  # targets that would drag the level if they leaked
+    np.testing.assert_allclose(shifted, before, rtol=1e-6)
+    assert est.target_scaler_.mean_[0] > 1e5  # ... and they did move the statistics, for the next batches
+    first = LinearRegressor().partial_fit_predict(X[:3], y[:3])
+    np.testing.assert_array_equal(first, np.zeros(3))  # the first batch: predicted from no statistics
+
+
+def test_exported_regressor_maps_its_outputs_back_and_coef_is_in_raw_units():
+    X, y = _level_stream(n=200)
+    Y = np.column_stack([y, -2.0 * y + 7.0])
+    for target in (y, Y):
+        reg = LinearRegressor(random_state=0, max_iter=3).fit(X, target)
+        X32 = X.astype(np.float32)
+        out = ort.InferenceSession(reg.to_onnx().SerializeToString()).run(None, {"X": X32})[0]
+        np.testing.assert_allclose(out.reshape(reg.predict(X).shape), reg.predict(X), rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(X @ reg.coef_.T + reg.intercept_, reg.predict(X), rtol=1e-5, atol=1e-3)
+    clf = LogisticRegression(random_state=0).fit(X, y > 500)
+    np.testing.assert_allclose(X @ clf.coef_.T + clf.intercept_, clf.decision_function(X).reshape(-1, 1),
+                               rtol=1e-5, atol=1e-4)
 
 
 def test_state_of_another_architecture_is_refused():

@@ -81,6 +81,11 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
             raise ValueError(f"got {n} rows of features but {T.shape[0]} targets")
         return T
 
+    def _fit_targets(self, T: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
+        """Targets as the trainer sees them when training (a hook like ``_fit_inputs``: the identity here;
+        the ready-made regressors standardize them)."""
+        return T
+
     def _start(self, X: Any, y: Any) -> None:
         """Build the trainer (a hook: the ready-made regressors build their graph from ``X`` and ``y``)."""
         self.trainer_ = self._make_trainer(self.loss)
@@ -101,7 +106,8 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         """One pass over ``X`` in minibatches of ``batch_size``."""
         first = not hasattr(self, "trainer_")
         X, T, sw = self._checked(X, y, sample_weight, first)
-        self._one_pass(self._fit_inputs(X, sw, first), T, sw)
+        X = self._fit_inputs(X, sw, first)
+        self._one_pass(X, self._fit_targets(T, sw, first), sw)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
@@ -112,7 +118,8 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         first = not hasattr(self, "trainer_")
         X, T, sw = self._checked(X, y, sample_weight, first)
         out = np.empty((len(X),) + T.shape[1:], self.trainer_.dtype)
-        self._one_pass(self._fit_inputs(X, sw, first), T, sw, out)
+        X = self._fit_inputs(X, sw, first)
+        self._one_pass(X, self._fit_targets(T, sw, first), sw, out)
         return out
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
@@ -120,6 +127,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         first = not (self.warm_start and hasattr(self, "trainer_"))
         X, T, sw = self._checked(X, y, sample_weight, first, all_zero_ok=False, reset=True)
         X = self._fit_inputs(X, sw, first)
+        T = self._fit_targets(T, sw, first)
         rng = np.random.default_rng(self.random_state)
         self.loss_curve_ = []
         for _ in range(self.max_iter):

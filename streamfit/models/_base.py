@@ -5,7 +5,11 @@ parameter: the first ``fit``/``partial_fit`` builds it from ``n_features_in_`` a
 (``classes_``), with initial weights from ``random_state``.  ``standardize=True`` keeps running feature
 statistics (:class:`~streamfit.models.scaler.RunningScaler`), merged from every batch before training on
 it; training and prediction scale on the host, and :meth:`to_onnx` prepends the same ``Sub``/``Div`` to
-the exported graph, so the exported model scales its own inputs.
+the exported graph, so the exported model scales its own inputs.  The regressors' ``standardize_target=True``
+does the same for the targets (running mean and variance per output, trained on standardized targets,
+predictions mapped back; :meth:`to_onnx` appends the ``Mul``/``Add``): the model then starts at the level of
+the target instead of climbing to it from zero, which is what makes a default learning rate work whatever
+the units of ``y``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from onnx import ModelProto
 from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
 from streamfit.losses import Loss
-from streamfit.models._graphs import dense_model, layers_of, standardized
+from streamfit.models._graphs import dense_model, destandardized, layers_of, standardized
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler
 from streamfit.schedules import Schedule, as_schedule
@@ -90,6 +94,20 @@ class ReadyMade:
     def _sample_weight(self, sample_weight: Any, n: int, all_zero_ok: bool = True) -> np.ndarray | None:
         return check_sample_weight(sample_weight, n, all_zero_ok=all_zero_ok)
 
+    def _linear_in_raw_units(self) -> tuple[np.ndarray, np.ndarray]:
+        """A linear model's ``(coef (features, outputs), intercept)`` with the scalers folded in: what it
+        computes from raw features, in target units (``predict(X) == X @ coef + intercept``)."""
+        (W, b), = self._layers()
+        W, b = W.astype(np.float64), b.astype(np.float64)
+        scaler = getattr(self, "scaler_", None)
+        if scaler is not None:
+            W = W / scaler.scale_[:, None]
+            b = b - scaler.mean_ @ W
+        target = getattr(self, "target_scaler_", None)
+        if target is not None:
+            W, b = W * target.scale_, b * target.scale_ + target.mean_
+        return W, b
+
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         if getattr(self, "scaler_", None) is None:
             return X
@@ -135,11 +153,24 @@ class ReadyMade:
 class ReadyRegressor(ReadyMade, OnnxRegressor):
     """A regressor whose graph is built on the first fit from ``X`` (features) and ``y`` (outputs)."""
 
+    standardize_target: bool
+
     def _initialize(self, layers: Layers) -> None:
         """Become fitted with these layers (first fit, ``from_sklearn``, ``load_state_dict``)."""
         self.n_outputs_ = int(np.shape(layers[-1][0])[1])
         self.trainer_ = self._make_trainer(self.loss, self._graph(layers))
+        self.target_scaler_ = RunningScaler(self.n_outputs_) if self.standardize_target else None
         self.t_ = 0
+
+    def _fit_targets(self, T: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
+        if getattr(self, "target_scaler_", None) is None:
+            return T
+        T2 = T.reshape(len(T), -1)
+        self.target_scaler_.update(T2, sample_weight)  # statistics first, as for the features
+        return self.target_scaler_.transform(T2).reshape(T.shape)
+
+    def _to_target_units(self, out: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        return out * scale.astype(out.dtype) + mean.astype(out.dtype)
 
     def _start(self, X: np.ndarray, y: np.ndarray) -> None:
         self._initialize(self._initial_layers(X.shape[1], 1 if y.ndim == 1 else y.shape[1]))
@@ -150,9 +181,46 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
     def _targets(self, y: Any, n: int) -> np.ndarray:
         return check_targets(y, n)
 
+    def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
+        """:meth:`partial_fit`, returning each row's prediction made just before training on it.
+
+        With ``standardize_target`` the predictions are mapped back with the target statistics from
+        before this batch: a prediction never sees its own row's target.
+        """
+        scaler = getattr(self, "target_scaler_", None)
+        before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
+        out = super().partial_fit_predict(X, y, sample_weight)
+        if getattr(self, "target_scaler_", None) is None:
+            return out
+        if before is None:  # the first batch: the model predicted from no statistics at all
+            before = (np.zeros(self.n_outputs_), np.ones(self.n_outputs_))
+        return self._to_target_units(out, *before)
+
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        return super().predict(X).astype(np.float64)
+        out = super().predict(X).astype(np.float64)
+        scaler = getattr(self, "target_scaler_", None)
+        return out if scaler is None else self._to_target_units(out, scaler.mean_, scaler.scale_)
+
+    def to_onnx(self) -> ModelProto:
+        """The inference model; it scales its inputs and maps its outputs back to target units as trained."""
+        model = super().to_onnx()
+        scaler = getattr(self, "target_scaler_", None)
+        return model if scaler is None else destandardized(model, scaler.mean_, scaler.scale_)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if getattr(self, "target_scaler_", None) is not None:
+            state["target_scaler"] = self.target_scaler_.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "target_scaler" in state:
+            self.target_scaler_ = RunningScaler(self.n_outputs_)
+            self.target_scaler_.load_state_dict(state["target_scaler"])
+        else:
+            self.target_scaler_ = None
 
     def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
         tags = super().__sklearn_tags__()

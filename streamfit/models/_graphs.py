@@ -12,7 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-__all__ = ["ACTIVATIONS", "dense_model", "layers_of", "standardized", "coef_name", "intercept_name"]
+__all__ = ["ACTIVATIONS", "dense_model", "layers_of", "standardized", "destandardized", "coef_name",
+           "intercept_name"]
 
 #: Hidden-layer activations by scikit-learn's name -> ONNX operator (``None``: no node).
 ACTIVATIONS: dict[str, str | None] = {"identity": None, "relu": "Relu", "tanh": "Tanh", "logistic": "Sigmoid"}
@@ -107,4 +108,28 @@ def standardized(model: ModelProto, mean: np.ndarray, scale: np.ndarray) -> Mode
     graph.node.extend(nodes)
     graph.initializer.extend([numpy_helper.from_array(np.asarray(mean, dtype).reshape(-1), "sf_mean"),
                               numpy_helper.from_array(np.asarray(scale, dtype).reshape(-1), "sf_scale")])
+    return out
+
+
+def destandardized(model: ModelProto, mean: np.ndarray, scale: np.ndarray) -> ModelProto:
+    """A copy of ``model`` whose output is mapped back to target units: ``Y -> Y * scale + mean``.
+
+    The inverse of the target standardization the ready-made regressors train with (``mean`` and
+    ``scale`` per output column, cast to the output's element type).
+    """
+    out = ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    if len(graph.output) != 1:
+        raise ValueError(f"expected a model with one output, got {[o.name for o in graph.output]}")
+    name = graph.output[0].name
+    dtype = {v: k for k, v in _ELEM.items()}[graph.output[0].type.tensor_type.elem_type]
+    inner = "sf_standardized_output"
+    for node in graph.node:
+        node.output[:] = [inner if o == name else o for o in node.output]
+        node.input[:] = [inner if i == name else i for i in node.input]
+    graph.node.extend([helper.make_node("Mul", [inner, "sf_target_scale"], ["sf_target_scaled"]),
+                       helper.make_node("Add", ["sf_target_scaled", "sf_target_mean"], [name])])
+    graph.initializer.extend([numpy_helper.from_array(np.asarray(mean, dtype).reshape(-1), "sf_target_mean"),
+                              numpy_helper.from_array(np.asarray(scale, dtype).reshape(-1), "sf_target_scale")])
     return out

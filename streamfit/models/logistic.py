@@ -38,7 +38,7 @@ class LogisticRegression(ReadyClassifier):
                  eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
-                 standardize: bool = False, device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
+                 standardize: bool = True, device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
                  threads: int | None = None) -> None:
         self.loss = loss
         self.optimizer = optimizer
@@ -62,10 +62,11 @@ class LogisticRegression(ReadyClassifier):
 
     @property
     def coef_(self) -> np.ndarray:
-        """Weights, shape (1, features) for 2 classes, (classes, features) for more (scikit-learn's)."""
-        return self._layers()[0][0].T
+        """Weights on the raw features (the scaler folded in), shape (1, features) for 2 classes, (classes,
+        features) for more (scikit-learn's)."""
+        return self._linear_in_raw_units()[0].T
 
     @property
     def intercept_(self) -> np.ndarray:
         """Intercepts, shape (1,) for 2 classes, (classes,) for more."""
-        return self._layers()[0][1]
+        return self._linear_in_raw_units()[1]

@@ -65,7 +65,9 @@ _PARAMS_DOC = """
     ``hidden_layer_sizes`` and ``activation`` (``"relu"``, ``"tanh"``, ``"logistic"``, ``"identity"``) mean
     what they mean in scikit-learn; initial weights are Glorot-uniform from ``random_state``.  The other
     parameters are those of :class:`~streamfit.models.linear.LinearRegressor` (engine losses, optimizers,
-    schedules, penalties, ``standardize``); ``eta0`` is the rate (scikit-learn's ``learning_rate_init``).
+    schedules, penalties, ``standardize`` and, for the regressor, ``standardize_target``); ``eta0`` is the
+    rate (scikit-learn's ``learning_rate_init``).  ``coefs_``/``intercepts_`` are the trained weights, which
+    act on standardized features (and give standardized targets), as in a scikit-learn pipeline.
 """
 
 
@@ -88,9 +90,9 @@ class MLPRegressor(_MLP, ReadyRegressor):
                  optimizer: Any = "adam", learning_rate: Any = "constant", eta0: float = 0.001,
                  power_t: float = 0.5, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 50, shuffle: bool = True,
-                 random_state: Any = None, warm_start: bool = False, standardize: bool = False,
-                 device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
-                 threads: int | None = None) -> None:
+                 random_state: Any = None, warm_start: bool = False, standardize: bool = True,
+                 standardize_target: bool = True, device: str = "cpu", step: str = "fused",
+                 on_nonfinite: str = "raise", threads: int | None = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -108,6 +110,7 @@ class MLPRegressor(_MLP, ReadyRegressor):
         self.random_state = random_state
         self.warm_start = warm_start
         self.standardize = standardize
+        self.standardize_target = standardize_target
         self.device = device
         self.step = step
         self.on_nonfinite = on_nonfinite
@@ -135,7 +138,7 @@ class MLPClassifier(_MLP, ReadyClassifier):
                  optimizer: Any = "adam", learning_rate: Any = "constant", eta0: float = 0.001,
                  power_t: float = 0.5, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 50, shuffle: bool = True,
-                 random_state: Any = None, warm_start: bool = False, standardize: bool = False,
+                 random_state: Any = None, warm_start: bool = False, standardize: bool = True,
                  device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
                  threads: int | None = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
