@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.ml_ops import rewrite_ml_ops
 from streamfit._engine.trainable import make_trainable
 from streamfit.exceptions import ModelError
 
@@ -191,6 +192,12 @@ def _used_element_types(model: ModelProto) -> set[int]:
 
 def _make_loadable(model: ModelProto, notes: list[str]) -> ModelProto:
     """Lower the IR version and convert the opset into what ORT 1.19 accepts, or say why not."""
+    versions: dict[str, int] = {}  # skl2onnx may import a domain twice: one entry each, the highest version
+    for imp in model.opset_import:
+        versions[imp.domain] = max(versions.get(imp.domain, 0), imp.version)
+    if len(versions) < len(model.opset_import):
+        del model.opset_import[:]
+        model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in versions.items())
     opset = _default_opset(model)
     if opset and not MIN_OPSET <= opset <= MAX_OPSET:
         target = min(max(opset, MIN_OPSET), MAX_OPSET)
@@ -265,6 +272,7 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     kept = [o for o in graph.output if o.name == output_name]
     del graph.output[:]
     graph.output.extend(kept)
+    inits = rewrite_ml_ops(proto, notes)  # ai.onnx.ml linear models -> trainable MatMul + Add (ml_ops.py)
     inference = ModelProto()
     inference.CopyFrom(proto)
     real = [i for i in inference.graph.input if i.name not in init_names]
@@ -275,7 +283,6 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     del graph.input[:]
     graph.input.extend(real_inputs)
     model_inputs = tuple(_model_input(vi) for vi in real_inputs)
-
     uses = _uses(proto)
     reaching = _reaching(proto, output_name)
     if weights is None:

@@ -81,13 +81,17 @@ class OnnxEstimator(_SkBase):
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
         trainer = Trainer(model, weights=weights, input_name=getattr(self, "input_name", None),
-                          output_name=getattr(self, "output_name", None), loss=loss_obj,
+                          output_name=self._trained_output(model), loss=loss_obj,
                           optimizer=get_optimizer(self.optimizer, **opt_kwargs),
                           learning_rate=self._schedule(loss_obj),
                           penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
                           step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads)
         check_mapping(getattr(self, "inputs", None), trainer.model_inputs)
         return trainer
+
+    def _trained_output(self, model: Any) -> str | None:
+        """The output to train through (``output_name``; None: the model's first)."""
+        return getattr(self, "output_name", None)
 
     # -- data --------------------------------------------------------------------------------------
     def _check_X(self, X: Any, reset: bool) -> "np.ndarray | NamedRows":

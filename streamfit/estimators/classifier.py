@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from streamfit._arrow import as_labels
+from streamfit._engine.model import load_model
 from streamfit.estimators._base import OnnxEstimator
 from streamfit.exceptions import BadInputError
 
@@ -21,10 +22,15 @@ __all__ = ["OnnxClassifier"]
 
 
 class OnnxClassifier(_Mixin, OnnxEstimator):
-    """Trains an ONNX model whose output is class scores (logits), with scikit-learn's classifier API.
+    """Trains an ONNX model whose output is class scores (logits) or probabilities, with scikit-learn's API.
 
     One output column means a binary model (``log_loss`` on the score of the second class); ``k``
-    columns mean ``k`` classes (``softmax_cross_entropy``).  ``loss="auto"`` picks accordingly.
+    columns mean ``k`` classes (``softmax_cross_entropy``).  An output whose rows are probabilities
+    (in [0, 1], summing to 1 on probe rows: a model ending in Softmax, as skl2onnx's classifiers do) is
+    trained through them (``probability_log_loss``) and returned as is by :meth:`predict_proba`.
+    ``loss="auto"`` picks accordingly; margin losses (``"hinge"``...) on ``k`` columns train one-vs-rest.
+    ``output_name`` picks the output to train through; by default the first float output (a
+    classifier's label output, first in skl2onnx's graphs, has no gradient).
 
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
@@ -67,11 +73,24 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         self.threads = threads
 
     # -- setup -------------------------------------------------------------------------------------
+    def _trained_output(self, model: Any) -> str | None:
+        name = getattr(self, "output_name", None)
+        if name is not None or (model is None and self.model is None):
+            return name
+        outputs = load_model(self.model if model is None else model).graph.output
+        if not outputs or _is_float(outputs[0]):
+            return None
+        for out in outputs:  # skl2onnx: (label, probabilities); a ZipMap'd one is made a tensor again
+            if _is_float(out) or out.type.HasField("sequence_type"):
+                return out.name
+        return None
+
     def _start(self, X: np.ndarray, classes: Any) -> None:
         self._set_classes(np.unique(as_labels(classes)))
         if len(self.classes_) < 2:
             raise ValueError(f"a classifier needs at least 2 classes, got {len(self.classes_)} class: "
                              f"{self.classes_.tolist()}")
+        self.output_kind_ = "scores"
         model, width = self._model_and_width(X)
         if width == 1 and len(self.classes_) != 2:
             raise ValueError(f"the model has one output column (binary) but {len(self.classes_)} classes were given")
@@ -79,7 +98,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
             raise ValueError(f"the model outputs {width} scores but {len(self.classes_)} classes were given")
         loss = self.loss
         if loss == "auto":
-            loss = "log_loss" if width == 1 else "softmax_cross_entropy"
+            loss = ("probability_log_loss" if self.output_kind_ == "probabilities" else
+                    "log_loss" if width == 1 else "softmax_cross_entropy")
         self.trainer_ = self._make_trainer(loss, model)
         self.binary_ = width == 1
         self.loss_name_ = loss if isinstance(loss, str) else loss.name
@@ -89,8 +109,18 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
         A hook: the ready-made classifiers build their graph from ``classes_`` here.
         """
-        probe = self._make_trainer("squared_error")  # only to read the output width
-        return None, int(np.prod(probe.predict(X[:1]).shape[1:]) or 1)
+        probe = self._make_trainer("squared_error")  # only to read the output width and kind
+        out = probe.predict(X[:1])
+        try:  # probe rows far from the data too: logits leave [0, 1] there, probabilities never do
+            rng = np.random.default_rng(0)
+            extra = rng.standard_normal((8,) + X.shape[1:]).astype(X.dtype)
+            out = np.concatenate([out, probe.predict(extra), probe.predict(extra * 10)])
+        except Exception:  # a model that only takes rows like the data's: the first row decides alone
+            pass
+        width = int(np.prod(out.shape[1:]) or 1)
+        if width > 1 and _rows_are_probabilities(out.reshape(len(out), width)):
+            self.output_kind_ = "probabilities"
+        return None, width
 
     def _check_labels(self, y: Any, n: int) -> np.ndarray:
         """Labels as a 1-D array of ``n`` rows (a hook: the ready-made classifiers apply scikit-learn's rules)."""
@@ -129,6 +159,10 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         if unknown.any():
             raise BadInputError(f"labels {np.unique(y[unknown]).tolist()[:5]} are not in classes_ "
                                 f"{self.classes_.tolist()}", reason="unknown_class")
+        if self.binary_:
+            return idx.astype(dtype)
+        if not self.trainer_.loss.integer_labels:  # a per-column loss (hinge...): one-vs-rest 0/1 targets
+            return np.eye(len(self.classes_), dtype=self.trainer_.dtype)[idx]
         return idx.astype(dtype)
 
     def _first_call(self, X: Any, classes: Any, first: bool) -> None:
@@ -193,6 +227,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def _proba(self, scores: np.ndarray) -> np.ndarray:
         scores = scores.astype(np.float64)
+        if getattr(self, "output_kind_", "scores") == "probabilities":
+            return scores
         if self.binary_:
             p = 1.0 / (1.0 + np.exp(-scores))
             return np.column_stack([1.0 - p, p])
@@ -207,15 +243,27 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state.update(classes_=self.classes_, binary_=self.binary_, loss_name_=self.loss_name_)
+        state.update(classes_=self.classes_, binary_=self.binary_, loss_name_=self.loss_name_,
+                     output_kind_=getattr(self, "output_kind_", "scores"))
         return state
 
     def _restore_trainer(self, state: Any) -> None:
         self._set_classes(np.asarray(state["classes_"]))
         self.binary_ = bool(state["binary_"])
         self.loss_name_ = str(state["loss_name_"])
+        self.output_kind_ = str(state.get("output_kind_", "scores"))
         self.trainer_ = self._make_trainer(self.loss_name_)
 
     def load_state_dict(self, state: Any) -> None:
         super().load_state_dict(state)
         self._set_classes(np.asarray(state["classes_"]))
+
+
+def _is_float(value_info: Any) -> bool:
+    return value_info.type.HasField("tensor_type") and value_info.type.tensor_type.elem_type in (1, 11)
+
+
+def _rows_are_probabilities(out: np.ndarray) -> bool:
+    """Every row in [0, 1] and summing to 1 (float32 rounding allowed)."""
+    return bool(np.isfinite(out).all() and out.min() >= -1e-6 and out.max() <= 1 + 1e-6
+                and np.abs(out.sum(axis=1) - 1.0).max() < 1e-4)

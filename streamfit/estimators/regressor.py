@@ -29,7 +29,8 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
 
     ``learning_rate`` is a schedule name (``"constant"``, ``"invscaling"``, ``"optimal"``,
     ``"adaptive"``), a float or a :class:`~streamfit.schedules.Schedule`; ``eta0``, ``power_t``,
-    ``alpha``, ``l1_ratio`` and ``penalty`` mean what they mean in ``SGDRegressor``.
+    ``alpha``, ``l1_ratio`` and ``penalty`` mean what they mean in ``SGDRegressor``.  ``output_name``
+    picks the output to train through (default: the model's first).
 
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model

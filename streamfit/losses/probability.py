@@ -35,7 +35,7 @@ class ProbabilityLogLoss(Loss):
         return {"eps": self.eps}
 
     def _terms(self, b: GraphBuilder, p: str, t: str) -> tuple[str, str]:
-        depth = b.op("Squeeze", b.op("Shape", p, start=1, end=2), b.const([0], np.int64))
+        depth = b.op("Gather", b.op("Shape", p), b.const(1, np.int64))  # Shape(start=) needs opset 15
         classes = b.op("Range", b.const(0, np.int64), depth, b.const(1, np.int64))
         onehot = b.op("Cast", b.op("Equal", b.op("Unsqueeze", t, b.const([1], np.int64)), classes), to=b.elem)
         p_t = b.op("ReduceSum", b.op("Mul", onehot, p), b.const([1], np.int64), keepdims=1)

@@ -21,7 +21,7 @@ class SoftmaxCrossEntropy(Loss):
 
     def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         # onehot(t) = (arange(k) == t[:, None]); ORT's CPU OneHot has no float64 kernel, this works for both
-        depth = b.op("Squeeze", b.op("Shape", z, start=1, end=2), b.const([0], np.int64))
+        depth = b.op("Gather", b.op("Shape", z), b.const(1, np.int64))  # Shape(start=) needs opset 15
         classes = b.op("Range", b.const(0, np.int64), depth, b.const(1, np.int64))
         hit = b.op("Equal", b.op("Unsqueeze", t, b.const([1], np.int64)), classes)
         onehot = b.op("Cast", hit, to=b.elem)

@@ -24,12 +24,14 @@ from streamfit.estimators.regressor import OnnxRegressor
 from streamfit.losses import Loss
 from streamfit.models._graphs import dense_model, destandardized, layers_of, standardized
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
-from streamfit.models.scaler import RunningScaler
+from streamfit.models.scaler import RunningScaler, scaler_from_state
 from streamfit.schedules import Schedule, as_schedule
 
 __all__ = ["ReadyMade", "ReadyRegressor", "ReadyClassifier", "random_generator"]
 
 Layers = Sequence[tuple[np.ndarray, np.ndarray]]
+#: learning_rate values that select the passive-aggressive step (eta0 is then C), as in scikit-learn >= 1.8
+_PASSIVE_AGGRESSIVE = ("pa1", "pa2")
 
 
 def random_generator(random_state: Any) -> "np.random.RandomState | np.random.Generator":
@@ -64,6 +66,8 @@ class ReadyMade:
 
     # -- shared -------------------------------------------------------------------------------------
     def _schedule(self, loss: Loss) -> Schedule:
+        if self.learning_rate in _PASSIVE_AGGRESSIVE:  # the step size is each row's weight, the rate 1
+            return as_schedule(1.0)
         # "optimal" sizes its first rate from the slope of a one-output loss at one point; softmax has
         # none, and every built-in loss is below 1 there, as the squared loss (loss_dloss=None) is.
         if self.learning_rate == "optimal" and loss.integer_labels:
@@ -108,6 +112,46 @@ class ReadyMade:
             W, b = W * target.scale_, b * target.scale_ + target.mean_
         return W, b
 
+    def _one_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
+                  outputs: np.ndarray | None = None) -> float:
+        if self.learning_rate not in _PASSIVE_AGGRESSIVE:
+            return super()._one_pass(X, T, sw, outputs)  # type: ignore[misc]
+        return self._passive_aggressive_pass(X, T, sw, outputs)
+
+    def _passive_aggressive_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
+                                 outputs: np.ndarray | None) -> float:
+        """Crammer et al.'s passive-aggressive updates, row by row, as scikit-learn's ``learning_rate="pa1"``
+        / ``"pa2"`` (``eta0`` is ``C``): the step on row ``x`` with loss ``l`` is ``min(C, l / |x|^2)`` (PA-I) or
+        ``l / (|x|^2 + 1 / (2 C))`` (PA-II) times the loss gradient (the intercept not in ``|x|^2``).
+
+        The size depends on the row's loss at the current weights, so each row is predicted, then trained
+        with that step as its weight at rate 1.  With several score columns one step serves them all
+        (scikit-learn's one-vs-rest takes one per class).
+        """
+        trainer = self.trainer_  # type: ignore[attr-defined]
+        C = float(self.eta0)  # type: ignore[attr-defined]
+        if not C > 0:
+            raise ValueError(f"eta0 is the passive-aggressive C and must be > 0, got {C!r}")
+        total = 0.0
+        for i in range(len(X)):
+            x, t = X[i:i + 1], T[i:i + 1]
+            p = trainer.predict(x)
+            if outputs is not None:
+                outputs[i] = p.reshape(outputs[i].shape)
+            loss = trainer.loss.numpy(p.astype(np.float64), t.astype(np.float64) if t.dtype.kind == "f" else t)[0]
+            total += loss
+            sqnorm = float(np.square(x, dtype=np.float64).sum())
+            if self.learning_rate == "pa1":
+                tau = min(C, loss / sqnorm) if sqnorm > 0 else 0.0
+            else:
+                tau = loss / (sqnorm + 0.5 / C)
+            weight = tau * (1.0 if sw is None else float(sw[i]))
+            if weight > 0:
+                trainer.step(x, t, np.array([weight]))
+        self.t_ = trainer.n_steps
+        self.loss_ = total / len(X) if len(X) else float("nan")
+        return self.loss_
+
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         if getattr(self, "scaler_", None) is None:
             return X
@@ -134,11 +178,7 @@ class ReadyMade:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`; an unfitted estimator first builds the graph the weights fit."""
         super().load_state_dict(state)  # type: ignore[misc]
-        if "scaler" in state:
-            self.scaler_ = RunningScaler(self.n_features_in_)
-            self.scaler_.load_state_dict(state["scaler"])
-        else:
-            self.scaler_ = None
+        self.scaler_ = scaler_from_state(state["scaler"], self.n_features_in_) if "scaler" in state else None
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "trainer_")

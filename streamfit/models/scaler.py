@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["RunningScaler", "merge_moments"]
+__all__ = ["RunningScaler", "FixedScaler", "scaler_from_state", "merge_moments"]
 
 _EPS32 = float(np.finfo(np.float32).eps)
 
@@ -114,3 +114,55 @@ class RunningScaler:
 
     def __repr__(self) -> str:
         return f"RunningScaler(n_features={self.mean_.shape[0]}, count={self.count})"
+
+
+class FixedScaler:
+    """A frozen ``(X - mean_) / scale_``: the fitted scalers of a converted scikit-learn pipeline.
+
+    ``from_sklearn`` composes a pipeline's MinMaxScaler/MaxAbsScaler/StandardScaler steps into one of these;
+    :meth:`update` keeps it as fitted (the pipeline's scaling is part of the model), and the exported graph
+    applies it as :class:`RunningScaler`'s does.
+
+    >>> import numpy as np
+    >>> s = FixedScaler(np.array([1.0]), np.array([2.0]))
+    >>> s.update(np.array([[100.0]])); s.transform(np.array([[5.0]], np.float32))
+    array([[2.]], dtype=float32)
+    """
+
+    kind = "fixed"
+
+    def __init__(self, mean: np.ndarray, scale: np.ndarray) -> None:
+        self.mean_ = np.asarray(mean, np.float64).reshape(-1).copy()
+        self.scale_ = np.asarray(scale, np.float64).reshape(-1).copy()
+        if self.mean_.shape != self.scale_.shape or not (np.isfinite(self.scale_).all() and (self.scale_ != 0).all()):
+            raise ValueError("a fixed scaler needs finite, nonzero scales, one per mean")
+
+    def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
+        """Nothing: the scaling stays as fitted."""
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X)
+        dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
+        return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": np.array(self.kind), "mean": self.mean_.copy(), "scale": self.scale_.copy()}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> "FixedScaler":
+        return cls(state["mean"], state["scale"])
+
+    def __repr__(self) -> str:
+        return f"FixedScaler(n_features={self.mean_.shape[0]})"
+
+
+def scaler_from_state(state: Mapping[str, Any], n_features: int) -> "RunningScaler | FixedScaler":
+    """The scaler a :meth:`state_dict` describes (running statistics unless it says ``kind="fixed"``)."""
+    if "kind" in state and str(np.asarray(state["kind"])) == FixedScaler.kind:
+        scaler: RunningScaler | FixedScaler = FixedScaler.from_state(state)
+    else:
+        scaler = RunningScaler(n_features)
+        scaler.load_state_dict(state)
+    if scaler.mean_.shape != (n_features,):
+        raise ValueError(f"scaler state has {scaler.mean_.shape[0]} features, expected {n_features}")
+    return scaler
