@@ -15,7 +15,6 @@ ready-made models' default optimizer.  scikit-learn is imported only when called
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -240,10 +239,9 @@ def _linear_svc(sk: Any) -> Converted:
 
 
 def _logistic_regression(sk: Any) -> Converted:
-    if len(sk.classes_) > 2 and sk.coef_.shape[0] == len(sk.classes_) and _is_ovr(sk):
-        warnings.warn("the LogisticRegression is one-vs-rest: streamfit's is multinomial (same decision "
-                      "function, other probabilities)", UserWarning, stacklevel=3)
-    return (LogisticRegression(random_state=sk.random_state), _linear_layers(sk.coef_, sk.intercept_),
+    # a one-vs-rest model (liblinear, multi_class="ovr") trains and predicts one logistic column per class
+    loss = "log_loss" if len(sk.classes_) > 2 and _is_ovr(sk) else "auto"
+    return (LogisticRegression(loss=loss, random_state=sk.random_state), _linear_layers(sk.coef_, sk.intercept_),
             sk.classes_, {})
 
 

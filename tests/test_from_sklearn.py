@@ -85,7 +85,7 @@ def test_converted_model_predicts_what_sklearn_predicts(converted):
     assert np.array_equal(est.predict(X_TEST), sk.predict(X_TEST))
     if hasattr(sk, "decision_function"):
         np.testing.assert_allclose(est.decision_function(X_TEST), sk.decision_function(X_TEST), rtol=1e-5, atol=1e-5)
-    if hasattr(sk, "predict_proba") and not (isinstance(sk, sk_linear.SGDClassifier) and task != "bin"):
+    if hasattr(sk, "predict_proba") and not (isinstance(sk, sk_linear.SGDClassifier) and sk.loss != "log_loss"):
         np.testing.assert_allclose(est.predict_proba(X_TEST), sk.predict_proba(X_TEST), rtol=1e-5, atol=1e-5)
 
 
@@ -210,3 +210,20 @@ def test_continues_step_for_step_as_sklearn_partial_fit(sk, task):
     out = est.decision_function(X_TEST) if task != "reg" else est.predict(X_TEST)
     np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max())
     np.testing.assert_allclose(est.coef_.reshape(sk.coef_.shape), sk.coef_, rtol=2e-4, atol=2e-4 * np.abs(sk.coef_).max())
+    if getattr(sk, "loss", None) == "log_loss":
+        np.testing.assert_allclose(est.predict_proba(X_TEST), sk.predict_proba(X_TEST), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("task", ["bin", "multi"])
+def test_mlp_classifier_continues_as_sklearn_partial_fit(task):
+    sk = sk_nn.MLPClassifier(hidden_layer_sizes=(8,), max_iter=20, shuffle=False, random_state=0, batch_size=20,
+                             learning_rate_init=0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk.fit(X_OLD, _target(X_OLD, task))
+    est = from_sklearn(sk)
+    y_new = _target(X_NEW[:300], task)
+    for i in range(0, 300, 60):
+        sk.partial_fit(X_NEW[i:i + 60], y_new[i:i + 60])
+        est.partial_fit(X_NEW[i:i + 60], y_new[i:i + 60])
+    np.testing.assert_allclose(est.predict_proba(X_TEST), sk.predict_proba(X_TEST), rtol=1e-4, atol=1e-5)

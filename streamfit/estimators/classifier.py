@@ -232,6 +232,9 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         if self.binary_:
             p = 1.0 / (1.0 + np.exp(-scores))
             return np.column_stack([1.0 - p, p])
+        if getattr(self, "loss_name_", None) == "log_loss":  # one-vs-rest logistic columns, as scikit-learn's
+            p = 1.0 / (1.0 + np.exp(-scores))
+            return p / p.sum(axis=1, keepdims=True)
         scores = scores - scores.max(axis=1, keepdims=True)
         e = np.exp(scores)
         return e / e.sum(axis=1, keepdims=True)
