@@ -306,3 +306,11 @@ def test_version_1_checkpoints_are_read_with_a_warning(store, caplog):
     _flip_model_byte(d)  # a version-1 checkpoint's data files are still verified
     with pytest.raises(CorruptCheckpointError, match="model.onnx fails its SHA-256 check"):
         store.load(d)
+
+
+def test_recover_repoints_a_latest_that_names_a_missing_directory(store):
+    (store.root / "latest").write_text("ckpt-000000000005\n")
+    assert_content(store.recover(), 2)
+    assert (store.root / "latest").read_text() == "ckpt-000000000002\n"
+    store.save(3, *content(3))
+    assert [i.step for i in store.list()] == [1, 2, 3]
