@@ -23,6 +23,7 @@ training batch lies inside one record batch; otherwise it is copied into the rin
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
@@ -211,7 +212,9 @@ class Rebatcher:
         self.max_rows = max_rows
         self.ring_size = ring_size
         if layout is not None:
-            layout.check_matches(features=features, label=label, weight=weight, dtype=self.dtype.name, task=task)
+            described = None if self._inputs is None else self._inputs.described()
+            layout.check_matches(features=None if self._inputs is not None else features, label=label, weight=weight,
+                                 dtype=self.dtype.name, task=task, inputs=described)
             if expected_width is not None and layout.n_features != expected_width:
                 raise ValueError(f"the saved column plan gives {layout.n_features} feature values per row "
                                  f"({list(layout.features)}), the model takes {expected_width}")
@@ -431,7 +434,9 @@ class Rebatcher:
             plan: "ColumnPlan | _InputsPlan" = _InputsPlan(compiled, lp, wi, wc)
             if self._layout is None:
                 self._layout = ColumnLayout(tuple(self._inputs.columns), (1,) * len(self._inputs.columns),
-                                            self.label, self.weight, self.dtype.name, self.task)
+                                            self.label, self.weight, self.dtype.name, self.task,
+                                            self._inputs.described())
+            self.n_features = sum(math.prod(c.row_shape) for c in compiled.inputs)
             self._plan, self._plan_schema = plan, schema
             return plan
         names = self._feature_names

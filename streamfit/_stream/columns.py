@@ -113,15 +113,24 @@ class ColumnLayout:
     weight: str | None
     dtype: str
     task: str
+    #: with named model inputs: (input name, what feeds it) in model order
+    inputs: tuple[tuple[str, str], ...] = ()
 
     @property
     def n_features(self) -> int:
         return sum(self.widths)
 
+    def __eq__(self, other: object) -> bool:  # the inputs mapping compares as a mapping (JSON may reorder it)
+        if not isinstance(other, ColumnLayout):
+            return NotImplemented
+        return (self.features, self.widths, self.label, self.weight, self.dtype, self.task, dict(self.inputs)) == (
+            other.features, other.widths, other.label, other.weight, other.dtype, other.task, dict(other.inputs))
+
     def to_json(self) -> dict[str, Any]:
         return {"features": list(self.features), "widths": list(self.widths),
                 "label": self.label if isinstance(self.label, str) else list(self.label),
-                "weight": self.weight, "dtype": self.dtype, "task": self.task}
+                "weight": self.weight, "dtype": self.dtype, "task": self.task,
+                **({"inputs": dict(self.inputs)} if self.inputs else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ColumnLayout":
@@ -134,7 +143,11 @@ class ColumnLayout:
             label = data["label"]
             if isinstance(label, list) and label and all(isinstance(v, str) for v in label):
                 label = tuple(label)
-            layout = cls(features, widths, label, data.get("weight"), data["dtype"], data["task"])
+            inputs = data.get("inputs") or {}
+            if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
+                raise TypeError("inputs must map input names to descriptions")
+            layout = cls(features, widths, label, data.get("weight"), data["dtype"], data["task"],
+                         tuple((str(k), v) for k, v in inputs.items()))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed column layout {dict(data)!r}: {exc!r}") from None
         if (len(features) != len(widths) or not all(isinstance(f, str) for f in features)
@@ -145,9 +158,12 @@ class ColumnLayout:
         return layout
 
     def check_matches(self, *, features: Sequence[str] | None, label: "str | Sequence[str]", weight: str | None,
-                      dtype: str, task: str, what: str = "the saved column plan") -> None:
+                      dtype: str, task: str, what: str = "the saved column plan",
+                      inputs: "Sequence[tuple[str, str]] | None" = None) -> None:
         """``ValueError`` naming every difference between this layout and a configuration."""
         diffs = []
+        if inputs is not None and self.inputs and dict(inputs) != dict(self.inputs):
+            diffs.append(f"inputs {dict(self.inputs)} (configured: {dict(inputs)})")
         label = label if isinstance(label, str) else tuple(label)
         if features is not None and tuple(features) != self.features:
             diffs.append(f"features {list(self.features)} (configured: {list(features)})")

@@ -1,7 +1,7 @@
 """The column plan for models with named inputs: Arrow record batches -> one array per model input.
 
 ``inputs`` maps each model input name to a column name, a list of column names or an encoder
-(:mod:`streamfit.features`).  Per schema, :meth:`InputPlan.compile` checks every column against the
+(:mod:`streamfit.features`); an input it does not name reads the column of its name.  Per schema, :meth:`InputPlan.compile` checks every column against the
 input it feeds (element kind, width, rank) once; :meth:`InputPlan.extract` then turns a record batch into
 ``{input name: array}`` with each input's declared dtype and per-row shape:
 
@@ -149,12 +149,9 @@ class InputPlan:
 
             raise ModelError(f"inputs= names {unknown}, which the model does not have; its inputs are "
                              f"{[m.name for m in model_inputs]}")
-        missing = [m.name for m in model_inputs if m.name not in names]
-        if missing:
-            from streamfit.exceptions import ModelError
-
-            raise ModelError(f"inputs= gives no column for the model input(s) {missing}; map each input "
-                             f"of the model to columns (inputs={{name: column(s) or encoder}})")
+        # an unmapped model input reads the column of its name
+        self.sources += tuple(InputSource(m.name, (m.name,)) for m in model_inputs if m.name not in names)
+        names = [s.input for s in self.sources]
         self.model_inputs = tuple(declared[n] for n in names)
         self.cast = bool(cast)
         self.states: dict[str, EncoderState] = {}
@@ -168,6 +165,10 @@ class InputPlan:
         #: of an exported model)
         self.column_info: dict[str, dict[str, Any]] = {}
         self._rows_encoded = 0
+
+    def described(self) -> tuple[tuple[str, str], ...]:
+        """(input name, what feeds it) in model order: the mapping as a run's state (checkpoints)."""
+        return tuple((s.input, s.describe()) for s in self.sources)
 
     @property
     def columns(self) -> list[str]:

@@ -86,14 +86,15 @@ def test_checkpoints_hold_the_vocabulary_of_exactly_the_trained_rows(tmp_path):
 
 
 @pytest.mark.kafka
-def test_two_input_model_from_kafka(kafka_broker):
+@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+def test_two_input_model_from_kafka(kafka_broker, step):
     tables = [_table(300, 3), _table(300, 4)]
     batches = [b for t in tables for b in t.to_batches(max_chunksize=60)]
     topic = kafka_broker.create_topic(partitions=1)
     kafka_broker.produce_batches(topic, batches, partition=0)
     make = lambda: OnnxRegressor(two_input_model(3, 128), inputs={"x": ["a", "b", "price"],  # noqa: E731
                                                                    "ids": Hashed("city", 128)},
-                                 batch_size=50, **COMMON)
+                                 batch_size=50, step=step, **COMMON)
     est = make()
     source = f"kafka://{kafka_broker.bootstrap}/{topic}?group=g-{topic}&session.timeout.ms=6000"
     summary = train_stream_sync(est, source, batch_size=50, max_rows=600)

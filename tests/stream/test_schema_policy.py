@@ -117,3 +117,19 @@ def test_layout_round_trips_and_refuses_malformed_state():
                 {**layout.to_json(), "widths": [1, 0]}, {**layout.to_json(), "features": "x0"}):
         with pytest.raises(ValueError, match="malformed column layout"):
             ColumnLayout.from_json(bad)
+
+
+def test_a_saved_layout_of_named_inputs_refuses_another_mapping():
+    from streamfit._engine.model import ModelInput
+    from streamfit._stream.columns import ColumnLayout
+    from streamfit.features import Hashed
+
+    mis = [ModelInput("x", np.dtype(np.float32), ("N", 2)), ModelInput("ids", np.dtype(np.int64), ("N",))]
+    rb = Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 8)}, model_inputs=mis, cast=True)
+    batch = make_batches([6], d=3)[0].set_column(2, "x2", pa.array(np.arange(6)))
+    list(rb.push(SourceBatch(batch, lambda r: {"row": r})))
+    saved = ColumnLayout.from_json(rb.layout.to_json())
+    assert saved == rb.layout and dict(saved.inputs)["ids"].startswith("Hashed(")
+    Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 8)}, model_inputs=mis, layout=saved)
+    with pytest.raises(ValueError, match="inputs"):
+        Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 16)}, model_inputs=mis, layout=saved)
