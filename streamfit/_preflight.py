@@ -274,6 +274,7 @@ def _run_child(spec: dict[str, Any]) -> None:
     import numpy as np
 
     from streamfit._engine.model import prepare_model
+    from streamfit.exceptions import BadInputError
 
     stage = "preparing the model"
     _emit(event="start", stage=stage)
@@ -288,7 +289,13 @@ def _run_child(spec: dict[str, Any]) -> None:
             stage = f"{kind}, {rows} rows"
             _emit(event="start", stage=stage)
             X, y = _synthetic(trainers[kind], rows)
-            loss = trainers[kind].step(X, y)
+            try:
+                loss = trainers[kind].step(X, y)
+            except BadInputError as exc:  # BatchNorm1d cannot train on one row: a limit, not a failure
+                if rows != 1 or "more than one value per channel" not in str(exc):
+                    raise
+                _emit(event="notes", notes=[f"{kind}, 1 row refused: {exc}"])
+                continue
             if trainers[kind].fallback:
                 raise RuntimeError(trainers[kind].fallback)
             if not np.isfinite(loss):

@@ -20,6 +20,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.graph import GraphBuilder, onnx_dtype
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.running_stats import emit_running_stats
 from streamfit._engine.rewrites import (_shape_table, bias_grads_as_matmul, decompose_fused_matmul, propagate_matmul_shapes, float64_activation_grads,
                                        remove_noop_reshapes, replace_relu_grad, simplify_broadcast_gradients)
 from streamfit.exceptions import ModelError
@@ -306,6 +307,13 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
                                                          host_checks)
     else:
         upd_inputs, upd_outputs = emit_updates(b, pm, graphs.grad_names, optimizer, penalty, Names.loss, existing)
+    if pm.running_stats:
+        produced = {o for n in graph.node for o in n.output}
+        missing = [t for s in pm.running_stats for t in (s.batch_mean, s.batch_var, s.centered) if t not in produced]
+        if missing:
+            raise ModelError(f"the gradient graph lost the batch statistics {missing[:3]} the running statistics need")
+        rs_inputs, rs_outputs = emit_running_stats(b, pm.running_stats, Names)
+        upd_inputs, upd_outputs = upd_inputs + rs_inputs, upd_outputs + rs_outputs
     position = list(graph.node).index(yield_node)
     nodes = list(graph.node)
     nodes[position:position + 1] = []

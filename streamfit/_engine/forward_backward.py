@@ -17,6 +17,7 @@ from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import GradientGraphs, Names, build_loss_model, build_update_model
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.running_stats import running_stats_model
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.exceptions import StreamfitError
 from streamfit.losses.base import Loss
@@ -55,6 +56,12 @@ class ForwardBackwardStep:
         self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
         self._update_inputs = {i.name for i in self.update_session.get_inputs()}
         self._state: Any = None
+        self._stats_session = None
+        if pm.running_stats:  # the TrainingAgent has no room for extra outputs: a forward of its own
+            stats = running_stats_model(pm.model, [i.name for i in pm.inputs], pm.weights, pm.running_stats,
+                                        pm.dtype, Names)
+            self._stats_session = make_session(stats.SerializeToString(), options, device, pm.dtype)
+        self._updated = [n for n in params.names if n not in pm.buffers]
         self.lr_in_grad_weights = False  # dL/dY is the plain gradient; the update graph applies the lr
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
 
@@ -100,7 +107,7 @@ class ForwardBackwardStep:
         for name, value in self.scalars.values.items():
             if name in self._update_inputs:
                 io.bind_ortvalue_input(name, value)
-        for name in self.params.names:
+        for name in self._updated:
             io.bind_ortvalue_input(name, src[name])
             io.bind_ortvalue_output(Names.new(name), dst[name])
         io.bind_ortvalue_output(Names.check, self.outputs.values[Names.check])
@@ -111,7 +118,21 @@ class ForwardBackwardStep:
         return ok
 
     # -- whole step ---------------------------------------------------------------------------------
+    def update_running_stats(self, x_values: Sequence[C.OrtValue]) -> None:
+        """New running statistics from this batch into the spare set (live once the step is applied)."""
+        io = C.SessionIOBinding(self._stats_session._sess)
+        for spec, value in zip(self.pm.inputs, x_values):
+            io.bind_ortvalue_input(spec.name, value)
+        src, dst = self.params.live(), self.params.spare()
+        for name in list(self.pm.weights) + list(self.pm.buffers):
+            io.bind_ortvalue_input(name, src[name])
+        for name in self.pm.buffers:
+            io.bind_ortvalue_output(Names.new(name), dst[name])
+        self._stats_session._sess.run_with_iobinding(io, None)
+
     def run(self, staging: Staging) -> tuple[float, bool]:
+        if self._stats_session is not None:
+            self.update_running_stats(staging.x_values)
         y = self.forward(staging.x_values)
         np.copyto(staging.y, y.numpy())  # CUDA: a device-to-host copy, as the fused step's bound output
         io = staging.extra["loss_io"]

@@ -32,6 +32,7 @@ import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from streamfit._engine.ml_ops import rewrite_ml_ops
+from streamfit._engine.running_stats import RunningStats, eval_semantics
 from streamfit._engine.trainable import make_trainable
 from streamfit.exceptions import ModelError
 
@@ -138,6 +139,12 @@ class PreparedModel:
     notes: list[str] = field(default_factory=list)
     inputs: tuple[ModelInput, ...] = ()
     inference: ModelProto | None = field(default=None, repr=False)
+    #: BatchNormalizations whose running statistics training updates (see streamfit._engine.running_stats)
+    running_stats: tuple[RunningStats, ...] = ()
+    #: initial values of those statistics (the buffers kept and updated beside the weights)
+    buffers: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: training and inference differ (batch statistics, dropout): progressive validation predicts separately
+    train_differs: bool = False
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
         """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns)."""
@@ -246,7 +253,8 @@ def _is_trainable_use(use: tuple[str, int]) -> bool:
 
 
 def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights: Sequence[str] | None = None,
-                  input_name: str | None = None, output_name: str | None = None) -> PreparedModel:
+                  input_name: str | None = None, output_name: str | None = None, *,
+                  freeze_batchnorm: bool = False, seed: int = 0) -> PreparedModel:
     """Load ``model`` and decide what to train.
 
     ``weights=None`` trains every float initializer that feeds computation (not ones used as shapes,
@@ -313,7 +321,13 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
         raise ModelError(f"weights {unreachable} do not affect output {output_name!r}: no gradient reaches them")
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
     initial = {w: numpy_helper.to_array(inits[w]).copy() for w in weights}
-    proto = make_trainable(proto, notes)
+    stats: list[RunningStats] = []
+    proto = make_trainable(proto, notes, freeze_batchnorm=freeze_batchnorm, seed=seed, running_stats=stats)
+    if eval_semantics(inference):
+        notes.append("BatchNormalization/Dropout exported in training mode: predicted and exported in eval mode")
+    buffers = {name: numpy_helper.to_array(inits[name]).astype(_FLOATS.get(inits[name].data_type, np.float32))
+               for s in stats for name in (s.mean, s.var)}
+    differs = bool(stats) or any(n.op_type == "Dropout" for n in proto.graph.node)
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
-                         initial, notes, model_inputs, inference)
+                         initial, notes, model_inputs, inference, tuple(stats), buffers, differs)
 

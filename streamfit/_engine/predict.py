@@ -44,7 +44,7 @@ class Predictor:
         self.pm = pm
         self.params = params
         self.device = device
-        self._weights = [n for n in params.names if n in pm.initial]
+        self._weights = [n for n in params.names if n in pm.initial or n in pm.buffers]  # + BN statistics
         self._cache: OrderedDict[tuple[Any, ...], _Bound] = OrderedDict()
 
     def run(self, arrays: tuple[np.ndarray, ...], key: tuple[Any, ...] | None = None) -> np.ndarray:

@@ -203,14 +203,21 @@ _REWRITES: list[Callable[[_Rewriter, NodeProto], "list[NodeProto] | None"]] = [
     _layernorm, _activations, _average_pool, _reduce_extreme]
 
 
-def make_trainable(model: ModelProto, notes: list[str]) -> ModelProto:
-    """A copy of ``model`` whose ops all have sound gradients in onnxruntime-training 1.19.2 (see module doc).
+def make_trainable(model: ModelProto, notes: list[str], *, freeze_batchnorm: bool = False, seed: int = 0,
+                   running_stats: "list | None" = None) -> ModelProto:
+    """A copy of ``model`` whose ops all have sound gradients in onnxruntime-training 1.19.2 (see module doc),
+    with BatchNormalization and Dropout in training semantics (:mod:`streamfit._engine.running_stats`).
 
-    ``notes`` gets one line per kind of rewrite.  Raises :class:`ModelError` for an op it must refuse.
+    ``notes`` gets one line per kind of rewrite, ``running_stats`` one :class:`RunningStats` per
+    BatchNormalization that training updates.  Raises :class:`ModelError` for an op it must refuse.
     """
+    from streamfit._engine.running_stats import rewrite_batchnorm, training_dropout
+
     out = ModelProto()
     out.CopyFrom(model)
     rw = _Rewriter(out)
+    found: list = [] if running_stats is None else running_stats
+    dropouts = 0
     for node in out.graph.node:
         if node.op_type in REFUSED:
             raise ModelError(f"node {node.name or node.output[0]!r} ({node.op_type}): {REFUSED[node.op_type]}")
@@ -218,7 +225,12 @@ def make_trainable(model: ModelProto, notes: list[str]) -> ModelProto:
     nodes: list[NodeProto] = []
     for node in out.graph.node:
         new = None
-        for rewrite in _REWRITES:
+        if node.domain in ("", "ai.onnx") and node.op_type == "BatchNormalization":
+            new = rewrite_batchnorm(rw, node, freeze_batchnorm, found)
+        elif node.domain in ("", "ai.onnx") and node.op_type == "Dropout":
+            new = training_dropout(rw, node, seed + dropouts)
+            dropouts += 1
+        for rewrite in ([] if new is not None else _REWRITES):
             new = rewrite(rw, node)
             if new is not None:
                 break
@@ -232,6 +244,13 @@ def make_trainable(model: ModelProto, notes: list[str]) -> ModelProto:
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(rw.consts)
+    used = {name for node in out.graph.node for name in node.input} | {o.name for o in out.graph.output}
+    live = [n for n in out.graph.node if n.op_type != "Constant" or any(o in used for o in n.output)]
+    del out.graph.node[:]
+    out.graph.node.extend(live)
+    kept = [i for i in out.graph.initializer if i.name in used]  # e.g. statistics the rewritten BN no longer reads
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
     for op, count in sorted(done.items()):
         notes.append(f"{op} x{count} rewritten for training")
     return out

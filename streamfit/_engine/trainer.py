@@ -61,13 +61,14 @@ class Trainer:
                  optimizer: "str | Optimizer" = "sgd", learning_rate: "float | Schedule" = 0.01,
                  penalty: Penalty | None = None, device: "str | Device" = "cpu", step: StepKind = "fused",
                  on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
-                 spinning: bool = True) -> None:
+                 spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0) -> None:
         if step not in _STRATEGIES:
             raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
         if on_nonfinite not in ("raise", "skip"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.device = parse_device(device)
-        self.prepared = prepare_model(model, weights, input_name, output_name)
+        self.prepared = prepare_model(model, weights, input_name, output_name, freeze_batchnorm=freeze_batchnorm,
+                                      seed=seed)
         self.loss = get_loss(loss)
         self.optimizer = get_optimizer(optimizer)
         self.penalty = penalty
@@ -85,7 +86,7 @@ class Trainer:
         self._single = self._plan.single
         self.graphs = build_gradient_graphs(self.prepared)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
-        predict_model = self.prepared.predict_model(self.prepared.weights)
+        predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers))
         self._predict_session = make_session(predict_model.SerializeToString(), self.options, self.device,
                                              self.prepared.dtype)
         values: dict[str, np.ndarray] = {}
@@ -93,6 +94,7 @@ class Trainer:
             values[w] = self.prepared.initial[w]
             for slot, arr in self.optimizer.init_state(self.prepared.initial[w]).items():
                 values[Names.slot(w, slot)] = arr
+        values.update(self.prepared.buffers)  # BatchNorm running statistics: updated by the steps, not trained
         self.params = PingPong(self.device, values)
         self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device)
         self._predict_checked: set[tuple[Any, ...]] = set()
@@ -116,6 +118,8 @@ class Trainer:
         self.last_loss = float("nan")
         #: why the fused step was given up for forward/backward (None: it was not)
         self.fallback: str | None = None
+        self._eval_differs = self.prepared.train_differs
+        self._last_eval: np.ndarray | None = None
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -196,6 +200,11 @@ class Trainer:
     def _staging_for(self, arrays: tuple[np.ndarray, ...], y: np.ndarray, key: tuple[Any, ...]) -> Staging:
         """The staging buffers of a batch signature not seen recently: inputs and labels checked, buffers bound."""
         n = self._plan.check(arrays)
+        for stats in self.prepared.running_stats:
+            if stats.spatial is not None and n * stats.spatial <= 1:
+                raise BadInputError(f"BatchNormalization {stats.node!r} needs more than one value per channel in "
+                                    f"training, got a batch of {n} row(s) (PyTorch refuses it too); batch rows "
+                                    "together or pass freeze_batchnorm=True", reason="shape_mismatch")
         if self._strategy is None:
             self._ensure_strategy(arrays)
         assert self._strategy is not None
@@ -259,6 +268,8 @@ class Trainer:
                      lr / n if self._lr_in_grad_weights else 1.0 / n)
         if lr != self._fed_lr or self._scalars_per_step:
             self._set_scalars(lr)
+        if self._eval_differs:
+            self._last_eval = self._predict_arrays(arrays)
         try:
             loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
         except Exception as exc:
@@ -279,8 +290,12 @@ class Trainer:
         """The model's output on the last batch passed to :meth:`step`, computed before its update.
 
         A view into a reused buffer, valid until the next step with the same batch shape: copy it to
-        keep it.  Progressive validation reads it instead of running a separate prediction.
+        keep it.  Progressive validation reads it instead of running a separate prediction; for a model
+        whose training differs from inference (BatchNorm batch statistics, Dropout) it is the inference
+        output (running statistics, no dropout), predicted before the step.
         """
+        if self._last_eval is not None:
+            return self._last_eval
         return self._last_staging.y
 
     def _finish(self, loss: float, ok: bool) -> float:
@@ -373,18 +388,28 @@ class Trainer:
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """The optimizer's per-weight state as named arrays (``<weight>__<slot>``)."""
-        names = [n for n in self.params.names if n not in self.prepared.initial]
+        names = [n for n in self.params.names if n not in self.prepared.initial and n not in self.prepared.buffers]
         return self.params.read(names)
+
+    def running_statistics(self) -> dict[str, np.ndarray]:
+        """Host copies of the BatchNorm running means and variances (empty for a model without any)."""
+        return self.params.read(list(self.prepared.buffers))
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: weights, optimizer state, schedule, counters."""
         return {"weights": self.get_weights(), "optimizer": self.optimizer_state(),
                 "schedule": self.schedule.state_dict(), "n_steps": self.n_steps, "n_skipped": self.n_skipped,
-                "lr_scale": self.lr_scale}
+                "lr_scale": self.lr_scale,
+                **({"buffers": self.running_statistics()} if self.prepared.buffers else {})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.set_weights(state["weights"])
-        expected = {n for n in self.params.names if n not in self.prepared.initial}
+        if "buffers" in state:  # older checkpoints have none: the statistics stay as they are
+            unknown = set(state["buffers"]) - set(self.prepared.buffers)
+            if unknown:
+                raise KeyError(f"unknown running statistics {sorted(unknown)}; the model has {sorted(self.prepared.buffers)}")
+            self.params.write({k: np.asarray(v, self.dtype) for k, v in state["buffers"].items()})
+        expected = {n for n in self.params.names if n not in self.prepared.initial and n not in self.prepared.buffers}
         given = set(state.get("optimizer", {}))
         if given != expected:
             raise KeyError(f"optimizer state has {sorted(given)}, expected {sorted(expected)}")
@@ -397,4 +422,4 @@ class Trainer:
 
     def to_onnx(self) -> ModelProto:
         """The inference model with the trained weights; plain onnxruntime runs it."""
-        return self.prepared.inference_model(self.get_weights())
+        return self.prepared.inference_model({**self.get_weights(), **self.running_statistics()})

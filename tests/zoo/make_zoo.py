@@ -7,7 +7,9 @@ Run with torch (not a streamfit dependency), from the repository root:
     /work/venv-torch/bin/python tests/zoo/make_zoo.py mlp_relu   # some
 
 Writes ``tests/zoo/<name>.legacy.onnx`` (``torch.onnx.export(dynamo=False)``), ``<name>.dynamo.onnx``
-(``dynamo=True``) and ``<name>.npz``: the eval inputs ``in_<input>`` and PyTorch's eval outputs ``out_<i>``; for
+(``dynamo=True``; with ``optimize=False`` for models with BatchNorm, which the optimizer would fold into the
+layer before it), for models with BatchNorm or Dropout also ``<name>.legacy_train.onnx`` (exported with
+``training=TrainingMode.TRAINING``: BatchNormalization in training mode, Dropout nodes kept), and ``<name>.npz``: the eval inputs ``in_<input>`` and PyTorch's eval outputs ``out_<i>``; for
 models with BatchNorm also the training batches ``train<k>_<input>`` and every BatchNorm's running statistics
 after PyTorch ran those batches in train mode (``bn_<module path>_mean`` / ``_var``, momentum ``bn_momentum``).
 Everything is seeded, so a re-run writes the same weights (up to the exporters' own changes).
@@ -218,19 +220,32 @@ def export(name: str, spec: Spec) -> None:
                 model(*_tensors(sample(spec, 32, rng)))
         model.eval()
     # the exported model (its weights and statistics as they are now)
-    for exporter in ("legacy", "dynamo"):
+    state = {k: v.clone() for k, v in model.state_dict().items()}  # exports in train mode move BN statistics
+    has_dropout = any(isinstance(m, nn.Dropout) for m in model.modules())
+    exporters = ("legacy", "dynamo") + (("legacy_train",) if bns or has_dropout else ())
+    for exporter in exporters:
         path = HERE / f"{name}.{exporter}.onnx"
         kwargs: dict = {"input_names": in_names, "output_names": list(spec.outputs)}
-        if exporter == "legacy":
+        if exporter.startswith("legacy"):
             kwargs["dynamic_axes"] = {n: {0: "N"} for n in in_names + list(spec.outputs)}
             kwargs["opset_version"] = 17
+            if exporter == "legacy_train":
+                kwargs["training"] = torch.onnx.TrainingMode.TRAINING
+                kwargs["do_constant_folding"] = False
         else:
+            kwargs["optimize"] = not bns
             batch = torch.export.Dim("N", min=1)
             kwargs["dynamic_shapes"] = tuple({0: batch} for _ in in_names)  # positional: names differ
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(model, example, str(path), dynamo=exporter == "dynamo", **kwargs)
+        model.load_state_dict(state)
+        model.eval()  # the training-mode export leaves the module in train mode
         proto = onnx.load(str(path))  # dynamo may write external data itself: one file unless asked
+        if exporter == "legacy_train":  # tracing in train mode moved the running statistics: put them back
+            for init in proto.graph.initializer:
+                if init.name in state:
+                    init.CopyFrom(onnx.numpy_helper.from_array(state[init.name].numpy(), init.name))
         for stale in HERE.glob(f"{name}.{exporter}.onnx*.data"):
             stale.unlink()
         if spec.external_data:
