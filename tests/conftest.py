@@ -41,3 +41,13 @@ def _preflight_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         os.environ.pop("STREAMFIT_CACHE_DIR", None)
     else:
         os.environ["STREAMFIT_CACHE_DIR"] = old
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run only when asked for (``-m slow``, or any ``-m`` expression naming it)."""
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
