@@ -33,7 +33,9 @@ class LinearRegressor(ReadyRegressor):
     standardize_target
         The same for the targets: train on standardized targets and map predictions back; without it a
         model starts at 0 and must climb to the level of ``y`` at the optimizer's pace (Adam at 0.01 moves
-        a weight about 0.01 per step).
+        a weight about 0.01 per step).  Losses with a scale of their own (Huber's ``delta``, the
+        epsilon-insensitive tube) then measure it in standard deviations of ``y``; pass
+        ``standardize_target=False`` to keep them in the units of ``y``.
     batch_size, max_iter, shuffle, random_state, warm_start
         Rows per training step; epochs of ``fit``; shuffling between epochs (seeded by ``random_state``);
         whether ``fit`` continues from the current weights.
