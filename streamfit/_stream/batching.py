@@ -25,19 +25,21 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from streamfit.exceptions import BadInputError
-from streamfit.sources._base import Position, SourceBatch
+from streamfit.sources._base import Position, SourceBatch, Unit
 from streamfit._stream.columns import (ColumnLayout, ColumnPlan, ColumnProblem, LabelPlan, make_plan, plan_label,
                                        schema_names, _scalar_float)
 from streamfit._stream.inputs import CompiledInputs, InputPlan
+from streamfit._stream.skips import SkipLedger, Skipped
 
-__all__ = ["TrainingBatch", "Rebatcher", "IN_FLIGHT_EXTRA", "ROW_REASONS", "MESSAGE_REASONS"]
+__all__ = ["TrainingBatch", "Rebatcher", "Span", "Quarantine", "IN_FLIGHT_EXTRA", "ROW_REASONS",
+           "MESSAGE_REASONS"]
 
 logger = logging.getLogger("streamfit.stream")
 
@@ -48,9 +50,35 @@ IN_FLIGHT_EXTRA = 2
 ROW_REASONS = ("null", "non_finite", "out_of_range", "non_integer_label", "unknown_class", "negative_weight")
 #: reasons a whole record batch / message is dropped.
 MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type", "invalid_name", "duplicate_column",
-                   "feature_count", "wrong_shape")
+                   "feature_count", "wrong_shape", "poison")
 
 _BLOCK = 4096  # rows per copy block: keeps the destination rows in cache for wide buffers
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Rows ``start:stop`` of a source batch that went into a training batch (source row numbers)."""
+
+    sb: SourceBatch
+    start: int
+    stop: int
+
+    def units(self) -> list[Unit]:
+        """The messages of the source batch these rows come from."""
+        return [u for u in self.sb.units() if u.start < self.stop and self.start < u.stop
+                or (u.start == u.stop == self.start)]
+
+
+@dataclass
+class Quarantine:
+    """Messages (unit keys) the rebatcher treats apart: ``isolate``d ones are trained in batches of their
+    own (so that a diverging batch names one message), ``skip``ped ones are dropped as ``poison``."""
+
+    isolate: set[str] = field(default_factory=set)
+    skip: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.isolate or self.skip)
 
 
 @dataclass(frozen=True)
@@ -60,6 +88,8 @@ class TrainingBatch:
     ``X`` is an array, or ``{model input name: array}`` when the rebatcher fills named inputs; it may be
     a view into a reused buffer or into Arrow memory (read-only): do not keep it.  ``rows_end`` counts the
     stream's good rows up to this batch's last (what :meth:`Rebatcher.commit` takes once it is trained).
+    ``skipped``: input dropped by policy between the previous training batch and ``position`` (settle it
+    when this batch is trained); ``spans``: where its rows come from.
     """
 
     X: "np.ndarray | dict[str, np.ndarray]"
@@ -68,6 +98,8 @@ class TrainingBatch:
     n_rows: int
     position: Position
     rows_end: int = 0
+    skipped: tuple[Skipped, ...] = ()
+    spans: tuple[Span, ...] = ()
 
 
 @dataclass
@@ -81,10 +113,15 @@ class _Segment:
     w: np.ndarray | None
     rows: np.ndarray | None  # indices of the good rows, None = all rows
     n: int
+    seq: int  # the record batch's number in the stream
 
     def src_end(self, i: int) -> int:
         """Source row index just after good row ``i - 1``."""
         return i if self.rows is None else int(self.rows[i - 1]) + 1
+
+    def src_start(self, i: int) -> int:
+        """Source row index of good row ``i``."""
+        return i if self.rows is None else int(self.rows[i])
 
 
 @dataclass(frozen=True)
@@ -133,6 +170,12 @@ class Rebatcher:
     cast : allow explicit conversion of integer/bool/decimal columns (see :mod:`.columns`).
     max_rows : stop after this many training rows (the last batch is cut short, ``done`` becomes True).
     ring_size : number of reused buffers (see the module docstring); ``None`` = fresh arrays per batch.
+    quarantine : a :class:`Quarantine` (shared, may change between record batches): messages to train
+        apart or to drop as poison.
+
+    Skipped input is counted twice: ``skipped_rows``/``skipped_messages`` as soon as it is read, and in
+    the ``skipped`` of the training batch (or ``end_skipped`` after :meth:`flush`) whose position first
+    passes it, which is what a consumer that checkpoints positions must count.
 
     ``push`` and ``flush`` are generators: advance them only after handing off the previous batch.
 
@@ -167,6 +210,7 @@ class Rebatcher:
         model_inputs: "Sequence[Any] | None" = None,
         encoder_states: "Mapping[str, Any] | None" = None,
         classes: Any = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
@@ -246,6 +290,13 @@ class Rebatcher:
         self._fill_end: tuple[SourceBatch, int] | None = None  # (batch, source row) after the buffer's last row
         self._consumed: Position | None = None
         self._last_emitted: Position | None = None
+        self._seq = 0  # record batches pushed
+        self._fill_seq = 0  # the record batch of the buffer's last row
+        self._fill_spans: list[Span] = []
+        self._ledger = SkipLedger()
+        self.quarantine = quarantine
+        #: after :meth:`flush`: the skips between the last training batch and ``end_position``.
+        self.end_skipped: tuple[Skipped, ...] = ()
 
         #: rows dropped, by reason (rows of whole record batches dropped for schema reasons included).
         self.skipped_rows: Counter[str] = Counter()
@@ -298,12 +349,44 @@ class Rebatcher:
         ``ahead``: the result of :meth:`extract_ahead` for ``sb`` (if it was called)."""
         if self.done:
             return
-        seg = self._segment(sb, ahead)
+        q = self.quarantine
+        units = sb.units() if q and sb.batch is not None and sb.num_rows else ()
+        if any(u.key in q.skip or u.key in q.isolate for u in units):  # type: ignore[union-attr]
+            for unit in units:
+                yield from self._push_unit(sb.sub(unit), unit)
+                if self.done:
+                    return
+        else:
+            self._seq += 1
+            seg = self._segment(sb, ahead)
+            if seg is not None:
+                yield from self._take(seg)
+                if self.done:
+                    return
+        self._consumed = sb.position_at(0) if sb.batch is None else sb.position_at(sb.num_rows)
+
+    def _push_unit(self, sb: SourceBatch, unit: Unit) -> Iterator[TrainingBatch]:
+        """One message of a record batch that holds a quarantined one: dropped, trained apart, or as usual."""
+        q = self.quarantine
+        assert q is not None
+        self._seq += 1
+        if unit.key in q.skip:
+            n = sb.num_rows
+            self._bad(sb, "poison", None, f"poison message {unit.key!r} ({n} rows) quarantined: training on it "
+                      "diverged repeatedly", row=None, rows=n)
+            self.rows_in += n
+            self.skipped_messages["poison"] += 1
+            self.skipped_rows["poison"] += n
+            self._ledger.add_message(self._seq, sb, "poison", None, f"poison message {unit.key}")
+            return
+        isolate = unit.key in q.isolate
+        if isolate and self._fill:
+            yield self._emit()  # the rows before it, in a batch without it
+        seg = self._segment(sb, None)
         if seg is not None:
             yield from self._take(seg)
-            if self.done:
-                return
-        self._consumed = sb.position_at(0) if sb.batch is None else sb.position_at(sb.num_rows)
+        if isolate and self._fill and not self.done:
+            yield self._emit()
 
     def flush(self) -> Iterator[TrainingBatch]:
         """End of stream: yield the last partial batch (unless ``drop_last``); set ``end_position``."""
@@ -311,9 +394,15 @@ class Rebatcher:
             yield self._emit()
         if self._fill:  # drop_last: the rows in the buffer are not trained, resume before them
             self._fill = 0
+            self._fill_spans = []
             self.end_position = self._last_emitted
+            self._ledger.clear()
+        elif self.done:
+            self.end_position = self._last_emitted
+            self._ledger.clear()  # read past the end: read again by whoever resumes there
         else:
-            self.end_position = self._consumed if not self.done else self._last_emitted
+            self.end_position = self._consumed
+            self.end_skipped = self._ledger.take_all()
 
     # ------------------------------------------------------------------ bad input
     def _bad(self, sb: SourceBatch, reason: str, column: str | None, message: str, *,
@@ -333,17 +422,21 @@ class Rebatcher:
                               "fields": {"reason": reason, "column": column, "rows": rows, "position": position}})
 
     def _segment(self, sb: SourceBatch, ahead: tuple[Any, ...] | None = None) -> _Segment | None:
+        seq = self._seq
         if sb.error is not None or sb.batch is None:
-            self._bad(sb, "undecodable", getattr(sb.error, "column", None),
-                      f"undecodable message: {sb.error}", row=None, rows=0, cause=sb.error)
+            column = getattr(sb.error, "column", None)
+            self._bad(sb, "undecodable", column, f"undecodable message: {sb.error}", row=None, rows=0,
+                      cause=sb.error)
             self.skipped_messages["undecodable"] += 1
+            self._ledger.add_message(seq, sb, "undecodable", column, str(sb.error))
             return None
         n = sb.batch.num_rows
         self.rows_in += n
         if n == 0:
-            self._bad(sb, "empty_batch", None, "empty record batch (0 rows), expected at least one row",
-                      row=None, rows=0)
+            text = "empty record batch (0 rows), expected at least one row"
+            self._bad(sb, "empty_batch", None, text, row=None, rows=0)
             self.skipped_messages["empty_batch"] += 1
+            self._ledger.add_message(seq, sb, "empty_batch", None, text)
             return None
         try:
             plan = self._plan_for(sb.batch.schema)
@@ -355,6 +448,7 @@ class Rebatcher:
             self._bad(sb, p.reason, p.column, p.message, row=None, rows=n)
             self.skipped_messages[p.reason] += 1
             self.skipped_rows[p.reason] += n
+            self._ledger.add_message(seq, sb, p.reason, p.column, p.message)
             return None
         rows = None
         if checks:
@@ -370,9 +464,10 @@ class Rebatcher:
                 self._bad(sb, p.reason, p.column, p.message, row=None, rows=n)
                 self.skipped_messages[p.reason] += 1
                 self.skipped_rows[p.reason] += n
+                self._ledger.add_message(seq, sb, p.reason, p.column, p.message)
                 return None
         self._good_rows += good
-        return _Segment(sb, plan, feats, y, w, rows, good)
+        return _Segment(sb, plan, feats, y, w, rows, good, seq)
 
     def _bad_rows(self, sb: SourceBatch, checks: list[tuple[str, str, np.ndarray, np.ndarray]],
                   n: int) -> np.ndarray:
@@ -395,9 +490,10 @@ class Rebatcher:
                     code[new] = k
                     self.skipped_rows[reason] += count
                     first = int(np.argmax(new))
-                    self._bad(sb, reason, col, self._row_message(reason, col, values[first])
-                              + (f"; {count} such rows in this record batch" if count > 1 else ""),
-                              row=first, rows=count)
+                    text = self._row_message(reason, col, values[first])
+                    self._bad(sb, reason, col, text + (f"; {count} such rows in this record batch"
+                                                        if count > 1 else ""), row=first, rows=count)
+                    self._ledger.add_rows(self._seq, sb, reason, col, text, np.flatnonzero(new))
         return np.flatnonzero(code == 0)
 
     def _row_message(self, reason: str, column: str, value: Any) -> str:
@@ -612,8 +708,10 @@ class Rebatcher:
                 continue
             k = min(seg.n - i, bs - self._fill, room)
             self._copy(seg, i, k)
+            self._fill_spans.append(Span(seg.sb, seg.src_start(i), seg.src_end(i + k)))
             i += k
             self._fill_end = (seg.sb, seg.src_end(i))
+            self._fill_seq = seg.seq
             if self._fill == bs or k == room:
                 yield self._emit()
             if self.done:
@@ -669,23 +767,27 @@ class Rebatcher:
             Y, W = Y[:n], None if W is None else W[:n]
         self._fill = 0
         self._fill_end = None
+        spans, self._fill_spans = tuple(self._fill_spans), []
+        skipped = self._ledger.take_until(self._fill_seq, end) if self._ledger else ()
         self._finish(n, position)
-        return TrainingBatch(X, Y, W, n, position, self._emitted_rows)
+        return TrainingBatch(X, Y, W, n, position, self._emitted_rows, skipped, spans)
 
     def _emit_view(self, seg: _Segment, i: int) -> TrainingBatch:
         bs = self.batch_size
         position = seg.sb.position_at(i + bs)
+        skipped = self._ledger.take_until(seg.seq, i + bs) if self._ledger else ()
         if isinstance(seg.feats, dict):  # every input, label and weight as views of this segment's arrays
             X: Any = {name: values[i:i + bs] for name, values in seg.feats.items()}
             Y, W = seg.y[i:i + bs], None if seg.w is None else seg.w[i:i + bs]
             self._finish(bs, position, fresh=True)
-            return TrainingBatch(X, Y, W, bs, position, self._emitted_rows)
+            return TrainingBatch(X, Y, W, bs, position, self._emitted_rows, skipped, (Span(seg.sb, i, i + bs),))
         _, Y, W = self._buffers(self._slot)
         Y[:] = seg.y[i:i + bs]
         if W is not None:
             W[:] = seg.w[i:i + bs]  # type: ignore[index]
         self._finish(bs, position)
-        return TrainingBatch(seg.feats[0][i:i + bs], Y, W, bs, position, self._emitted_rows)
+        return TrainingBatch(seg.feats[0][i:i + bs], Y, W, bs, position, self._emitted_rows, skipped,
+                             (Span(seg.sb, i, i + bs),))
 
 
 def _null_mask(arr: pa.Array) -> np.ndarray | None:

@@ -29,6 +29,8 @@ class BatchEvent:
     loss: float | None
     progressive_loss: float | None
     elapsed: float      # seconds since the loop started
+    skipped: tuple = ()  # Skipped input settled with this batch (before its position, after the previous)
+    spans: tuple = ()    # Span: the source rows of this batch
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class StreamSummary:
     ``skipped_rows`` counts dropped rows by reason (``null``, ``non_finite``, ``non_integer_label``,
     ``negative_weight``, and the rows of whole record batches dropped for ``missing_column`` or
     ``wrong_type``); ``skipped_messages`` counts whole record batches / messages dropped by reason
-    (``undecodable``, ``empty_batch``, ``missing_column``, ``wrong_type``).
+    (``undecodable``, ``empty_batch``, ``missing_column``, ``wrong_type``, ``poison``).  Both cover the input
+    before ``position`` exactly (input read ahead of it is not counted).
     ``position`` is where to resume: after the last trained row, or after trailing skipped input when the
     source was exhausted (``None`` if nothing was consumed).  ``ended_by`` is ``"end"`` (source
     exhausted), ``"max_rows"`` or ``"stop"``.

@@ -30,6 +30,7 @@ import enum
 import inspect
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Awaitable, Callable, Sequence, Union
@@ -39,8 +40,10 @@ import numpy as np
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from streamfit.sources._base import Position, Source
-from streamfit._stream.batching import IN_FLIGHT_EXTRA, Rebatcher, TrainingBatch
+from streamfit._stream.batching import IN_FLIGHT_EXTRA, Quarantine, Rebatcher, TrainingBatch
 from streamfit._stream.columns import ColumnLayout
+from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
+from streamfit._stream.skips import Skipped, count_skips
 from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
 from streamfit._stream.progress import Progress
@@ -73,6 +76,7 @@ class LoopState(enum.Enum):
 class _End:
     position: Position | None
     ended_by: str
+    skipped: tuple[Skipped, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,8 @@ class StreamLoop:
         stop_event: anyio.Event | None = None,
         layout: ColumnLayout | None = None,
         inputs: Any = None,
+        dead_letter: "DeadLetterSink | str | None" = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
             raise ValueError(f"Invalid queue_size: {queue_size!r}, expected an int >= 1")
@@ -212,7 +218,13 @@ class StreamLoop:
             batch_size, features=features, label=label, weight=weight, task=task, dtype=dtype,
             on_bad=on_bad, cast=cast, drop_last=drop_last, max_rows=max_rows,
             ring_size=queue_size + IN_FLIGHT_EXTRA, layout=layout, classes=classes,
-            expected_width=None if inputs is not None else declared_width(estimator), **named)
+            expected_width=None if inputs is not None else declared_width(estimator), quarantine=quarantine,
+            **named)
+        self._own_sink = isinstance(dead_letter, str)
+        self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
+        #: skipped input behind the position of the last trained batch (what a checkpoint there covers)
+        self.skipped_rows: Counter[str] = Counter()
+        self.skipped_messages: Counter[str] = Counter()
         self._metrics = ProgressiveMetrics(task, window)
         self._state = LoopState.CREATED
         self._stop_requested = False
@@ -317,6 +329,8 @@ class StreamLoop:
             if source is not None:
                 with anyio.CancelScope(shield=True):
                     await source.aclose()
+            if self._own_sink and self.dead_letter is not None:
+                self.dead_letter.close()  # syncs what was written
         if error is not None:
             raise error
         return self.summary()
@@ -328,8 +342,8 @@ class StreamLoop:
         return StreamSummary(
             rows=self._rows,
             batches=self._batches,
-            skipped_rows=dict(rb.skipped_rows),
-            skipped_messages=dict(rb.skipped_messages),
+            skipped_rows=dict(self.skipped_rows),
+            skipped_messages=dict(self.skipped_messages),
             stream_metrics=dict(self._metrics.stream()),
             window_metrics=dict(self._metrics.recent()),
             rows_per_s=self._rows / elapsed if elapsed > 0 else 0.0,
@@ -375,7 +389,7 @@ class StreamLoop:
                             break
                 for tb in rb.flush():
                     await send.send(tb)
-                end = _End(rb.end_position, "max_rows" if rb.done else "end")
+                end = _End(rb.end_position, "max_rows" if rb.done else "end", rb.end_skipped)
             except Exception as exc:  # train what came before, then raise in the trainer
                 await send.send(_Failure(exc))
                 return
@@ -409,6 +423,7 @@ class StreamLoop:
             except anyio.EndOfStream:
                 item = _End(None, "end")
             if isinstance(item, _End):
+                self._settle(item.skipped)
                 self._ended_by = item.ended_by
                 if item.position is not None:
                     self._position = item.position
@@ -465,6 +480,7 @@ class StreamLoop:
                 from streamfit.features._estimator import note_plan
 
                 note_plan(self.estimator, self._rebatcher.input_plan)
+        self._settle(tb.skipped)
         self._partial_fit_called = True
         self._rows += tb.n_rows
         self._batches += 1
@@ -483,7 +499,14 @@ class StreamLoop:
             self._progress.update(tb.n_rows, self._metrics.recent()["loss"] if rows is not None else own_loss)
         loss = own_loss if own_loss is not None else progressive_loss
         await _call(self.on_batch, BatchEvent(self._batches, self._rows, tb.n_rows, tb.position, loss,
-                                              progressive_loss, elapsed))
+                                              progressive_loss, elapsed, tb.skipped, tb.spans))
+
+    def _settle(self, skipped: tuple[Skipped, ...]) -> None:
+        """Skipped input now behind the trained position: count it, hand it to the dead-letter sink."""
+        if skipped:
+            count_skips(skipped, self.skipped_rows, self.skipped_messages)
+            if self.dead_letter is not None:
+                self.dead_letter.write(skipped)
 
     def _timed_step(self, tb: TrainingBatch, first: bool) -> tuple[dict[str, np.ndarray] | None, float | None]:
         t0 = time.perf_counter()
@@ -540,6 +563,7 @@ async def train_stream(
     stop_event: anyio.Event | None = None,
     layout: ColumnLayout | None = None,
     inputs: Any = None,
+    dead_letter: "DeadLetterSink | str | None" = None,
 ) -> StreamSummary:
     """Train ``estimator`` with ``partial_fit`` on a stream, evaluating each batch before training on it.
 
@@ -580,6 +604,8 @@ async def train_stream(
         shapes (see :mod:`streamfit._stream.inputs`), and the encoders' state advances as rows are trained.
     layout : the :class:`~streamfit._stream.columns.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
         of the run that saved it): features, widths, label, weight and dtype are fixed to it.
+    dead_letter : where input skipped by ``on_bad="skip"`` goes, with its position and reason: a
+        :class:`~streamfit.DeadLetterSink`, a JSON-lines file path or ``kafka://HOST:PORT/topic``.
 
     Examples
     --------
@@ -601,7 +627,8 @@ async def train_stream(
         estimator, source, features=features, label=label, weight=weight, task=task, classes=classes,
         batch_size=batch_size, max_rows=max_rows, on_bad=on_bad, cast=cast, dtype=dtype,
         drop_last=drop_last, queue_size=queue_size, window=window, evaluate=evaluate, progress=progress,
-        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event, layout=layout, inputs=inputs)
+        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event, layout=layout, inputs=inputs,
+        dead_letter=dead_letter)
     return await loop.run()
 
 

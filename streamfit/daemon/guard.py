@@ -13,8 +13,13 @@ class DivergenceGuard:
     """Flags a batch whose loss is non-finite, whose step was refused, or that exceeds ``factor`` times
     the running mean of the loss (after ``warmup`` batches).
 
-    On a rollback the run multiplies the learning rate by ``lr_factor``; after ``max_rollbacks``
-    rollbacks with no good checkpoint in between it gives up.
+    On a rollback the run multiplies the learning-rate scale by ``lr_factor``; after ``recover_after``
+    good batches in a row it multiplies it by ``recover_factor`` again, back up to 1.  A message (source
+    position) that made training roll back ``max_rollbacks`` times is a *poison message*: it is
+    quarantined (skipped as ``poison``, sent to the dead-letter sink) and the scale goes back to what it
+    was before that message's first rollback.  The run stops with ``DivergenceError`` when the scale
+    would fall below ``min_lr_scale``, or after ``max_poison_in_a_row`` quarantines with no good batch in
+    between (then the model diverges, not the data).
     """
 
     factor: float = 100.0
@@ -22,6 +27,10 @@ class DivergenceGuard:
     lr_factor: float = 0.1
     max_rollbacks: int = 3
     decay: float = 0.98  # weight of the past in the running mean
+    min_lr_scale: float = 1e-4
+    recover_after: int = 100
+    recover_factor: float = 2.0
+    max_poison_in_a_row: int = 3
 
     def __post_init__(self) -> None:
         if not self.factor > 1:
@@ -30,6 +39,14 @@ class DivergenceGuard:
             raise ValueError(f"lr_factor must be in (0, 1), got {self.lr_factor!r}")
         if self.max_rollbacks < 1:
             raise ValueError(f"max_rollbacks must be >= 1, got {self.max_rollbacks!r}")
+        if not 0 < self.min_lr_scale < 1:
+            raise ValueError(f"min_lr_scale must be in (0, 1), got {self.min_lr_scale!r}")
+        if self.recover_after < 1:
+            raise ValueError(f"recover_after must be >= 1, got {self.recover_after!r}")
+        if not self.recover_factor > 1:
+            raise ValueError(f"recover_factor must be > 1, got {self.recover_factor!r}")
+        if self.max_poison_in_a_row < 1:
+            raise ValueError(f"max_poison_in_a_row must be >= 1, got {self.max_poison_in_a_row!r}")
         self.reset()
 
     def reset(self) -> None:

@@ -68,6 +68,10 @@ class Metrics:
         self.rows = prom.Gauge("streamfit_rows_trained", "rows trained (total, across restarts)", registry=r)
         self.batches = prom.Gauge("streamfit_batches_trained", "batches trained", registry=r)
         self.skipped = prom.Gauge("streamfit_rows_skipped", "rows skipped as bad input", ["reason"], registry=r)
+        self.skipped_messages = prom.Gauge("streamfit_messages_skipped", "whole messages skipped (undecodable, "
+                                           "empty_batch, poison, ...)", ["reason"], registry=r)
+        self.lr_scale = prom.Gauge("streamfit_lr_scale", "learning-rate scale (lowered by rollbacks, recovers)",
+                                   registry=r)
         self.loss = prom.Gauge("streamfit_progressive_loss", "progressive loss over the recent window", registry=r)
         self.rows_per_s = prom.Gauge("streamfit_rows_per_second", "training throughput", registry=r)
         self.ckpt_age = prom.Gauge("streamfit_checkpoint_age_seconds", "seconds since the last durable checkpoint",

@@ -19,6 +19,8 @@ import numpy as np
 
 from streamfit._stream import StreamLoop
 from streamfit._stream.columns import ColumnLayout
+from streamfit._stream.batching import Quarantine
+from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
 from streamfit._stream.events import BatchEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
 from streamfit.daemon.guard import DivergenceGuard
@@ -48,6 +50,8 @@ class RunSummary:
     #: rows trained and rows skipped (by reason) by this run alone, not counting the resumed checkpoint's
     rows_this_run: int = 0
     skipped_this_run: dict[str, int] = field(default_factory=dict)
+    skipped_messages: dict[str, int] = field(default_factory=dict)
+    quarantined: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -60,6 +64,9 @@ class _Snapshot:
     model: bytes
     arrays: dict[str, np.ndarray]
     state: dict[str, Any]
+    skipped_rows: dict[str, int] = field(default_factory=dict)
+    skipped_messages: dict[str, int] = field(default_factory=dict)
+    dead_letter: int = 0  # the dead-letter sink's mark
 
 
 class _KeepOpen(Source):
@@ -84,7 +91,9 @@ class Runner:
     ``source`` is a URI/path (re-opened at a position on resume or rollback) or a callable returning a
     fresh :class:`~streamfit.sources.Source`.  ``loop_options`` go to the streaming loop (features,
     label, batch_size, on_bad, classes, progress, ...), except ``max_rows``: the rows to train in all,
-    counted over resumes (a resumed run trains what the checkpoint's row counter leaves).
+    counted over resumes (a resumed run trains what the checkpoint's row counter leaves).  ``dead_letter``: a sink (or a JSON-lines path, or ``kafka://HOST:PORT/topic``)
+    for skipped input and quarantined poison messages; it is synced before every checkpoint that moves
+    past them.
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
@@ -92,7 +101,7 @@ class Runner:
                  every_seconds: float | None = None, keep: int = 3, resume: bool = False,
                  publish_path: "str | Path | None" = None, guard: DivergenceGuard | None = None,
                  health_path: "str | Path | None" = None, health_interval: float = 1.0,
-                 metrics: Metrics | None = None,
+                 metrics: Metrics | None = None, dead_letter: "DeadLetterSink | str | None" = None,
                  source_options: Mapping[str, Any] | None = None, **loop_options: Any) -> None:
         if every_batches is not None and every_batches < 1:
             raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
@@ -119,6 +128,9 @@ class Runner:
         #: rows to train in all, counted over resumes and rollbacks (the checkpoint's row counter)
         self.max_rows = max_rows
         self.loop_options = loop_options
+        self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, (str, Path)) else dead_letter
+        if self.dead_letter is not None and (self.store is not None or guard is not None):
+            self.dead_letter.hold = True  # records wait for the checkpoint (or rollback point) that covers them
         # counters across restarts
         self.rows = 0
         self.batches = 0
@@ -126,7 +138,6 @@ class Runner:
         self.checkpoints = 0
         self.last_checkpoint: str | None = None
         self.rollbacks = 0
-        self._rollbacks_in_a_row = 0
         self._resumed_from: str | None = None
         self._good: _Snapshot | None = None
         self._pending: dict[int, _Snapshot] = {}  # submitted, not yet known durable
@@ -138,6 +149,15 @@ class Runner:
         self._rollback_reason: str | None = None
         self._writer: AsyncCheckpointWriter | None = None
         self._skipped: dict[str, int] = {}  # skipped rows of finished (and resumed) runs, by reason
+        self._skipped_msgs: dict[str, int] = {}  # skipped messages, likewise
+        # poison messages: rollbacks per message (unit key), never reset by checkpoints
+        self._strikes: dict[str, int] = {}
+        self._scale_before: dict[str, float] = {}  # lr scale before a message's first rollback
+        self._quarantine = Quarantine()
+        self._rollback_units: list[str] = []
+        self._good_run = 0  # good batches since the last rollback or lr recovery
+        self._poison_in_a_row = 0  # quarantines with no good batch in between
+        self._dead_letter_state: dict[str, Any] | None = None
         self._loop_running = False
         self._t0 = 0.0
         self._rows_at_start = 0
@@ -167,16 +187,21 @@ class Runner:
     # -- state ---------------------------------------------------------------------------------------
     def _snapshot(self) -> _Snapshot:
         model, arrays, state = snapshot_estimator(self.estimator)
-        return _Snapshot(self.batches, self.rows, self.position, model, arrays, state)
+        mark = self.dead_letter.mark() if self.dead_letter is not None else 0
+        return _Snapshot(self.batches, self.rows, self.position, model, arrays, state, self._skipped_rows(),
+                         self._skipped_messages(), mark)
 
     def _meta(self, snap: _Snapshot, summary: Any | None) -> dict[str, Any]:
         meta: dict[str, Any] = {"rows": snap.rows, "batches": snap.step, "position": snap.position,
                                 "estimator": snap.state, "rollbacks": self.rollbacks,
                                 "source": self.source_spec if isinstance(self.source_spec, str) else None,
-                                "skipped_rows": self._skipped_rows()}
+                                "skipped_rows": snap.skipped_rows, "skipped_messages": snap.skipped_messages,
+                                "poison": self._poison_state()}
         layout = self._current_layout()
         if layout is not None:
             meta["columns"] = layout.to_json()
+        if self._dead_letter_state is not None:
+            meta["dead_letter"] = self._dead_letter_state
         if summary is not None:
             meta["metrics"] = {"stream": summary.stream_metrics, "window": summary.window_metrics}
         return meta
@@ -210,9 +235,22 @@ class Runner:
                                   f"configured with {list(classes)}: a run keeps its classes")
         self._layout = layout
 
+    def _poison_state(self) -> dict[str, Any]:
+        """Rollbacks per message and the quarantined messages (the newest 1024 of each)."""
+        strikes = dict(list(self._strikes.items())[-1024:])
+        scales = {k: self._scale_before[k] for k in strikes if k in self._scale_before}
+        return {"strikes": strikes, "scale_before": scales, "quarantined": sorted(self._quarantine.skip)[-1024:]}
+
+    def _load_poison(self, state: Mapping[str, Any]) -> None:
+        self._strikes = {str(k): int(v) for k, v in (state.get("strikes") or {}).items()}
+        self._scale_before = {str(k): float(v) for k, v in (state.get("scale_before") or {}).items()}
+        self._quarantine.skip = {str(k) for k in state.get("quarantined") or ()}
+        self._quarantine.isolate = set(self._strikes) - self._quarantine.skip
+
     def _restore(self, snap: _Snapshot) -> None:
         restore_estimator(self.estimator, snap.state, snap.arrays)
         self.rows, self.batches, self.position = snap.rows, snap.step, snap.position
+        self._skipped, self._skipped_msgs = dict(snap.skipped_rows), dict(snap.skipped_messages)
 
     def _load_checkpoint(self) -> None:
         assert self.store is not None
@@ -222,11 +260,17 @@ class Runner:
             return
         meta = ckpt.meta
         snap = _Snapshot(int(meta["batches"]), int(meta["rows"]), meta.get("position"), ckpt.model_bytes,
-                         dict(ckpt.arrays), meta["estimator"])
+                         dict(ckpt.arrays), meta["estimator"],
+                         {k: int(v) for k, v in meta.get("skipped_rows", {}).items()},
+                         {k: int(v) for k, v in meta.get("skipped_messages", {}).items()})
         self._restore(snap)
         self._restore_layout(meta.get("columns"))
         self.rollbacks = int(meta.get("rollbacks", 0))
-        self._skipped = {k: int(v) for k, v in meta.get("skipped_rows", {}).items()}
+        self._load_poison(meta.get("poison") or {})
+        if self.dead_letter is not None:
+            self.dead_letter.restore(meta.get("dead_letter"))
+            self._dead_letter_state = meta.get("dead_letter")
+            snap.dead_letter = self.dead_letter.mark()
         self._good = snap
         self._committed_step = snap.step
         self._submitted_step = snap.step
@@ -249,6 +293,8 @@ class Runner:
         assert self._writer is not None
         if not wait and self._writer.busy:
             return False  # a write is in flight: try again after the next batch
+        if self.dead_letter is not None:  # durable before any checkpoint moves past them
+            self._dead_letter_state = self.dead_letter.sync()
         snap = self._snapshot()
         summary = self._loop.summary() if self._loop is not None else None
         if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait):
@@ -256,7 +302,6 @@ class Runner:
         self._pending[snap.step] = snap
         self._submitted_step = snap.step
         self._good = snap  # a consistent in-memory state: the rollback target, durable or not
-        self._rollbacks_in_a_row = 0
         self._checkpoint_requested = False
         self._last_checkpoint_time = time.monotonic()
         return True
@@ -296,24 +341,51 @@ class Runner:
             reason = self.guard.check(event.loss, refused)
             if reason is not None:
                 self._rollback_reason = reason
+                self._rollback_units = list(dict.fromkeys(u.key for span in event.spans for u in span.units()))
                 self._loop.stop()
                 return
+            self._after_good_batch()
         if self._writer is not None:
             await self._settle()
             if self._due():
                 self._submit(wait=False)
         elif self.guard is not None and (self._good is None or self.batches - self._good.step >= self._guard_every):
-            self._good = self._snapshot()  # no checkpoints: in-memory rollback points only
-            self._rollbacks_in_a_row = 0
+            self._new_rollback_point()  # no checkpoints: in-memory rollback points only
         if self.guard is not None and self._good is None:
-            self._good = self._snapshot()  # the first trained batch is the first rollback point
+            self._new_rollback_point()  # the first trained batch is the first rollback point
         self._observe(event)
 
+    def _new_rollback_point(self) -> None:
+        if self.dead_letter is not None:
+            self._dead_letter_state = self.dead_letter.sync()
+        self._good = self._snapshot()
+
+    def _after_good_batch(self) -> None:
+        """A batch passed the guard: quarantines are no longer "in a row"; the lr scale recovers."""
+        assert self.guard is not None
+        self._poison_in_a_row = 0
+        self._good_run += 1
+        trainer = getattr(self.estimator, "trainer_", None)
+        if trainer is None or self._good_run < self.guard.recover_after or not trainer.lr_scale < 1:
+            return
+        self._good_run = 0
+        trainer.lr_scale = min(1.0, trainer.lr_scale * self.guard.recover_factor)
+        log_event("lr_recovered", f"{self.guard.recover_after} good batches: learning-rate scale back up to "
+                  f"x{trainer.lr_scale:g}", lr_scale=trainer.lr_scale, batches=self.batches)
+
     def _skipped_rows(self) -> dict[str, int]:
-        """Skipped rows by reason: finished (and resumed) runs plus the loop running now."""
-        counts = dict(self._skipped)
+        """Skipped rows by reason, up to the position of the last trained batch: finished (and resumed)
+        runs plus the loop running now."""
+        return self._add_loop(self._skipped, "skipped_rows")
+
+    def _skipped_messages(self) -> dict[str, int]:
+        """Skipped whole messages by reason (undecodable, empty_batch, poison, ...), likewise."""
+        return self._add_loop(self._skipped_msgs, "skipped_messages")
+
+    def _add_loop(self, base: dict[str, int], attr: str) -> dict[str, int]:
+        counts = dict(base)
         if self._loop is not None and self._loop_running:
-            for reason, n in self._loop.rebatcher.skipped_rows.items():
+            for reason, n in getattr(self._loop, attr).items():
                 counts[reason] = counts.get(reason, 0) + n
         return counts
 
@@ -323,7 +395,8 @@ class Runner:
         if self.health is not None:
             self.health.update(last_batch_at=time.time(), rows=self.rows, batches=self.batches,
                                position=self.position, loss=event.loss, rows_per_s=rate,
-                               last_checkpoint=self.last_checkpoint)
+                               last_checkpoint=self.last_checkpoint, skipped_rows=self._skipped_rows(),
+                               skipped_messages=self._skipped_messages())
         if self.metrics is not None:
             m = self.metrics
             m.rows.set(self.rows)
@@ -338,6 +411,11 @@ class Runner:
                 m.loss.set(window_loss)
             for reason, count in self._skipped_rows().items():
                 m.skipped.labels(reason).set(count)
+            for reason, count in self._skipped_messages().items():
+                m.skipped_messages.labels(reason).set(count)
+            trainer = getattr(self.estimator, "trainer_", None)
+            if trainer is not None:
+                m.lr_scale.set(trainer.lr_scale)
             for part, value in _position_parts(self.position):
                 m.position.labels(part).set(value)
 
@@ -377,6 +455,8 @@ class Runner:
         finally:
             if self._writer is not None:
                 self._writer.close()
+            if self.dead_letter is not None:
+                self.dead_letter.close()
             if self._source is not None:
                 await self._source.aclose()
                 self._source = None
@@ -388,7 +468,8 @@ class Runner:
                             (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0,
                             self.rows - self._rows_at_start,
                             {k: n - skipped_at_start.get(k, 0) for k, n in self._skipped.items()
-                             if n > skipped_at_start.get(k, 0)})
+                             if n > skipped_at_start.get(k, 0)},
+                            dict(self._skipped_msgs), sorted(self._quarantine.skip))
         log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
                   f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
@@ -405,12 +486,14 @@ class Runner:
         self._current_layout()  # the previous loop's (before a rollback)
         self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
                                 stop_event=stop_event, layout=self._layout, max_rows=self._rows_left(),
+                                dead_letter=self.dead_letter,
+                                quarantine=self._quarantine if self.guard is not None else None,
                                 **self.loop_options)
         self._loop_running = True
         try:
             summary = await self._loop.run()
         finally:
-            self._skipped = self._skipped_rows()  # fold this loop's counts in
+            self._skipped, self._skipped_msgs = self._skipped_rows(), self._skipped_messages()  # fold them in
             self._loop_running = False
         if self._rollback_reason is None and summary.position is not None:
             self.position = summary.position  # may move past trailing skipped input
@@ -422,26 +505,72 @@ class Runner:
 
     async def _roll_back(self) -> None:
         reason = self._rollback_reason
+        guard = self.guard
+        assert guard is not None
         self.rollbacks += 1
-        self._rollbacks_in_a_row += 1
-        if self._rollbacks_in_a_row > (self.guard.max_rollbacks if self.guard else 0):
-            raise DivergenceError(f"training diverged {self._rollbacks_in_a_row} times in a row ({reason}); "
-                                  "giving up: lower the learning rate or check the data")
         good = self._good
         if good is None:
             raise DivergenceError(f"training diverged ({reason}) before any good state was saved")
         trainer = self.estimator.trainer_
-        scale = trainer.lr_scale * self.guard.lr_factor  # type: ignore[union-attr]
+        scale = trainer.lr_scale * guard.lr_factor
+        poison = self._strike(trainer.lr_scale)
+        if poison:
+            self._poison_in_a_row += 1
+            where = ", ".join(poison)
+            if self.loop_options.get("on_bad", "raise") == "raise":
+                raise DivergenceError(f"poison message {where}: training on it diverged {guard.max_rollbacks} "
+                                      f"times ({reason}); with on_bad='skip' it would be quarantined")
+            if self._poison_in_a_row > guard.max_poison_in_a_row:
+                raise DivergenceError(f"{self._poison_in_a_row} messages in a row made training diverge "
+                                      f"{guard.max_rollbacks} times each ({reason}; the last: {where}): the model "
+                                      "diverges, not the data; lower the learning rate")
+            scale = min(self._scale_before.get(k, 1.0) for k in poison)
+            self._quarantine.skip.update(poison)
+            self._quarantine.isolate.difference_update(poison)
+        elif scale < guard.min_lr_scale:
+            raise DivergenceError(f"training diverged ({reason}) after {self.rollbacks} rollback(s): the "
+                                  f"learning-rate scale would fall to {scale:g}, below the floor "
+                                  f"{guard.min_lr_scale:g}; lower the learning rate or check the data")
         self._pending.clear()
         self._restore(good)
+        if self.dead_letter is not None:
+            self.dead_letter.rewind(good.dead_letter)  # replayed skips are written again
         trainer = self.estimator.trainer_
         trainer.lr_scale = scale
         trainer.n_skipped = 0
-        self.guard.reset()  # type: ignore[union-attr]
-        log_event("rollback", f"divergence: {reason}; rolled back to batch {good.step} "
-                  f"(row {good.rows}) and lowered the learning rate to x{scale:g}",
-                  reason=reason, step=good.step, rows=good.rows, lr_scale=scale, rollbacks=self.rollbacks)
-        self._good = self._snapshot()  # same weights, lowered rate
+        guard.reset()
+        self._good_run = 0
+        if poison:
+            log_event("quarantine", f"poison message {', '.join(poison)}: {guard.max_rollbacks} rollbacks "
+                      f"({reason}); quarantined (skipped as 'poison'), rolled back to batch {good.step} "
+                      f"(row {good.rows}), learning-rate scale restored to x{scale:g}",
+                      reason=reason, messages=poison, step=good.step, rows=good.rows, lr_scale=scale,
+                      rollbacks=self.rollbacks)
+        else:
+            log_event("rollback", f"divergence: {reason}; rolled back to batch {good.step} "
+                      f"(row {good.rows}) and lowered the learning rate to x{scale:g}",
+                      reason=reason, step=good.step, rows=good.rows, lr_scale=scale, rollbacks=self.rollbacks,
+                      messages=self._rollback_units)
+        self._good = self._snapshot()  # same weights, new rate
+        self._good.dead_letter = good.dead_letter
+
+    def _strike(self, scale: float) -> list[str]:
+        """Count a rollback against each message of the diverged batch; the ones that reach the limit."""
+        assert self.guard is not None
+        poison = []
+        for key in self._rollback_units:
+            if key not in self._strikes:
+                self._scale_before[key] = scale
+            self._strikes[key] = self._strikes.get(key, 0) + 1
+            self._quarantine.isolate.add(key)  # trained apart from now on: a divergence then names it alone
+            if self._strikes[key] >= self.guard.max_rollbacks:
+                poison.append(key)
+        if len(self._strikes) > 4096:  # the oldest are long behind the position
+            for key in list(self._strikes)[:-1024]:
+                del self._strikes[key]
+                self._scale_before.pop(key, None)
+                self._quarantine.isolate.discard(key)
+        return poison
 
 
 def _position_parts(position: Any, prefix: str = "") -> list[tuple[str, float]]:

@@ -8,6 +8,7 @@ message offset + row inside the message).  Checkpoints store positions; ``Source
 from __future__ import annotations
 
 import abc
+import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -16,10 +17,21 @@ import pyarrow as pa
 
 from streamfit.exceptions import BadInputError
 
-__all__ = ["Position", "SourceBatch", "Source"]
+__all__ = ["Position", "SourceBatch", "Source", "Unit"]
 
 #: A JSON-serializable mapping (str keys; values str/int/float/bool/None, lists or nested mappings).
 Position = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One message of a source batch: rows ``start:stop`` of it, named by a ``key`` that stays the same when
+    the message is read again (after a restart or a rollback).  The unit of poison-message quarantine."""
+
+    key: str
+    start: int
+    stop: int
+    where: str = ""
 
 
 @dataclass(frozen=True)
@@ -39,10 +51,30 @@ class SourceBatch:
     #: human-readable place for messages ("part-3.parquet row 4096", "partition 1 offset 17").
     where: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: the message's bytes when it could not be decoded (for a dead-letter sink), if the source has them.
+    raw: bytes | None = None
+    #: the messages this batch holds (Kafka concatenates small ones); ``None``: the batch is one message.
+    units_fn: Callable[[], tuple[Unit, ...]] | None = None
 
     @property
     def num_rows(self) -> int:
         return 0 if self.batch is None else self.batch.num_rows
+
+    def units(self) -> tuple[Unit, ...]:
+        """The messages of this batch; by default one, named by the position after it (stable across
+        re-reads: a source restarted inside a message still ends it at the same position)."""
+        if self.units_fn is not None:
+            return self.units_fn()
+        key = json.dumps(self.position_at(self.num_rows), sort_keys=True, default=str)
+        return (Unit(key, 0, self.num_rows, self.where),)
+
+    def sub(self, unit: Unit) -> "SourceBatch":
+        """The rows of one of its units, as a batch of their own (positions unchanged)."""
+        assert self.batch is not None
+        start, outer = unit.start, self.position_at
+        return SourceBatch(self.batch.slice(start, unit.stop - start), lambda r: outer(start + r),
+                           where=unit.where or self.where, meta=self.meta,
+                           units_fn=lambda: (Unit(unit.key, 0, unit.stop - start, unit.where),))
 
 
 class Source(abc.ABC):

@@ -137,6 +137,9 @@ class IpcSource(Source):
             if batch is SKIPPED:
                 continue
             skip = self._start_row if index == self._start_batch else 0
+            if batch.num_rows == 0 and skip == 0:  # an empty record batch: counted (or raised) downstream
+                return SourceBatch(batch, _fixed_position({"batch": index + 1, "row": 0}),
+                                   where=f"{self._name} batch {index}")
             if skip >= batch.num_rows:
                 continue
             return SourceBatch(batch.slice(skip) if skip else batch, _batch_position(index, skip),
@@ -258,9 +261,11 @@ class IpcTcpSource(Source):
                 continue
             assert isinstance(batch, pa.RecordBatch)
             self._index = index
-            if batch.num_rows:
-                return SourceBatch(batch, _batch_position(index, 0, connection=conn),
+            if not batch.num_rows:  # an empty record batch: counted (or raised) downstream
+                return SourceBatch(batch, _fixed_position({"connection": conn, "batch": index + 1, "row": 0}),
                                    where=f"connection {conn} batch {index}")
+            return SourceBatch(batch, _batch_position(index, 0, connection=conn),
+                               where=f"connection {conn} batch {index}")
 
     async def aclose(self) -> None:
         await self._drop_connection()

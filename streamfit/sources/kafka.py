@@ -21,7 +21,7 @@ import anyio
 import pyarrow as pa
 
 from streamfit.exceptions import BadInputError, SourceError
-from streamfit.sources._base import Position, Source, SourceBatch, position_int
+from streamfit.sources._base import Position, Source, SourceBatch, Unit, position_int
 from streamfit.sources._wakeup import Wakeup
 from streamfit.sources.decoders import Decoder, _one_batch, get_decoder
 
@@ -191,7 +191,11 @@ class KafkaSource(Source):
                     raise TypeError(f"decoder returned {type(batch).__name__}, expected a RecordBatch")
             except Exception as exc:  # any decoder failure marks the message bad, the stream goes on
                 self._flush(group, out)
-                out.append(self._error_batch(partition, offset, exc))
+                out.append(self._error_batch(partition, offset, exc, msg.value()))
+                continue
+            if batch.num_rows == 0:  # schema only: a batch of its own, so that it is counted (or raised)
+                self._flush(group, out)
+                out.append(self._empty_batch(partition, offset, batch))
                 continue
             if skip_at is not None and skip_at[0] == offset:
                 batch = batch.slice(min(skip_at[1], batch.num_rows))
@@ -216,15 +220,27 @@ class KafkaSource(Source):
             raise SourceError(f"Kafka error on topic {self.topic!r}: {err.str()}") from cause
         _log.warning("Kafka (topic %s): %s", self.topic, err.str())
 
-    def _error_batch(self, partition: int, offset: int,
-                     exc: Exception) -> tuple[SourceBatch, dict[int, tuple[int, int]]]:
+    def _error_batch(self, partition: int, offset: int, exc: Exception,
+                     raw: bytes | None = None) -> tuple[SourceBatch, dict[int, tuple[int, int]]]:
         live = dict(self._live)
         self._live[partition] = live[partition] = (offset + 1, 0)
         where = f"partition {partition} offset {offset}"
         error = BadInputError(f"undecodable message in {self.topic!r} {where}: {exc}", reason="undecodable",
                               position={"topic": self.topic, "partition": partition, "offset": offset})
         return SourceBatch(None, lambda r: self._snapshot(live), error=error, where=where,
-                           meta={"partition": partition, "offset": offset}), live
+                           meta={"partition": partition, "offset": offset}, raw=raw), live
+
+    def _empty_batch(self, partition: int, offset: int,
+                     batch: pa.RecordBatch) -> tuple[SourceBatch, dict[int, tuple[int, int]]]:
+        """A message of 0 rows: every position of it is the one after it."""
+        before = dict(self._live)
+        live = dict(before)
+        self._live[partition] = live[partition] = (offset + 1, 0)
+        where = f"partition {partition} offset {offset}"
+        key = f"{self.topic}/{partition}/{offset}"
+        return SourceBatch(batch, lambda r: self._snapshot(live), where=where,
+                           meta={"partition": partition, "offset": offset},
+                           units_fn=lambda: (Unit(key, 0, 0, where),)), before
 
     def _flush(self, group: list[tuple[int, int, int, pa.RecordBatch]],
                out: list[tuple[SourceBatch, dict[int, tuple[int, int]]]]) -> None:
@@ -256,9 +272,16 @@ class KafkaSource(Source):
 
         last = f"..{offsets[-1]}" if len(offsets) > 1 else ""
         where = f"partition {partition} offset {offsets[0]}{last}"
+        topic = self.topic
+
+        def units() -> tuple[Unit, ...]:  # one per message; keys survive a re-read of the partition
+            ends = starts[1:] + [total]
+            return tuple(Unit(f"{topic}/{partition}/{o}", a, b, f"partition {partition} offset {o}")
+                         for o, a, b in zip(offsets, starts, ends))
+
         out.append((SourceBatch(batch, position_at, where=where,
                                 meta={"partition": partition, "first_offset": offsets[0],
-                                      "last_offset": offsets[-1]}), before))
+                                      "last_offset": offsets[-1]}, units_fn=units), before))
 
     # -- fetch-ahead thread ----------------------------------------------------------------------
     def _fetch_loop(self) -> None:

@@ -1,0 +1,125 @@
+"""Skipped input, settled in stream order: a skip counts (and goes to a dead-letter sink) only once the
+position that passes it is reached by a trained batch.
+
+The reader runs ahead of training (a queue, a partly filled buffer), so bad input it drops is not yet
+"behind" the position a checkpoint saves.  Counting it at read time made a checkpoint count rows that a
+restart from it reads again (+155..+900 rows over a few restarts).  The :class:`SkipLedger` holds each
+skip with its place in the stream (record batch number, row) and hands it out with the first training
+batch whose end lies past it, so the counts and dead letters travelling with a batch are exactly those
+of the input before its position.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+from streamfit.sources._base import Position, SourceBatch
+
+__all__ = ["Skipped", "SkipLedger", "count_skips"]
+
+
+@dataclass(frozen=True, eq=False)
+class Skipped:
+    """Input dropped by policy: ``rows`` rows (a whole message when ``message`` is True) for ``reason``.
+
+    ``position`` is where the dropped input starts; ``batch``/``indices`` hold its rows (all rows of
+    ``batch`` when ``indices`` is None; ``batch`` is None for an undecodable message, whose bytes are in
+    ``raw`` when the source kept them).
+    """
+
+    reason: str
+    rows: int
+    message: bool
+    position: Position
+    where: str
+    column: str | None
+    text: str
+    batch: pa.RecordBatch | None = None
+    indices: np.ndarray | None = field(default=None, repr=False)
+    raw: bytes | None = field(default=None, repr=False)
+
+    def row_batch(self) -> pa.RecordBatch | None:
+        """The dropped rows as a record batch (a copy of the chosen rows), or None (undecodable)."""
+        if self.batch is None:
+            return None
+        if self.indices is None:
+            return self.batch
+        return self.batch.take(pa.array(self.indices, pa.int64()))
+
+
+def count_skips(skips: Iterable[Skipped], rows: Counter[str], messages: Counter[str]) -> None:
+    """Add ``skips`` to per-reason counters of rows and of whole messages."""
+    for s in skips:
+        if s.rows:
+            rows[s.reason] += s.rows
+        if s.message:
+            messages[s.reason] += 1
+
+
+@dataclass
+class _Entry:
+    seq: int                    # record batch number in the rebatcher (stream order)
+    sb: SourceBatch
+    reason: str
+    column: str | None
+    text: str
+    indices: np.ndarray | None  # sorted source rows of sb dropped for ``reason``; None = the whole batch
+
+
+class SkipLedger:
+    """Skips waiting for a trained batch to pass them, in stream order."""
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add_message(self, seq: int, sb: SourceBatch, reason: str, column: str | None, text: str) -> None:
+        self._entries.append(_Entry(seq, sb, reason, column, text, None))
+
+    def add_rows(self, seq: int, sb: SourceBatch, reason: str, column: str | None, text: str,
+                 indices: np.ndarray) -> None:
+        self._entries.append(_Entry(seq, sb, reason, column, text, np.asarray(indices, dtype=np.int64)))
+
+    def take_until(self, seq: int, row: int) -> tuple[Skipped, ...]:
+        """The skips before row ``row`` of record batch ``seq`` (they leave the ledger)."""
+        out: list[Skipped] = []
+        kept: list[_Entry] = []
+        for e in self._entries:
+            if e.seq < seq:
+                out.append(_settle(e, e.indices))
+            elif e.seq == seq and e.indices is not None:
+                cut = int(np.searchsorted(e.indices, row))
+                if cut:
+                    out.append(_settle(e, e.indices[:cut]))
+                if cut < len(e.indices):
+                    e.indices = e.indices[cut:]
+                    kept.append(e)
+            else:
+                kept.append(e)
+        self._entries = kept
+        return tuple(out)
+
+    def take_all(self) -> tuple[Skipped, ...]:
+        out = tuple(_settle(e, e.indices) for e in self._entries)
+        self._entries = []
+        return out
+
+    def clear(self) -> None:
+        self._entries = []
+
+
+def _settle(e: _Entry, indices: np.ndarray | None) -> Skipped:
+    sb = e.sb
+    if indices is None:
+        return Skipped(e.reason, sb.num_rows, True, sb.position_at(0), sb.where, e.column, e.text,
+                       batch=sb.batch, raw=sb.raw)
+    first = int(indices[0])
+    return Skipped(e.reason, len(indices), False, sb.position_at(first), f"{sb.where} row {first}".strip(),
+                   e.column, e.text, batch=sb.batch, indices=indices)
