@@ -55,6 +55,15 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
     p.add_argument("--health-interval", type=float, help="seconds between health-file updates (default 1)")
     p.add_argument("--no-guard", dest="guard", action="store_false", default=None, help="disable the divergence guard")
+    p.add_argument("--poison-after", dest="guard_max_rollbacks", type=int,
+                   help="rollbacks caused by one message before it is quarantined as poison (default 3)")
+    p.add_argument("--min-lr-scale", dest="guard_min_lr_scale", type=float,
+                   help="stop with DivergenceError when rollbacks would lower the learning-rate scale below this "
+                        "(default 1e-4)")
+    p.add_argument("--lr-recover-after", dest="guard_recover_after", type=int,
+                   help="good batches after which a lowered learning-rate scale doubles back towards 1 (default 100)")
+    p.add_argument("--dead-letter", help="keep skipped input and poison messages here: a JSON-lines file, or "
+                                         "kafka://HOST:PORT/topic")
     p.add_argument("--max-rows", type=int)
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
@@ -198,12 +207,13 @@ def _runner(cfg: Any, serve: bool) -> Any:
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)
-    guard = DivergenceGuard(cfg.guard_factor, lr_factor=cfg.guard_lr_factor, max_rollbacks=cfg.guard_max_rollbacks) \
+    guard = DivergenceGuard(cfg.guard_factor, lr_factor=cfg.guard_lr_factor, max_rollbacks=cfg.guard_max_rollbacks,
+                            min_lr_scale=cfg.guard_min_lr_scale, recover_after=cfg.guard_recover_after) \
         if cfg.guard else None
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
-                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard,
+                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard, dead_letter=cfg.dead_letter,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
                   features=cfg.features, label=cfg.label, weight=cfg.weight, batch_size=cfg.batch_size,
                   on_bad=cfg.on_bad, classes=cfg.classes, task=cfg.task, progress=cfg.progress and not serve,
@@ -217,6 +227,8 @@ def _print_summary(summary: Any, output: str | None) -> None:
           + (f"; progressive {shown}" if shown else ""))
     if summary.skipped_rows:
         print(f"skipped rows: {summary.skipped_rows}")
+    if summary.skipped_messages:
+        print(f"skipped messages: {summary.skipped_messages}")
     if summary.rollbacks:
         print(f"divergence rollbacks: {summary.rollbacks}")
     if summary.last_checkpoint:
@@ -348,6 +360,11 @@ def _inspect(ns: argparse.Namespace) -> int:
         print(f"  progressive metrics ({scope}): {shown}")
     if meta.get("skipped_rows"):
         print(f"  skipped rows by reason: {meta['skipped_rows']}")
+    if meta.get("skipped_messages"):
+        print(f"  skipped messages by reason: {meta['skipped_messages']}")
+    quarantined = (meta.get("poison") or {}).get("quarantined")
+    if quarantined:
+        print(f"  poison messages quarantined: {', '.join(quarantined)}")
     if meta.get("rollbacks"):
         print(f"  divergence rollbacks so far: {meta['rollbacks']}")
     arrays = sorted(ckpt.arrays)

@@ -54,6 +54,7 @@ class DeadLetter:
     error: str
     format: str | None
     payload: bytes | None
+    source: Mapping[str, Any] | None = None  # the source's name of the message (Kafka partition, offset)
 
     @classmethod
     def from_skipped(cls, s: Skipped) -> "DeadLetter":
@@ -67,11 +68,14 @@ class DeadLetter:
             fmt, payload = "raw", bytes(s.raw)
         else:
             fmt, payload = None, None
-        return cls(s.reason, s.rows, s.message, dict(s.position), s.where, s.column, s.text, fmt, payload)
+        source = {k: v for k, v in s.source.items() if isinstance(v, (str, int, float, bool))}
+        return cls(s.reason, s.rows, s.message, dict(s.position), s.where, s.column, s.text, fmt, payload,
+                   source or None)
 
     def to_json(self) -> dict[str, Any]:
         return {"reason": self.reason, "rows": self.rows, "message": self.message, "position": self.position,
                 "where": self.where, "column": self.column, "error": self.error, "format": self.format,
+                "source": self.source,
                 "payload": None if self.payload is None else base64.b64encode(self.payload).decode("ascii")}
 
     @classmethod
@@ -79,7 +83,7 @@ class DeadLetter:
         payload = data.get("payload")
         return cls(data["reason"], int(data["rows"]), bool(data["message"]), data["position"], data["where"],
                    data.get("column"), data.get("error", ""), data.get("format"),
-                   None if payload is None else base64.b64decode(payload))
+                   None if payload is None else base64.b64decode(payload), data.get("source"))
 
     def table(self) -> pa.Table | None:
         """The dropped rows (``format == "arrow_ipc"``), else None."""
@@ -197,7 +201,7 @@ class KafkaDeadLetter(DeadLetterSink):
     """Dead letters produced to a Kafka topic, as Kafka Connect's ``errors.deadletterqueue`` does: the value
     is the dropped rows (Arrow IPC stream bytes) or the raw message, the headers say why and where
     (``streamfit.errors.reason``, ``.position`` (JSON), ``.where``, ``.column``, ``.message``, ``.rows``,
-    ``.format``).  ``sync`` waits for the broker's acknowledgement of every record (``acks=all``).
+    ``.format``, and ``.source.partition``/``.source.offset`` etc. when the source names the message).  ``sync`` waits for the broker's acknowledgement of every record (``acks=all``).
     At-least-once across crashes (see the module docstring)."""
 
     def __init__(self, bootstrap_servers: str, topic: str, *, config: Mapping[str, Any] | None = None,
@@ -230,6 +234,7 @@ class KafkaDeadLetter(DeadLetterSink):
                        ("streamfit.errors.where", r.where), ("streamfit.errors.column", r.column or ""),
                        ("streamfit.errors.message", r.error), ("streamfit.errors.rows", str(r.rows)),
                        ("streamfit.errors.format", r.format or "")]
+            headers += [(f"streamfit.errors.source.{k}", str(v)) for k, v in (r.source or {}).items()]
             key = f"{r.reason}:{position}".encode()
             while True:
                 try:

@@ -43,6 +43,13 @@ class MetricsEvent:
     batch_metrics: Metrics
     stream: Metrics     # over every evaluated row so far
     window: Metrics     # over the last ``window`` evaluated rows
+    skipped_rows: Mapping[str, int] = None  # type: ignore[assignment]  # skipped before ``position``, by reason
+    skipped_messages: Mapping[str, int] = None  # type: ignore[assignment]  # whole messages (undecodable, ...)
+
+    def __post_init__(self) -> None:
+        for name in ("skipped_rows", "skipped_messages"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, {})
 
 
 @dataclass(frozen=True)

@@ -492,7 +492,8 @@ class StreamLoop:
             progressive_loss = batch_metrics["loss"]
             if self.on_metrics is not None or self._metric_sends:  # nobody listens: no event to build
                 event = MetricsEvent(self._batches, self._rows, tb.position, batch_metrics,
-                                     self._metrics.stream(), self._metrics.recent())
+                                     self._metrics.stream(), self._metrics.recent(), dict(self.skipped_rows),
+                                     dict(self.skipped_messages))
                 self._publish(event)
                 await _call(self.on_metrics, event)
         if self._progress.enabled:

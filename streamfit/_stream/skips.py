@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,8 @@ __all__ = ["Skipped", "SkipLedger", "count_skips"]
 class Skipped:
     """Input dropped by policy: ``rows`` rows (a whole message when ``message`` is True) for ``reason``.
 
-    ``position`` is where the dropped input starts; ``batch``/``indices`` hold its rows (all rows of
+    ``position`` is where the dropped input starts (for a message without rows, undecodable or empty,
+    the position right after it: ``source`` then names it); ``batch``/``indices`` hold its rows (all rows of
     ``batch`` when ``indices`` is None; ``batch`` is None for an undecodable message, whose bytes are in
     ``raw`` when the source kept them).
     """
@@ -42,6 +43,8 @@ class Skipped:
     batch: pa.RecordBatch | None = None
     indices: np.ndarray | None = field(default=None, repr=False)
     raw: bytes | None = field(default=None, repr=False)
+    #: the source's own description of the message (Kafka: partition, offset), when it gives one.
+    source: Mapping[str, Any] = field(default_factory=dict)
 
     def row_batch(self) -> pa.RecordBatch | None:
         """The dropped rows as a record batch (a copy of the chosen rows), or None (undecodable)."""
@@ -119,7 +122,8 @@ def _settle(e: _Entry, indices: np.ndarray | None) -> Skipped:
     sb = e.sb
     if indices is None:
         return Skipped(e.reason, sb.num_rows, True, sb.position_at(0), sb.where, e.column, e.text,
-                       batch=sb.batch, raw=sb.raw)
+                       batch=sb.batch, raw=sb.raw, source=dict(sb.meta))
     first = int(indices[0])
-    return Skipped(e.reason, len(indices), False, sb.position_at(first), f"{sb.where} row {first}".strip(),
-                   e.column, e.text, batch=sb.batch, indices=indices)
+    where = f"{sb.where}, row {first} of the record batch" if sb.where else f"row {first} of the record batch"
+    return Skipped(e.reason, len(indices), False, sb.position_at(first), where, e.column, e.text,
+                   batch=sb.batch, indices=indices, source=dict(sb.meta))

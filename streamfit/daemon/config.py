@@ -59,6 +59,9 @@ class RunConfig:
     guard_factor: float = 100.0
     guard_lr_factor: float = 0.1
     guard_max_rollbacks: int = 3
+    guard_min_lr_scale: float = 1e-4
+    guard_recover_after: int = 100
+    dead_letter: str | None = None
     max_rows: int | None = None
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
     source_options: dict[str, Any] = field(default_factory=dict)

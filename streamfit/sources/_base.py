@@ -73,7 +73,7 @@ class SourceBatch:
         assert self.batch is not None
         start, outer = unit.start, self.position_at
         return SourceBatch(self.batch.slice(start, unit.stop - start), lambda r: outer(start + r),
-                           where=unit.where or self.where, meta=self.meta,
+                           where=unit.where or self.where, meta={**self.meta, "message": unit.key},
                            units_fn=lambda: (Unit(unit.key, 0, unit.stop - start, unit.where),))
 
 
