@@ -158,6 +158,11 @@ class Runner:
         self._good_run = 0  # good batches since the last rollback or lr recovery
         self._poison_in_a_row = 0  # quarantines with no good batch in between
         self._dead_letter_state: dict[str, Any] | None = None
+        # messages of a diverged batch not yet trained alone since: no new rollback point until they are (or
+        # are quarantined), so that a quarantine returns to the state before their first rollback
+        self._suspects: set[str] = set()
+        self._suspect_until = 0
+        self._diverged_at = 0
         self._loop_running = False
         self._t0 = 0.0
         self._rows_at_start = 0
@@ -281,8 +286,8 @@ class Runner:
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def _due(self) -> bool:
-        if self.store is None:
-            return False
+        if self.store is None or self._suspects:
+            return False  # while a diverged message is replayed, the rollback point stays before it
         if self._checkpoint_requested:
             return True
         if self.every_batches is not None and self.batches - self._submitted_step >= self.every_batches:
@@ -342,14 +347,16 @@ class Runner:
             if reason is not None:
                 self._rollback_reason = reason
                 self._rollback_units = list(dict.fromkeys(u.key for span in event.spans for u in span.units()))
+                self._diverged_at = self.batches
                 self._loop.stop()
                 return
-            self._after_good_batch()
+            self._after_good_batch(event)
         if self._writer is not None:
             await self._settle()
             if self._due():
                 self._submit(wait=False)
-        elif self.guard is not None and (self._good is None or self.batches - self._good.step >= self._guard_every):
+        elif self.guard is not None and not self._suspects and (
+                self._good is None or self.batches - self._good.step >= self._guard_every):
             self._new_rollback_point()  # no checkpoints: in-memory rollback points only
         if self.guard is not None and self._good is None:
             self._new_rollback_point()  # the first trained batch is the first rollback point
@@ -360,9 +367,16 @@ class Runner:
             self._dead_letter_state = self.dead_letter.sync()
         self._good = self._snapshot()
 
-    def _after_good_batch(self) -> None:
-        """A batch passed the guard: quarantines are no longer "in a row"; the lr scale recovers."""
+    def _after_good_batch(self, event: BatchEvent) -> None:
+        """A batch passed the guard: its messages are cleared of suspicion, quarantines are no longer "in a
+        row"; the lr scale recovers."""
         assert self.guard is not None
+        if self._suspects:
+            # cleared once trained to its end (a quarantine then returns before the whole message)
+            self._suspects.difference_update(u.key for span in event.spans for u in span.units()
+                                             if span.stop >= u.stop)
+            if self.batches > self._suspect_until:  # the replay went past where they were: they are not coming
+                self._suspects.clear()
         self._poison_in_a_row = 0
         self._good_run += 1
         trainer = getattr(self.estimator, "trainer_", None)
@@ -531,6 +545,8 @@ class Runner:
             raise DivergenceError(f"training diverged ({reason}) after {self.rollbacks} rollback(s): the "
                                   f"learning-rate scale would fall to {scale:g}, below the floor "
                                   f"{guard.min_lr_scale:g}; lower the learning rate or check the data")
+        self._suspects.update(k for k in self._rollback_units if k not in self._quarantine.skip)
+        self._suspect_until = self._diverged_at + 8 + 2 * len(self._suspects)
         self._pending.clear()
         self._restore(good)
         if self.dead_letter is not None:

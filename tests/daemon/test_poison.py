@@ -75,7 +75,7 @@ def test_poison_message_is_quarantined_and_training_goes_on(tmp_path, caplog):
     est = _estimator(model)
     dead = tmp_path / "dead.jsonl"
     runner = _runner(est, _write(tmp_path / "poisoned", _poisoned(tables)), checkpoint_dir=tmp_path / "ck",
-                     every_batches=3, dead_letter=str(dead),
+                     every_batches=1, dead_letter=str(dead),  # a rollback point after every batch it can
                      guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1))
     with caplog.at_level(logging.INFO, logger="streamfit.daemon"):
         summary = anyio.run(runner.run)
