@@ -243,7 +243,7 @@ def _check_trained(summary: Any, finite: bool) -> None:
 
     if summary.rows_this_run > 0 or summary.ended_by == "max_rows":
         return
-    skipped = summary.skipped_this_run
+    skipped = summary.skipped_this_run or summary.skipped_read  # a stopped serve: skipped after its position
     if skipped:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
         raise BadInputError(f"no row trained: all {sum(skipped.values())} rows read were skipped by --on-bad skip "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -52,6 +53,9 @@ class RunSummary:
     skipped_this_run: dict[str, int] = field(default_factory=dict)
     skipped_messages: dict[str, int] = field(default_factory=dict)
     quarantined: list[str] = field(default_factory=list)
+    #: rows this run skipped as it read them, input read ahead of the final position included (``skipped_rows``
+    #: counts only the input before it: a resume reads the rest again)
+    skipped_read: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,6 +154,7 @@ class Runner:
         self._writer: AsyncCheckpointWriter | None = None
         self._skipped: dict[str, int] = {}  # skipped rows of finished (and resumed) runs, by reason
         self._skipped_msgs: dict[str, int] = {}  # skipped messages, likewise
+        self._skipped_read: Counter[str] = Counter()  # as read by this process (read-ahead included)
         # poison messages: rollbacks per message (unit key), never reset by checkpoints
         self._strikes: dict[str, int] = {}
         self._scale_before: dict[str, float] = {}  # lr scale before a message's first rollback
@@ -483,7 +488,7 @@ class Runner:
                             self.rows - self._rows_at_start,
                             {k: n - skipped_at_start.get(k, 0) for k, n in self._skipped.items()
                              if n > skipped_at_start.get(k, 0)},
-                            dict(self._skipped_msgs), sorted(self._quarantine.skip))
+                            dict(self._skipped_msgs), sorted(self._quarantine.skip), dict(self._skipped_read))
         log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
                   f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
@@ -508,6 +513,7 @@ class Runner:
             summary = await self._loop.run()
         finally:
             self._skipped, self._skipped_msgs = self._skipped_rows(), self._skipped_messages()  # fold them in
+            self._skipped_read.update(self._loop.rebatcher.skipped_rows)
             self._loop_running = False
         if self._rollback_reason is None and summary.position is not None:
             self.position = summary.position  # may move past trailing skipped input
