@@ -32,6 +32,10 @@ _LAZY = {
     "StreamLoop": "streamfit._stream",
     "open_source": "streamfit.sources",
     "Runner": "streamfit.daemon",
+    "DeadLetter": "streamfit._stream.deadletter",
+    "DeadLetterSink": "streamfit._stream.deadletter",
+    "open_dead_letter": "streamfit._stream.deadletter",
+    "read_dead_letters": "streamfit._stream.deadletter",
 }
 _SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon", "estimators", "models"}
 
@@ -62,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from streamfit._engine.trainer import Trainer
     from streamfit._sklearn import from_sklearn
     from streamfit._stream import StreamLoop, StreamSummary, train_stream, train_stream_sync
+    from streamfit._stream.deadletter import DeadLetter, DeadLetterSink, open_dead_letter, read_dead_letters
     from streamfit.daemon import Runner
     from streamfit.estimators import OnnxClassifier, OnnxRegressor
     from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor

@@ -89,8 +89,12 @@ def test_empty_ipc_record_batches_are_counted_or_raised(tmp_path):
     with pa.ipc.new_stream(str(path), empty.schema) as w:
         for b in (_batch(0, 8), empty, _batch(8, 8)):
             w.write_batch(b)
-    summary = train_stream_sync(SGDRegressor(), IpcSource(str(path)), batch_size=4, on_bad="skip")
+    events = []
+    summary = train_stream_sync(SGDRegressor(), IpcSource(str(path)), batch_size=4, on_bad="skip",
+                                on_metrics=events.append)
     assert summary.rows == 16 and summary.skipped_messages == {"empty_batch": 1}
+    # metric events carry the counts behind their position: the empty batch is behind batch 3 (rows 8..11)
+    assert [e.skipped_messages for e in events] == [{}, {"empty_batch": 1}, {"empty_batch": 1}]
     with pytest.raises(BadInputError, match="empty record batch") as info:
         train_stream_sync(SGDRegressor(), IpcSource(str(path)), batch_size=4, on_bad="raise")
     assert info.value.reason == "empty_batch" and info.value.position == {"batch": 2, "row": 0}
