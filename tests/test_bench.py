@@ -43,3 +43,10 @@ def test_river_defaults_bench_smoke():
     pytest.importorskip("river")
     out = _run("river_defaults.py", timeout=120)
     assert "TrumpApproval" in out and "Bananas" in out and ("met" in out or "MISSED" in out)
+
+
+def test_inputs_bench_smoke():
+    pytest.importorskip("river")
+    out = _run("inputs.py", timeout=180)
+    assert "== targets ==" in out and "Trainer.step" in out and "River" in out
+    assert sum(line.startswith(("met ", "MISSED ")) for line in out.splitlines()) == 7  # each target: met/MISSED

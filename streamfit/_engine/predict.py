@@ -47,8 +47,12 @@ class Predictor:
         self._weights = [n for n in params.names if n in pm.initial or n in pm.buffers]  # + BN statistics
         self._cache: OrderedDict[tuple[Any, ...], _Bound] = OrderedDict()
 
-    def run(self, arrays: tuple[np.ndarray, ...], key: tuple[Any, ...] | None = None) -> np.ndarray:
-        """The output for checked ``arrays`` (model order); ``key`` their signature (shapes and kinds)."""
+    def run(self, arrays: tuple[np.ndarray, ...], key: tuple[Any, ...] | None = None, copy: bool = True
+            ) -> np.ndarray:
+        """The output for checked ``arrays`` (model order); ``key`` their signature (shapes and kinds).
+
+        ``copy=False`` may return the bound output buffer itself, valid until the next call (for callers
+        that reduce it at once)."""
         rows = next((a.shape[0] for a in arrays if a.ndim), 1)
         if key is None or rows > self.staged_rows:
             return self._run_unbound(arrays)
@@ -58,7 +62,7 @@ class Predictor:
         for buf, a in zip(bound.xs, arrays):
             buf[...] = a
         self.session._sess.run_with_iobinding(bound.io[self.params.current], None)
-        return bound.y.copy()
+        return bound.y.copy() if copy else bound.y
 
     def _run_unbound(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
         arrays = tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.pm.inputs, arrays))

@@ -355,6 +355,10 @@ class Trainer:
         A batch signature is checked against the model the first time it is seen; small batches then
         run through bindings made once (a copy in, one session run, a copy out).
         """
+        return self._predict(X, True)
+
+    def _predict(self, X: Any, copy: bool) -> np.ndarray:
+        """:meth:`predict`; ``copy=False`` may return a reused buffer, valid until the next prediction."""
         if type(X) is np.ndarray and self._single:
             arrays: tuple[np.ndarray, ...] = (X,)
             key: tuple[Any, ...] = (X.shape, X.dtype.kind)
@@ -366,7 +370,7 @@ class Trainer:
             if len(self._predict_checked) >= 64:
                 self._predict_checked.clear()
             self._predict_checked.add(key)
-        return self._predictor.run(arrays, key)
+        return self._predictor.run(arrays, key, copy)
 
     def _as_declared(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         return tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.model_inputs, arrays))

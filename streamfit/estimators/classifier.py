@@ -218,8 +218,12 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     # -- prediction --------------------------------------------------------------------------------
     def decision_function(self, X: Any) -> np.ndarray:
+        return self._scores(X, copy=True)
+
+    def _scores(self, X: Any, copy: bool) -> np.ndarray:
+        """Scores of ``X``; ``copy=False`` may return a reused buffer (valid until the next prediction)."""
         self._require_fitted()
-        out = self.trainer_.predict(self._inputs(self._check_X(X, reset=False)))
+        out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False)), copy)
         return out.reshape(len(out)) if self.binary_ else out.reshape(len(out), -1)
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -240,9 +244,13 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return e / e.sum(axis=1, keepdims=True)
 
     def predict(self, X: Any) -> np.ndarray:
-        scores = self.decision_function(X)
-        idx = (scores > 0).astype(np.int64) if self.binary_ else scores.argmax(axis=1)
-        return self.classes_[idx]
+        if hasattr(self, "trainer_") and self.binary_:
+            out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False)), False)
+            if out.size == 1:  # one row (a per-event stream): no array arithmetic
+                return self.classes_[1:2].copy() if out.item(0) > 0 else self.classes_[:1].copy()
+            return self.classes_[(out.reshape(len(out)) > 0).astype(np.int64)]
+        scores = self._scores(X, copy=False)  # raises NotFittedError before fit
+        return self.classes_[scores.argmax(axis=1)]
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()

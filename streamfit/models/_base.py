@@ -238,7 +238,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        out = super().predict(X).astype(np.float64)
+        out = self._predict(X, np.float64)
         scaler = getattr(self, "target_scaler_", None)
         return out if scaler is None else self._to_target_units(out, scaler.mean_, scaler.scale_)
 

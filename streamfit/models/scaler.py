@@ -8,6 +8,7 @@ float64 (sums of sample weights), so weighted rows count by their weight and zer
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -57,11 +58,35 @@ class RunningScaler:
     array([[2., 0.]], dtype=float32)
     """
 
+    #: up to this many features, a one-row update runs on Python floats (between onnxruntime runs each numpy
+    #: call costs microseconds; the arithmetic is the same IEEE float64 operations, so the same bits)
+    small = 64
+
     def __init__(self, n_features: int) -> None:
         self.count = 0.0
         self.mean_ = np.zeros(n_features)
         self.m2_ = np.zeros(n_features)
+
+    # the statistics are kept as Python floats; mean_/m2_ are float64 arrays made on demand
+    @property
+    def mean_(self) -> np.ndarray:
+        """Running mean of each feature (float64)."""
+        return np.array(self._mean, np.float64)
+
+    @mean_.setter
+    def mean_(self, value: np.ndarray) -> None:
+        self._mean = np.asarray(value, np.float64).reshape(-1).tolist()
         self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
+
+    @property
+    def m2_(self) -> np.ndarray:
+        """Running sum of squared deviations from the mean of each feature (float64)."""
+        return np.array(self._m2, np.float64)
+
+    @m2_.setter
+    def m2_(self, value: np.ndarray) -> None:
+        self._m2 = np.asarray(value, np.float64).reshape(-1).tolist()
+        self._f32 = None
 
     @property
     def var_(self) -> np.ndarray:
@@ -75,15 +100,29 @@ class RunningScaler:
         constant = scale <= np.maximum(10 * np.finfo(np.float64).eps, 4 * _EPS32 * np.abs(self.mean_))
         return np.where(constant, 1.0, scale)
 
+    def _scale_list(self) -> list[float]:
+        """:attr:`scale_` as Python floats, computed as :attr:`scale_` computes it."""
+        if len(self._mean) > self.small:
+            return self.scale_.tolist()
+        count, tol = self.count, 10 * float(np.finfo(np.float64).eps)
+        out = []
+        for m, s2 in zip(self._mean, self._m2):
+            scale = math.sqrt(s2 / count) if count > 0 else 0.0
+            out.append(1.0 if scale <= max(tol, 4 * _EPS32 * abs(m)) else scale)
+        return out
+
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
         """Merge the rows of ``X`` (weighted by ``sample_weight``) into the statistics."""
         self._f32 = None
-        if sample_weight is None and len(X) == 1:  # one row (a batch-1 stream): Welford's update, in place
-            x = X[0]
-            delta = x - self.mean_
-            self.count += 1.0
-            self.mean_ += delta * (1.0 / self.count)
-            self.m2_ += delta * (x - self.mean_)
+        if sample_weight is None and len(X) == 1 and len(self._mean) <= self.small:  # one row: Welford's update
+            count = self.count + 1.0
+            inv = 1.0 / count
+            mean, m2 = self._mean, self._m2
+            for i, x in enumerate(np.asarray(X).reshape(-1).tolist()):
+                delta = x - mean[i]
+                mean[i] += delta * inv
+                m2[i] += delta * (x - mean[i])
+            self.count = count
             return
         self.count, self.mean_, self.m2_ = merge_moments(self.count, self.mean_, self.m2_, X, sample_weight)
 
@@ -92,7 +131,7 @@ class RunningScaler:
         X = np.asarray(X)
         if X.dtype == np.float32:  # the ready-made estimators' case: statistics cast once per update
             if self._f32 is None:
-                self._f32 = (self.mean_.astype(np.float32), self.scale_.astype(np.float32))
+                self._f32 = (np.array(self._mean, np.float32), np.array(self._scale_list(), np.float32))
             mean, scale = self._f32
             return (X - mean) / scale
         dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
@@ -109,11 +148,10 @@ class RunningScaler:
             raise ValueError(f"scaler state has {mean.shape[0] if mean.ndim else 0} features, expected "
                              f"{self.mean_.shape[0]}")
         self.count = float(np.asarray(state["count"], np.float64))
-        self.mean_, self.m2_ = mean.copy(), m2.copy()
-        self._f32 = None
+        self.mean_, self.m2_ = mean, m2
 
     def __repr__(self) -> str:
-        return f"RunningScaler(n_features={self.mean_.shape[0]}, count={self.count})"
+        return f"RunningScaler(n_features={len(self._mean)}, count={self.count})"
 
 
 class FixedScaler:

@@ -281,3 +281,90 @@ def test_output_name_and_input_name_on_estimators():
         OnnxRegressor(_two_output_model(), output_name="Q").fit(X, y)
     with pytest.raises(ModelError, match="unknown input 'x'"):
         OnnxRegressor(_two_output_model(), input_name="x").fit(X, y)
+
+
+# -- the batch-1 paths: bindings made once, one validation pass ----------------------------------------------
+@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+def test_predict_bindings_follow_the_live_weights(step):
+    """Predictions through the bound buffers read whichever ping-pong set is live, after steps, a skipped step
+    and set_weights; large batches (unbound) agree with small ones."""
+    rng = np.random.default_rng(12)
+    trainer = Trainer(two_input_model(3, 10, seed=3), step=step, learning_rate=0.1, on_nonfinite="skip")
+    X, y = _batch(100, rng)
+    one = {k: v[:1] for k, v in X.items()}
+    for i in range(5):
+        w = trainer.get_weights()
+        np.testing.assert_allclose(trainer.predict(one), _numpy_two_input(w, one), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(trainer.predict(X)[:1], trainer.predict(one), rtol=1e-5, atol=1e-6)
+        out = trainer.predict(one)
+        out += 1.0  # a returned prediction is the caller's: the next one is unaffected
+        trainer.step({k: v[i:i + 1] for k, v in X.items()}, y[i:i + 1])
+    bad = {"x": np.full((1, 3), np.nan, np.float32), "ids": X["ids"][:1]}
+    before = trainer.predict(one)
+    trainer.step(bad, y[:1])  # not finite: skipped, the live set unchanged
+    np.testing.assert_array_equal(trainer.predict(one), before)
+    trainer.set_weights({"B": np.array([5.0], np.float32)})
+    np.testing.assert_allclose(trainer.predict(one), _numpy_two_input(trainer.get_weights(), one), rtol=1e-5)
+
+
+def test_one_validation_pass_per_call(monkeypatch):
+    """A ready-made estimator's partial_fit/predict check X, y and the sample weights once each."""
+    import streamfit._arrow
+    import streamfit.models._base as base
+    import streamfit.models._validation as validation
+    from streamfit import LogisticRegression
+
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((40, 4))
+    y = X[:, 0] > 0
+    clf = LogisticRegression().fit(X, y)
+    calls: dict[str, int] = {}
+
+    def counted(name, f):
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return f(*args, **kwargs)
+        return wrapper
+
+    for module, name in ((base, "check_features"), (base, "check_labels"), (base, "check_sample_weight"),
+                         (validation, "as_labels"), (streamfit.estimators.classifier, "as_labels"),
+                         (streamfit.estimators._base, "as_labels"), (streamfit.estimators._base, "as_features")):
+        monkeypatch.setattr(module, name, counted(f"{module.__name__}.{name}", getattr(module, name)))
+    clf.partial_fit(X[:1], y[:1], sample_weight=[2.0])
+    assert calls == {"streamfit.models._base.check_features": 1, "streamfit.models._base.check_labels": 1,
+                     "streamfit.models._base.check_sample_weight": 1, "streamfit.models._validation.as_labels": 2}
+    calls.clear()
+    clf.predict(X[:1])
+    assert calls == {"streamfit.models._base.check_features": 1}
+
+
+def test_one_row_label_encoding_and_unknown_labels():
+    from streamfit import LogisticRegression
+
+    X = np.random.default_rng(14).standard_normal((4, 2))
+    clf = LogisticRegression().partial_fit(X, np.array(["a", "b", "a", "b"]), classes=["a", "b"])
+    for label in ("a", "b", "a"):
+        clf.partial_fit(X[:1], np.array([label]))
+    assert clf._encode(np.array(["b"])).tolist() == [1.0]
+    with pytest.raises(BadInputError, match=r"labels \['z'\] are not in classes_ \['a', 'b'\]"):
+        clf.partial_fit(X[:1], np.array(["z"]))
+    with pytest.raises(BadInputError, match=r"labels \['z'\] are not in classes_"):
+        clf.partial_fit(X[:1], np.array(["z"]))  # the second time too (unknown labels are not remembered)
+
+
+def test_one_row_scaler_updates_equal_the_two_pass_statistics():
+    from streamfit.models.scaler import RunningScaler
+
+    rng = np.random.default_rng(15)
+    X = (rng.standard_normal((300, 5)) * [1, 10, 1e-3, 1, 0] + [0, 5, 1, -3, 7]).astype(np.float32)
+    one, batched = RunningScaler(5), RunningScaler(5)
+    for row in X:
+        one.update(row[None])
+    for i in range(0, 300, 64):
+        batched.update(X[i:i + 64])
+    np.testing.assert_allclose(one.mean_, X.astype(np.float64).mean(axis=0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(one.var_, X.astype(np.float64).var(axis=0), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(one.scale_, batched.scale_, rtol=1e-9)
+    assert one.scale_[4] == 1.0  # a constant feature
+    expected = (X[:3] - one.mean_.astype(np.float32)) / one.scale_.astype(np.float32)
+    np.testing.assert_array_equal(one.transform(X[:3]), expected)
