@@ -53,14 +53,17 @@ class Predictor:
 
         ``copy=False`` may return the bound output buffer itself, valid until the next call (for callers
         that reduce it at once)."""
-        rows = next((a.shape[0] for a in arrays if a.ndim), 1)
-        if key is None or rows > self.staged_rows:
-            return self._run_unbound(arrays)
-        bound = self._cache.get(key)
+        bound = self._cache.get(key) if key is not None else None
         if bound is None:
+            rows = next((a.shape[0] for a in arrays if a.ndim), 1)
+            if key is None or rows > self.staged_rows:
+                return self._run_unbound(arrays)
             bound = self._bind(arrays, key)
-        for buf, a in zip(bound.xs, arrays):
-            buf[...] = a
+        if len(arrays) == 1:
+            bound.xs[0][...] = arrays[0]
+        else:
+            for buf, a in zip(bound.xs, arrays):
+                buf[...] = a
         self.session._sess.run_with_iobinding(bound.io[self.params.current], None)
         return bound.y.copy() if copy else bound.y
 
