@@ -281,6 +281,7 @@ def _run_child(spec: dict[str, Any]) -> None:
     try:
         _emit(event="notes", notes=prepare_model(spec["model"]).notes)
         trainers = {}
+        first: dict[str, dict[str, Any]] = {}  # each strategy's update from the initial weights (first stage)
         for kind, rows in STAGES:
             if kind not in trainers:
                 stage = f"{kind}, building the gradient"
@@ -289,6 +290,7 @@ def _run_child(spec: dict[str, Any]) -> None:
             stage = f"{kind}, {rows} rows"
             _emit(event="start", stage=stage)
             X, y = _synthetic(trainers[kind], rows)
+            before = trainers[kind].get_weights() if kind not in first else None
             try:
                 loss = trainers[kind].step(X, y)
             except BadInputError as exc:  # BatchNorm1d cannot train on one row: a limit, not a failure
@@ -300,10 +302,34 @@ def _run_child(spec: dict[str, Any]) -> None:
                 raise RuntimeError(trainers[kind].fallback)
             if not np.isfinite(loss):
                 raise FloatingPointError(f"non-finite loss {loss} on synthetic inputs")
+            if before is not None:
+                after = trainers[kind].get_weights()
+                first[kind] = {"rows": rows, "update": {w: after[w] - before[w] for w in after}}
+        note = _disagreement(first)
+        if note:
+            _emit(event="notes", notes=[note])
     except Exception as exc:  # a Python-level failure: reported, not a crash
         _emit(event="error", stage=stage, error=f"{type(exc).__name__}: {str(exc)[:1000]}")
         return
     _emit(event="done")
+
+
+def _disagreement(first: dict[str, dict[str, Any]]) -> str | None:
+    """A note when the two strategies' first updates (same weights, same batch) differ: one of onnxruntime's
+    two execution paths computes a wrong gradient for this model (seen: the TrainingAgent at batch 1)."""
+    import numpy as np
+
+    if len(first) < 2 or first["fused"]["rows"] != first["forward_backward"]["rows"]:
+        return None
+    a, b = first["fused"]["update"], first["forward_backward"]["update"]
+    scale = max(float(np.abs(v).max()) for v in a.values()) or 1.0
+    worst = max(a, key=lambda w: float(np.abs(a[w] - b[w]).max()))
+    diff = float(np.abs(a[worst] - b[worst]).max())
+    if diff <= 1e-3 * scale + 1e-9:
+        return None
+    return (f"WARNING: step='fused' and step='forward_backward' disagree at {first['fused']['rows']} row(s) "
+            f"(weight {worst!r}: update differs by {diff:.3g}, largest update {scale:.3g}); one of them computes "
+            "a wrong gradient for this model: compare with finite differences before relying on it")
 
 
 def _nodes_child(spec: dict[str, Any]) -> None:

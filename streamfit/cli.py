@@ -203,7 +203,11 @@ def _runner(cfg: Any, serve: bool) -> Any:
         result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer)
         if not result.ok:
             raise ModelError(result.message())
-        logging.getLogger("streamfit.daemon").debug("%s%s", result.message(), " (cached)" if result.cached else "")
+        log = logging.getLogger("streamfit.daemon")
+        log.debug("%s%s", result.message(), " (cached)" if result.cached else "")
+        for note in result.notes:
+            if note.startswith("WARNING"):
+                log.warning("preflight: %s", note)
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)

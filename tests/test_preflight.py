@@ -86,3 +86,15 @@ def test_check_command(tmp_path, capsys):
     assert "(cached)" in capsys.readouterr().out
     assert main(["check", str(_crashing_model(tmp_path / "crash.onnx"))]) == 1
     assert "refused" in capsys.readouterr().out
+    # a classifier on logits: the loss is picked by output width, as OnnxClassifier does
+    assert main(["check", str(ZOO / "classifier_logits.dynamo.onnx"), "--task", "classification"]) == 0
+    assert "preflight passed" in capsys.readouterr().out
+
+
+def test_strategies_that_disagree_are_reported():
+    """onnxruntime's TrainingAgent computes wrong conv gradients at batch 1 for this export (the fused step
+    matches finite differences): the preflight passes the model but says so."""
+    result = check_model(ZOO / "conv1d_avgpool.dynamo.onnx")
+    assert result.ok
+    assert any(n.startswith("WARNING: step='fused' and step='forward_backward' disagree at 1 row") for n in result.notes)
+    assert not any(n.startswith("WARNING") for n in check_model(ZOO / "conv1d_avgpool.legacy.onnx").notes)
