@@ -85,9 +85,16 @@ class OnnxEstimator(_SkBase):
                           optimizer=get_optimizer(self.optimizer, **opt_kwargs),
                           learning_rate=self._schedule(loss_obj),
                           penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
-                          step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads)
+                          step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads,
+                          freeze_batchnorm=bool(getattr(self, "freeze_batchnorm", False)),
+                          seed=self._dropout_seed())
         check_mapping(getattr(self, "inputs", None), trainer.model_inputs)
         return trainer
+
+    def _dropout_seed(self) -> int:
+        """The seed of the model's Dropout masks: ``random_state`` when it is an int, else 0 (reproducible)."""
+        rs = getattr(self, "random_state", None)
+        return int(rs) if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool) else 0
 
     def _trained_output(self, model: Any) -> str | None:
         """The output to train through (``output_name``; None: the model's first)."""

@@ -47,7 +47,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
                  l1_ratio: float = 0.15, penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32,
                  max_iter: int = 5, shuffle: bool = False, random_state: Any = None, warm_start: bool = False,
                  device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, freeze_batchnorm: bool = False) -> None:
         self.model = model
         self.weights = weights
         self.inputs = inputs
@@ -71,6 +71,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         self.step = step
         self.on_nonfinite = on_nonfinite
         self.threads = threads
+        self.freeze_batchnorm = freeze_batchnorm
 
     # -- setup -------------------------------------------------------------------------------------
     def _trained_output(self, model: Any) -> str | None:

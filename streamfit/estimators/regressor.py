@@ -30,7 +30,9 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     ``learning_rate`` is a schedule name (``"constant"``, ``"invscaling"``, ``"optimal"``,
     ``"adaptive"``), a float or a :class:`~streamfit.schedules.Schedule`; ``eta0``, ``power_t``,
     ``alpha``, ``l1_ratio`` and ``penalty`` mean what they mean in ``SGDRegressor``.  ``output_name``
-    picks the output to train through (default: the model's first).
+    picks the output to train through (default: the model's first).  BatchNormalization trains in
+    PyTorch's semantics (batch statistics, running ones updated and used to predict) unless
+    ``freeze_batchnorm=True``; Dropout masks are seeded by ``random_state`` (an int, else 0).
 
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
@@ -47,7 +49,8 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
                  power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 5, shuffle: bool = False,
                  random_state: Any = None, warm_start: bool = False, device: str = "cpu", step: str = "fused",
-                 on_nonfinite: str = "raise", threads: int | None = None) -> None:
+                 on_nonfinite: str = "raise", threads: int | None = None,
+                 freeze_batchnorm: bool = False) -> None:
         self.model = model
         self.weights = weights
         self.inputs = inputs
@@ -71,6 +74,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         self.step = step
         self.on_nonfinite = on_nonfinite
         self.threads = threads
+        self.freeze_batchnorm = freeze_batchnorm
 
     def _targets(self, y: Any, n: int) -> np.ndarray:
         """Targets of ``n`` rows in the trainer's dtype (a hook: the ready-made regressors apply

@@ -81,3 +81,18 @@ def test_dropout_is_seeded_and_off_in_predict(step):
     # the inference model: Dropout off, BatchNormalization in inference mode
     nodes = {n.op_type: n for n in trainer.to_onnx().graph.node}
     assert [a.i for a in nodes["BatchNormalization"].attribute if a.name == "training_mode"] == [0]
+
+
+def test_estimators_expose_frozen_statistics_and_seed_dropout_from_random_state():
+    from streamfit import OnnxRegressor
+
+    X, y = _data(64)
+    frozen = OnnxRegressor(BN, freeze_batchnorm=True, batch_size=1, max_iter=1).fit(X[:4], y[:4])
+    assert frozen.trainer_.prepared.running_stats == () or not frozen.trainer_.prepared.running_stats
+    weights = {}
+    for rs in (3, 3, 4):
+        reg = OnnxRegressor(BN_TRAIN, random_state=rs, batch_size=64, max_iter=3, eta0=0.05,
+                            learning_rate="constant").fit(X, y)
+        weights.setdefault(rs, []).append(reg.trainer_.get_weights()["fc2.weight"])
+    np.testing.assert_array_equal(weights[3][0], weights[3][1])  # the same random_state: the same masks
+    assert not np.allclose(weights[3][0], weights[4][0])
