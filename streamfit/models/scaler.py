@@ -16,6 +16,7 @@ import numpy as np
 __all__ = ["RunningScaler", "FixedScaler", "scaler_from_state", "merge_moments"]
 
 _EPS32 = float(np.finfo(np.float32).eps)
+_TOL64 = 10 * float(np.finfo(np.float64).eps)
 
 
 def merge_moments(count: float, mean: np.ndarray, m2: np.ndarray, X: np.ndarray,
@@ -104,11 +105,13 @@ class RunningScaler:
         """:attr:`scale_` as Python floats, computed as :attr:`scale_` computes it."""
         if len(self._mean) > self.small:
             return self.scale_.tolist()
-        count, tol = self.count, 10 * float(np.finfo(np.float64).eps)
+        count, eps4, sqrt = self.count, 4 * _EPS32, math.sqrt
+        if count <= 0:
+            return [1.0] * len(self._mean)
         out = []
         for m, s2 in zip(self._mean, self._m2):
-            scale = math.sqrt(s2 / count) if count > 0 else 0.0
-            out.append(1.0 if scale <= max(tol, 4 * _EPS32 * abs(m)) else scale)
+            scale = sqrt(s2 / count)
+            out.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
         return out
 
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
@@ -118,7 +121,8 @@ class RunningScaler:
             count = self.count + 1.0
             inv = 1.0 / count
             mean, m2 = self._mean, self._m2
-            for i, x in enumerate(np.asarray(X).reshape(-1).tolist()):
+            row = X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else np.asarray(X).reshape(-1).tolist()
+            for i, x in enumerate(row):
                 delta = x - mean[i]
                 mean[i] += delta * inv
                 m2[i] += delta * (x - mean[i])
