@@ -248,10 +248,20 @@ def _check_trained(summary: Any, finite: bool) -> None:
     if summary.rows_this_run > 0 or summary.ended_by == "max_rows":
         return
     skipped = summary.skipped_this_run or summary.skipped_read  # a stopped serve: skipped after its position
-    if skipped:
-        reasons = ", ".join(f"{reason}: {n}" for reason, n in sorted(skipped.items(), key=lambda kv: -kv[1]))
-        raise BadInputError(f"no row trained: all {sum(skipped.values())} rows read were skipped by --on-bad skip "
-                            f"({reasons}); the skipped_input log lines say where", reason="all_skipped")
+    # whole messages without rows to count (undecodable, empty); a column problem counts its rows already
+    messages = {r: n for r, n in summary.messages_skipped_read.items() if r not in skipped}
+
+    def by_reason(counts: dict[str, int]) -> str:
+        return ", ".join(f"{reason}: {n}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    if skipped or messages:
+        what = [f"all {sum(skipped.values())} rows read were skipped ({by_reason(skipped)})"] if skipped else []
+        if messages:
+            n = sum(messages.values())
+            what.append(f"{n} whole message{'s' if n > 1 else ''} or file{'s' if n > 1 else ''} "
+                        f"{'were' if n > 1 else 'was'} skipped ({by_reason(messages)})")
+        raise BadInputError(f"no row trained: {' and '.join(what)} by --on-bad skip; the skipped_input log lines "
+                            "say where", reason="all_skipped")
     if finite and summary.rows == 0:
         raise BadInputError("no row trained: the source held no rows", reason="no_rows")
 

@@ -56,6 +56,8 @@ class RunSummary:
     #: rows this run skipped as it read them, input read ahead of the final position included (``skipped_rows``
     #: counts only the input before it: a resume reads the rest again)
     skipped_read: dict[str, int] = field(default_factory=dict)
+    #: whole messages (files) this run skipped as it read them, by reason (undecodable, empty_batch, poison)
+    messages_skipped_read: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -155,6 +157,7 @@ class Runner:
         self._skipped: dict[str, int] = {}  # skipped rows of finished (and resumed) runs, by reason
         self._skipped_msgs: dict[str, int] = {}  # skipped messages, likewise
         self._skipped_read: Counter[str] = Counter()  # as read by this process (read-ahead included)
+        self._messages_skipped_read: Counter[str] = Counter()
         # poison messages: rollbacks per message (unit key), never reset by checkpoints
         self._strikes: dict[str, int] = {}
         self._scale_before: dict[str, float] = {}  # lr scale before a message's first rollback
@@ -488,7 +491,8 @@ class Runner:
                             self.rows - self._rows_at_start,
                             {k: n - skipped_at_start.get(k, 0) for k, n in self._skipped.items()
                              if n > skipped_at_start.get(k, 0)},
-                            dict(self._skipped_msgs), sorted(self._quarantine.skip), dict(self._skipped_read))
+                            dict(self._skipped_msgs), sorted(self._quarantine.skip), dict(self._skipped_read),
+                            dict(self._messages_skipped_read))
         log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
                   f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
@@ -514,6 +518,7 @@ class Runner:
         finally:
             self._skipped, self._skipped_msgs = self._skipped_rows(), self._skipped_messages()  # fold them in
             self._skipped_read.update(self._loop.rebatcher.skipped_rows)
+            self._messages_skipped_read.update(self._loop.rebatcher.skipped_messages)
             self._loop_running = False
         if self._rollback_reason is None and summary.position is not None:
             self.position = summary.position  # may move past trailing skipped input

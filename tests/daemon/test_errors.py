@@ -57,6 +57,8 @@ def runs(tmp_path_factory) -> dict[str, Done]:
     bad = root / "bad"
     _bad_rows(bad)
     (root / "garbage.onnx").write_bytes(b"not an onnx model")
+    (root / "undecodable").mkdir()
+    (root / "undecodable" / "part-000.parquet").write_bytes(b"not parquet either")
     (root / "wrong.toml").write_text(f'source = "parquet:{data}"\nmodel = "{model}"\nbatch_size = "64"\n')
     (root / "a-file").write_text("")
     # a run's checkpoints: one valid directory, one whose every checkpoint is corrupt
@@ -90,6 +92,7 @@ def runs(tmp_path_factory) -> dict[str, Done]:
         "bad_value": ["train", "--source", src, "--model", model, "--eta0", "-1", *OPTS],
         "garbage_model": ["train", "--source", src, "--model", str(root / "garbage.onnx"), *OPTS],
         "all_skipped_train": ["train", "--source", badsrc, "--model", model, "--features", "x0,nope", *OPTS],
+        "all_undecodable_train": ["train", "--source", f"parquet:{root / 'undecodable'}", "--model", model, *OPTS],
     }
     env = {**os.environ, "PYTHONWARNINGS": "default"}  # warnings would show up as extra stderr lines
     procs = {}
@@ -208,3 +211,8 @@ def test_a_run_that_skipped_every_row_fails_and_says_why(runs):
                            "missing_column: 3")
     assert "trained 0 rows" not in runs["all_skipped_train"].out
     _assert_one_clean_line(runs["all_skipped_serve"], 2, "serve", "no row trained", "missing_column: 3")
+
+
+def test_a_run_whose_every_message_was_undecodable_says_so(runs):
+    _assert_one_clean_line(runs["all_undecodable_train"], 2, "train", "no row trained",
+                           "1 whole message or file was skipped (undecodable: 1)")
