@@ -50,3 +50,8 @@ def test_inputs_bench_smoke():
     out = _run("inputs.py", timeout=180)
     assert "== targets ==" in out and "Trainer.step" in out and "River" in out
     assert sum(line.startswith(("met ", "MISSED ")) for line in out.splitlines()) == 6  # each target: met/MISSED
+
+
+def test_columns_bench_smoke():
+    out = _run("columns.py", timeout=120)
+    assert "features= (one X)" in out and "Hashed(dictionary city)" in out and "vs features=" in out

@@ -32,6 +32,8 @@ from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, P
 
 __all__ = ["InputSource", "InputPlan", "CompiledInputs", "normalize_inputs", "Check"]
 
+_BLOCK = 4096  # rows per copy block (as the rebatcher's ring copies)
+
 #: (reason, column, row mask, values shown in messages)
 Check = tuple[str, str, np.ndarray, np.ndarray]
 
@@ -300,19 +302,29 @@ class InputPlan:
                 continue
             buf = np.empty((n, sum(p.width for p in c.parts)), dtype=c.dtype)
             offset = 0
+            nulls: list[tuple[_Part, int, np.ndarray | None]] = []
+            parts: list[tuple[int, int, np.ndarray]] = []
             for p in c.parts:
                 arr = batch.column(p.index)
                 null = _null_rows(arr, p)
                 values = _values(arr, p, c.dtype if c.dtype.kind != "f" else None)
-                if c.dtype.kind == "f":
-                    _finite_checks(checks, p.column, values.reshape(n, -1), null)
-                else:
+                if c.dtype.kind != "f":
                     if null is not None:
                         checks.append(("null", p.column, null, np.zeros(n)))
                     _range_checks(checks, p.column, values, c.dtype, null)
-                with np.errstate(invalid="ignore", over="ignore"):
-                    buf[:, offset:offset + p.width] = values.reshape(n, p.width) if values.dtype.kind != "O" else 0
+                nulls.append((p, offset, null))
+                parts.append((offset, p.width, values.reshape(n, p.width)))
                 offset += p.width
+            with np.errstate(invalid="ignore", over="ignore"):
+                for r in range(0, n, _BLOCK):  # row blocks: the destination rows stay in cache
+                    for offset, width, values in parts:
+                        buf[r:r + _BLOCK, offset:offset + width] = values[r:r + _BLOCK]
+            if c.dtype.kind == "f":  # one pass over the input when all is well; per column only if not
+                with np.errstate(over="ignore", invalid="ignore"):
+                    clean = np.isfinite(buf.sum())
+                for p, offset, null in nulls:
+                    if null is not None or not clean:
+                        _finite_checks(checks, p.column, buf[:, offset:offset + p.width], null)
             out[c.name] = buf.reshape((n, *c.row_shape))
         return out, checks
 
