@@ -54,6 +54,7 @@ class IpcSource(Source):
         self._shield = True  # reads in worker threads finish before a cancellation is let through
         self._index = -1
         self._start_batch = self._start_row = 0
+        self._schema_only_sent = False
 
     def seek(self, position: Position) -> None:
         """Resume at ``{"batch": i, "row": r}``; batches before ``i`` are skipped without decoding."""
@@ -132,6 +133,14 @@ class IpcSource(Source):
             except (Undecodable, OSError, pa.ArrowException) as exc:
                 raise SourceError(f"Arrow IPC {self._name}, batch {index}: {exc}") from exc
             if batch is None:
+                schema = self._schema()
+                if index == 0 and self._start_batch == 0 and schema is not None and not self._schema_only_sent:
+                    # a stream with a schema and no batch: handed on as an empty batch, so the column plan
+                    # counts it (empty_batch) instead of it vanishing; its position is past it (a resume
+                    # there does not count it again)
+                    self._schema_only_sent = True
+                    return SourceBatch(_empty(schema), _fixed_position({"batch": 1, "row": 0}),
+                                       where=f"{self._name} (schema only)")
                 raise StopAsyncIteration
             self._index = index
             if batch is SKIPPED:
@@ -145,11 +154,20 @@ class IpcSource(Source):
             return SourceBatch(batch.slice(skip) if skip else batch, _batch_position(index, skip),
                                where=f"{self._name} batch {index} row {skip}")
 
+    def _schema(self) -> pa.Schema | None:
+        if self._random is not None:
+            return self._random.schema
+        return None if self._reader is None else self._reader.schema
+
     async def aclose(self) -> None:
         if not self._closed and self._path is not None and self._file is not None:
             await anyio.to_thread.run_sync(self._file.close)  # stdin and caller's file objects stay open
         self._random = None
         await super().aclose()
+
+
+def _empty(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
 
 
 def _open_ipc_file(path: str) -> pa.ipc.RecordBatchFileReader:
@@ -257,7 +275,11 @@ class IpcTcpSource(Source):
                                    error=BadInputError(f"Arrow IPC over TCP, {where}: {exc}",
                                                        reason=reason, position=position))
             if batch is None:
+                schema = self._reader.schema
                 await self._drop_connection()
+                if index == 0 and schema is not None:  # a connection that sent a schema and no batch: counted
+                    return SourceBatch(_empty(schema), _fixed_position({"connection": conn, "batch": 1, "row": 0}),
+                                       where=f"connection {conn} (schema only)")
                 continue
             assert isinstance(batch, pa.RecordBatch)
             self._index = index

@@ -133,3 +133,56 @@ def test_a_saved_layout_of_named_inputs_refuses_another_mapping():
     Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 8)}, model_inputs=mis, layout=saved)
     with pytest.raises(ValueError, match="inputs"):
         Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 16)}, model_inputs=mis, layout=saved)
+
+
+def _schema_only_bytes(schema: pa.Schema, *batches: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+def test_schema_only_ipc_file_is_counted_not_silent(tmp_path):
+    from sklearn.linear_model import SGDRegressor
+
+    from streamfit import train_stream_sync
+
+    batch = make_batches([10], d=2)[0]
+    path = tmp_path / "schema_only.arrows"
+    path.write_bytes(_schema_only_bytes(batch.schema))
+    summary = train_stream_sync(SGDRegressor(), f"ipc:{path}", on_bad="skip")
+    assert summary.rows == 0 and summary.skipped_messages == {"empty_batch": 1}
+    with pytest.raises(BadInputError, match="empty record batch.*schema only"):
+        train_stream_sync(SGDRegressor(), f"ipc:{path}")
+
+
+def test_tcp_schema_only_connections_and_empty_batches_are_counted():
+    import socket
+    import threading
+
+    import anyio
+
+    from streamfit.sources import IpcTcpSource
+
+    batch = make_batches([10], d=2)[0]
+    payloads = [_schema_only_bytes(batch.schema), _schema_only_bytes(batch.schema, batch.slice(0, 0), batch)]
+
+    async def main():
+        rb = Rebatcher(4, on_bad="skip")
+        rows = 0
+        async with IpcTcpSource(port=0, max_connections=2) as source:
+            def produce():
+                for data in payloads:
+                    with socket.create_connection(("127.0.0.1", source.port)) as s:
+                        s.sendall(data)
+            thread = threading.Thread(target=produce)
+            thread.start()
+            with anyio.fail_after(20):
+                async for sb in source:
+                    rows += sum(t.n_rows for t in rb.push(sb))
+            thread.join(5)
+        rows += sum(t.n_rows for t in rb.flush())
+        return rows, dict(rb.skipped_messages)
+
+    assert anyio.run(main) == (10, {"empty_batch": 2})
