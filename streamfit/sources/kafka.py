@@ -14,7 +14,7 @@ import bisect
 import collections
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -57,11 +57,18 @@ class KafkaSource(Source):
     ``fetch_ahead`` (default 1): ``consume`` calls (up to ``max_messages`` each) decoded ahead of the
     caller by a background thread; at most ``1 + fetch_ahead`` calls' messages are held decoded (the one
     being returned and those ahead).  ``0``: fetch only when every decoded batch was returned.
+
+    ``partitions`` (a list of partition numbers): read exactly those, assigned by the caller instead of
+    a consumer-group rebalance (a coordinator sharing a topic among learners); offsets are still committed
+    to ``group``, where each partition starts unless :meth:`seek` says otherwise.  ``until_eof=True`` ends
+    the stream (``StopAsyncIteration``) once every partition read has reached its end (librdkafka's
+    partition EOF, so the broker's end offsets are never needed): a finite run over what the topic holds.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",
                  config: Mapping[str, Any] | None = None, max_messages: int = 500, poll_timeout: float = 0.02,
-                 coalesce_rows: int = 1024, fetch_ahead: int = 1) -> None:
+                 coalesce_rows: int = 1024, fetch_ahead: int = 1, partitions: Sequence[int] | None = None,
+                 until_eof: bool = False) -> None:
         self._kafka = _import_kafka()
         if not topic or not isinstance(topic, str):
             raise ValueError(f"Invalid topic: {topic!r}")
@@ -84,12 +91,24 @@ class KafkaSource(Source):
                 # this long (default 1000 ms): a trainer that drains the queue sooner then waits for data
                 "fetch.queue.backoff.ms": 10}
         conf.update(config or {})
+        if partitions is not None:
+            if isinstance(partitions, (str, bytes)) or not all(
+                    isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions):
+                raise ValueError(f"Invalid partitions: {partitions!r}, expected a list of partition numbers >= 0")
+            if len(set(partitions)) != len(partitions) or not partitions:
+                raise ValueError(f"Invalid partitions: {partitions!r}, expected distinct partition numbers")
+        if until_eof:
+            conf["enable.partition.eof"] = True
         if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
             raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")
         self.topic, self.group, self.config = topic, group, conf
         self.decoder = get_decoder(decoder)
         self.max_messages, self.poll_timeout, self.coalesce_rows = max_messages, poll_timeout, coalesce_rows
         self.fetch_ahead = fetch_ahead
+        self.partitions = sorted(partitions) if partitions is not None else None
+        self.until_eof = bool(until_eof)
+        self._eof: set[int] = set()  # partitions at their end (until_eof): a message there takes it out
+        self._assigned: set[int] | None = None  # partitions assigned now (None: no assignment yet)
         strategy = str(conf.get("partition.assignment.strategy", "")) + str(conf.get("group.protocol", ""))
         self._incremental = "cooperative" in strategy or "consumer" in strategy
         self._consumer: Any = None
@@ -137,6 +156,7 @@ class KafkaSource(Source):
 
     # -- consumer in the worker thread -----------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions if tp.topic == self.topic}
         for tp in partitions:
             if tp.topic == self.topic and tp.partition in self._seek_offsets:
                 tp.offset = self._seek_offsets.pop(tp.partition)
@@ -144,6 +164,9 @@ class KafkaSource(Source):
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = {tp.partition for tp in partitions if tp.topic == self.topic}
+        if self._assigned is not None:
+            self._assigned -= revoked
+        self._eof -= revoked
         for p in revoked:
             self._live.pop(p, None)
             self._pending_skip.pop(p, None)
@@ -157,11 +180,34 @@ class KafkaSource(Source):
     def _create(self) -> Any:
         try:
             consumer = self._kafka.Consumer(self.config, logger=_librdkafka_log)
-            consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                               on_lost=self._on_revoke)
+            if self.partitions is not None:
+                self._check_partitions(consumer)
+                stored = self._kafka.OFFSET_STORED  # the group's committed offset, else auto.offset.reset
+                self._assigned = set(self.partitions)
+                consumer.assign([self._kafka.TopicPartition(self.topic, p, self._seek_offsets.pop(p, stored))
+                                 for p in self.partitions])
+            else:
+                consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                   on_lost=self._on_revoke)
         except self._kafka.KafkaException as exc:
             raise SourceError(f"cannot start a Kafka consumer for topic {self.topic!r}: {exc}") from exc
         return consumer
+
+    def _check_partitions(self, consumer: Any) -> None:
+        """Refuse partitions the topic does not have (librdkafka would wait for them forever)."""
+        meta = consumer.list_topics(self.topic, timeout=10)
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None:
+            raise SourceError(f"Kafka topic {self.topic!r} not found: {getattr(topic, 'error', None)}")
+        missing = sorted(set(self.partitions or ()) - set(topic.partitions))
+        if missing:
+            raise SourceError(f"Kafka topic {self.topic!r} has partitions {sorted(topic.partitions)}, "
+                              f"not {missing}")
+
+    def _at_end(self) -> bool:
+        """``until_eof``: every partition read is at its end (and nothing of it is pending)."""
+        return self.until_eof and self._assigned is not None and bool(self._assigned) and \
+            self._assigned <= self._eof
 
     def _fetch(self) -> list[SourceBatch]:
         """One ``consume`` call turned into batches; positions advance as they are built."""
@@ -179,9 +225,12 @@ class KafkaSource(Source):
         for msg in messages:
             err = msg.error()
             if err is not None:
+                if err.code() == kafka.KafkaError._PARTITION_EOF and msg.topic() == self.topic:
+                    self._eof.add(msg.partition())
                 self._handle_error(err)
                 continue
             partition, offset = msg.partition(), msg.offset()
+            self._eof.discard(partition)
             skip_at = self._pending_skip.pop(partition, None)
             try:
                 batch = self.decoder(msg.value() or b"")
@@ -312,6 +361,12 @@ class KafkaSource(Source):
                     self._wake()
                     continue
                 if not items:
+                    if self._at_end():  # the end of every partition read: the caller's StopAsyncIteration
+                        with self._mutex:
+                            self._ahead.append((self._fetched + 1, StopAsyncIteration(), {}))
+                            self._fetched += 1
+                            self._failed = True  # nothing more to fetch; commits are still served
+                        self._wake()
                     continue
                 with self._mutex:
                     seq = self._fetched + 1
@@ -371,6 +426,8 @@ class KafkaSource(Source):
                     self._room.notify()
                 if isinstance(sb, BaseException):
                     self._ahead.appendleft((seq, sb, {}))  # every later call raises it too
+                    if isinstance(sb, StopAsyncIteration):
+                        raise StopAsyncIteration
                     raise sb
                 return sb
             if self._thread_done:
@@ -416,6 +473,8 @@ class KafkaSource(Source):
                 # already consumed (positions have moved past them)
                 with anyio.CancelScope(shield=True):
                     self._queue.extend(await anyio.to_thread.run_sync(self._fetch))
+                if not self._queue and self._at_end():
+                    raise StopAsyncIteration
         return self._queue.popleft()
 
     async def commit(self, position: Position) -> None:

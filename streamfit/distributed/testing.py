@@ -1,0 +1,151 @@
+"""A real Ray cluster on this machine for tests and benchmarks: a head and extra nodes, all on 127.0.0.1.
+
+Each node is a ``ray start --block`` process in its own process group, with its temporary directory and
+``HOME`` under ``root``, every port chosen here (free loopback ports; worker ports from a private range
+above the ephemeral one), no dashboard.  :meth:`LocalRayCluster.stop` kills each node's process group by
+id (Ray's workers ignore SIGTERM): nothing else on the machine is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LocalRayCluster"]
+
+#: worker ports come from [_WORKER_PORTS_LOW, 65535), a block of _WORKER_PORTS per node.
+_WORKER_PORTS_LOW = 61000
+_WORKER_PORTS = 100
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ray_executable() -> str:
+    path = Path(sys.executable).with_name("ray")
+    return str(path) if path.exists() else "ray"
+
+
+class LocalRayCluster:
+    """``nodes`` Ray nodes (the first is the head) with ``cpus`` CPUs each, on 127.0.0.1; a context manager.
+
+    ``address`` is the head's ``127.0.0.1:PORT`` (for ``ray.init(address=...)``); :meth:`connect` connects
+    this process as a driver.  Node processes inherit ``env`` with ``HOME`` set to ``root/home``.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], nodes: int = 2, cpus: int = 1,
+                 object_store_bytes: int = 100 * 2**20, timeout: float = 90.0) -> None:
+        self.root = Path(root)
+        self.temp_dir = self.root / "ray"
+        self.home = self.root / "home"
+        self.temp_dir.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "HOME": str(self.home), "RAY_USAGE_STATS_ENABLED": "0",
+                    "RAY_TMPDIR": str(self.temp_dir)}
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Any] = []
+        base = random.randrange(_WORKER_PORTS_LOW, 65535 - _WORKER_PORTS * nodes, _WORKER_PORTS)
+        try:
+            for i in range(nodes):
+                self._start_node(i, cpus, object_store_bytes, base + i * _WORKER_PORTS)
+            self._wait_for_nodes(nodes, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_node(self, i: int, cpus: int, object_store_bytes: int, worker_base: int) -> None:
+        ports = {"--object-manager-port": _free_port(), "--node-manager-port": _free_port(),
+                 "--dashboard-agent-listen-port": _free_port(), "--dashboard-agent-grpc-port": _free_port(),
+                 "--runtime-env-agent-port": _free_port(), "--metrics-export-port": _free_port()}
+        cmd = [_ray_executable(), "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
+               f"--object-store-memory={object_store_bytes}", f"--min-worker-port={worker_base}",
+               f"--max-worker-port={worker_base + _WORKER_PORTS - 1}", "--disable-usage-stats",
+               *(f"{k}={v}" for k, v in ports.items())]
+        if i == 0:
+            cmd += ["--head", f"--port={self.port}", "--include-dashboard=false", f"--dashboard-port={_free_port()}",
+                    f"--temp-dir={self.temp_dir}"]
+        else:
+            cmd += [f"--address={self.address}"]
+        log = open(self.root / f"node-{i}.log", "wb")
+        self._logs.append(log)
+        self._procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                            start_new_session=True))
+        if i == 0:
+            self._wait_for_head(60.0)
+
+    def _wait_for_head(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Ray head did not listen on {self.address} within {timeout} s")
+                time.sleep(0.1)
+
+    def _check_alive(self) -> None:
+        for i, p in enumerate(self._procs):
+            if p.poll() is not None:
+                log = (self.root / f"node-{i}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"Ray node {i} exited with {p.returncode}:\n{log}")
+
+    def _wait_for_nodes(self, nodes: int, timeout: float) -> None:
+        """Wait until the head reports ``nodes`` live nodes (asked in a short-lived driver process)."""
+        code = ("import ray, sys; ray.init(address=sys.argv[1], _node_ip_address='127.0.0.1', "
+                "logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))")
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            out = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
+                                 env=self.env, timeout=timeout)
+            if out.returncode == 0 and out.stdout.strip().splitlines()[-1:] == [str(nodes)]:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Ray cluster at {self.address}: {nodes} nodes not up within {timeout} s "
+                                   f"({out.stdout[-500:]} {out.stderr[-1500:]})")
+            time.sleep(0.5)
+
+    def connect(self, **options: Any) -> Any:
+        """``ray.init`` this process into the cluster (on 127.0.0.1); returns ray's context."""
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        return ray.init(address=self.address, _node_ip_address="127.0.0.1", logging_level="ERROR", **options)
+
+    def stop(self) -> None:
+        """Kill every node's process group (the node and the Ray processes it started) and wait for them."""
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self._procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+        self._procs.clear()
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+
+    def __enter__(self) -> "LocalRayCluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
