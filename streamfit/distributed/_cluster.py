@@ -1,4 +1,4 @@
-"""A real Ray cluster on this machine for tests and benchmarks: a head and extra nodes, all on 127.0.0.1.
+"""A Ray cluster on this machine (the CLI's local instance, tests, benchmarks): a head and extra nodes on 127.0.0.1.
 
 Each node is a ``ray start --block`` process in its own process group, with its temporary directory and
 ``HOME`` under ``root``, every port chosen here (free loopback ports; worker ports from a private range

@@ -1,0 +1,106 @@
+"""How learners' states become one: parameter mixing of weights (and optimizer state), exact scaler merges.
+
+Pure numpy on the named arrays of an estimator's state (``trainer/weights/W``, ``trainer/optimizer/...``,
+``scaler/count|mean|m2``), so it is testable without Ray or onnxruntime.
+
+* Weights (and, with ``sync_optimizer``, optimizer state such as Adam's moments) are averaged over the
+  learners that trained in the round, each weighted by the rows it trained in it: iterative parameter
+  mixing (McDonald et al. 2010; Vowpal Wabbit's AllReduce averages the same way), i.e. local SGD.  A
+  learner whose share has ended contributes nothing, instead of pulling the others back.
+* Running scaler statistics (count, mean, sum of squared deviations) are merged exactly: each learner's
+  rows since the last synchronization are taken out of its statistics (Welford's formulas backwards) and
+  all of them are added to the previous global statistics (Chan et al.'s parallel formula), so the result
+  equals the statistics of every row seen by any learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["synced_names", "mix"]
+
+_WEIGHTS = "trainer/weights/"
+_OPTIMIZER = "trainer/optimizer/"
+_SCALER = ("scaler/count", "scaler/mean", "scaler/m2")
+
+
+def synced_names(arrays: Mapping[str, np.ndarray], sync_optimizer: bool) -> list[str]:
+    """Names of the arrays shared by all learners after a synchronization (the rest stays per learner).
+
+    >>> sorted(synced_names({"trainer/weights/W": np.zeros(2), "trainer/optimizer/W__m": np.zeros(2),
+    ...                      "scaler/mean": np.zeros(2), "scaler/count": np.zeros(())}, False))
+    ['scaler/count', 'scaler/mean', 'trainer/weights/W']
+    """
+    out = []
+    for name, value in arrays.items():
+        if not np.issubdtype(np.asarray(value).dtype, np.floating):
+            continue
+        if name.startswith(_WEIGHTS) or name in _SCALER or (sync_optimizer and name.startswith(_OPTIMIZER)):
+            out.append(name)
+    return out
+
+
+def mix(states: Sequence[Mapping[str, np.ndarray] | None], rows: Sequence[int],
+        previous: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+    """One state from the learners' synced arrays (``None`` for a learner that trained nothing this round).
+
+    ``rows`` are the rows each trained in the round; ``previous`` is the last mixed state (for the
+    scaler merge); ``None`` when no learner trained.
+
+    >>> a = {"trainer/weights/W": np.array([1.0, 2.0], np.float32)}
+    >>> b = {"trainer/weights/W": np.array([3.0, 6.0], np.float32)}
+    >>> mix([a, b], [100, 300], None)["trainer/weights/W"]
+    array([2.5, 5. ], dtype=float32)
+    >>> mix([a, None], [100, 0], None)["trainer/weights/W"]
+    array([1., 2.], dtype=float32)
+    """
+    live = [(s, n) for s, n in zip(states, rows) if s is not None and n > 0]
+    if not live:
+        return None
+    total = float(sum(n for _, n in live))
+    out: dict[str, np.ndarray] = {}
+    names = list(live[0][0])
+    for name in names:
+        if name in _SCALER:
+            continue
+        first = np.asarray(live[0][0][name])
+        acc = np.zeros(first.shape, np.float64)
+        for state, n in live:
+            acc += np.asarray(state[name], np.float64) * (n / total)
+        out[name] = acc.astype(first.dtype)
+    if all(k in live[0][0] for k in _SCALER):
+        out.update(_merge_scalers([s for s, _ in live], previous))
+    return out
+
+
+def _merge_scalers(states: Sequence[Mapping[str, np.ndarray]],
+                   previous: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Previous global statistics plus every learner's delta since then (exact, in float64)."""
+    first = states[0]
+    if previous is not None and all(k in previous for k in _SCALER):
+        g_n = float(previous["scaler/count"])
+        g_mean = np.asarray(previous["scaler/mean"], np.float64)
+        g_m2 = np.asarray(previous["scaler/m2"], np.float64)
+    else:
+        g_n, g_mean, g_m2 = 0.0, np.zeros_like(np.asarray(first["scaler/mean"], np.float64)), None
+        g_m2 = np.zeros_like(g_mean)
+    n, mean, m2 = g_n, g_mean.copy(), g_m2.copy()
+    for state in states:
+        s_n = float(state["scaler/count"])
+        s_mean = np.asarray(state["scaler/mean"], np.float64)
+        s_m2 = np.asarray(state["scaler/m2"], np.float64)
+        d_n = s_n - g_n  # this learner's rows since the last merge
+        if d_n <= 0:
+            continue
+        d_mean = (s_n * s_mean - g_n * g_mean) / d_n
+        d_m2 = s_m2 - g_m2 - (g_n * d_n / s_n) * (g_mean - d_mean) ** 2
+        both = n + d_n
+        delta = d_mean - mean
+        mean = mean + delta * (d_n / both)
+        m2 = m2 + d_m2 + delta ** 2 * (n * d_n / both)
+        n = both
+    return {"scaler/count": np.asarray(n, np.asarray(first["scaler/count"]).dtype),
+            "scaler/mean": mean.astype(np.asarray(first["scaler/mean"]).dtype),
+            "scaler/m2": m2.astype(np.asarray(first["scaler/m2"]).dtype)}

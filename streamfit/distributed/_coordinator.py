@@ -1,0 +1,499 @@
+"""The coordinator: N learner actors on a Ray cluster, synchronized by parameter mixing, with global checkpoints.
+
+Why this scheme.  A streamfit step takes microseconds to a millisecond; a synchronous round trip between
+Ray actors takes milliseconds.  Averaging gradients every step (synchronous data-parallel SGD) would make
+the round trip the bottleneck by orders of magnitude, so learners train locally and mix their weights
+every K batches or T seconds (local SGD / iterative parameter mixing, as Vowpal Wabbit's AllReduce mode):
+one round trip per K steps.  The mixing goes through Ray's object store and this coordinator (a star: each
+learner's arrays up, the mixed arrays put once and fetched once per node), not ``ray.util.collective``
+(its CPU backend needs torch) nor sockets of our own: it needs no process group to re-form when a learner
+dies, and at the model sizes streamfit trains (kB to a few MB) the star costs milliseconds per round
+(``bench/scaleout.py`` measures it, and projects where a tree or ring would pay off).
+
+Exactly once.  A global checkpoint is written at a barrier: the mixed state plus every learner's source
+position and local state, in streamfit's checkpoint format (atomic, checksummed).  Kafka offsets are
+committed, by each learner for its own partitions, only once a checkpoint covering them is durable.  If a
+learner dies, the coordinator restarts the whole group from the last durable global checkpoint (Ray
+restarts the dead actor; the survivors drop what they trained since): rounds are deterministic, so the
+final model equals an uninterrupted run's.  If the coordinator dies, a new job with ``resume=True``
+continues from the checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore
+from streamfit.daemon.health import HealthFile, Metrics, log_event
+from streamfit.daemon.state import restore_estimator
+from streamfit.distributed._averaging import mix
+from streamfit.distributed._learner import Learner
+from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
+from streamfit.distributed._shares import Share, plan_shares
+from streamfit.exceptions import CheckpointError, StreamfitError
+
+__all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
+
+_REF = "__array__"
+
+
+class LearnerLostError(StreamfitError):
+    """A learner died more often than ``max_restarts`` allows."""
+
+
+@dataclass(frozen=True)
+class RoundStats:
+    """One synchronization round as the coordinator saw it (passed to ``on_round``)."""
+
+    round: int
+    rows: int                   # total trained rows after the round
+    round_rows: int
+    sync_seconds: float         # from the first report to the last learner released (mixing, transfers)
+    wait_seconds: float         # from the round's requests to the last report (training + skew)
+    synced_bytes: int           # bytes of arrays sent up by the learners + mixed arrays sent down
+    ended: bool
+    checkpoint: bool
+
+
+@dataclass
+class DistributedSummary:
+    """What a distributed run did (``rows``/``batches`` summed over learners, resumed rows included)."""
+
+    rows: int
+    batches: int
+    rounds: int
+    positions: list[Any]
+    checkpoints: int
+    last_checkpoint: str | None
+    restarts: int
+    resumed_from: str | None
+    ended_by: str
+    rows_per_s: float = 0.0
+    learner_rows: list[int] = field(default_factory=list)
+    skipped_rows: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    sync_seconds: float = 0.0   # summed over rounds
+    synced_bytes: int = 0
+
+
+class DistributedTrainer:
+    """Train one ``estimator`` with ``workers`` learner actors on a Ray cluster, each on its share of ``source``.
+
+    ``source`` is a Kafka URI (partitions dealt to learners) or a Parquet directory/file list (files dealt
+    round-robin).  Learners synchronize every ``sync_every_batches`` batches or ``sync_every_seconds``
+    seconds (exactly one of them); ``sync_optimizer`` mixes optimizer state too.  ``finite=True`` (train)
+    stops at the end of every share (Kafka: the partitions' ends when the run reaches them), ``False``
+    (serve) runs until ``stop_event`` is set.  Checkpoints every ``checkpoint_every_rounds`` rounds or
+    ``checkpoint_every_seconds`` seconds, and always at the end.  ``ray_address``: an existing cluster;
+    ``None`` uses the Ray instance this process is connected to, or starts a local one on 127.0.0.1.
+    ``loop_options`` go to each learner's stream loop (features, label, batch_size, on_bad, ...).
+    """
+
+    def __init__(self, estimator: Any, source: str, *, workers: int = 2, sync_every_batches: int | None = None,
+                 sync_every_seconds: float | None = None, sync_optimizer: bool = True, finite: bool = True,
+                 checkpoint_dir: "str | Path | None" = None, checkpoint_every_rounds: int | None = None,
+                 checkpoint_every_seconds: float | None = None, keep: int = 3, resume: bool = False,
+                 ray_address: str | None = None, learner_cpus: float = 1.0, max_restarts: int = 3,
+                 health_path: "str | Path | None" = None, metrics: Metrics | None = None,
+                 source_options: Mapping[str, Any] | None = None,
+                 on_round: Callable[["DistributedTrainer", RoundStats], None] | None = None,
+                 **loop_options: Any) -> None:
+        if (sync_every_batches is None) == (sync_every_seconds is None):
+            raise ValueError("give exactly one of sync_every_batches and sync_every_seconds")
+        if sync_every_batches is not None and (isinstance(sync_every_batches, bool) or sync_every_batches < 1):
+            raise ValueError(f"Invalid sync_every_batches: {sync_every_batches!r}, expected an int >= 1")
+        if sync_every_seconds is not None and not sync_every_seconds > 0:
+            raise ValueError(f"Invalid sync_every_seconds: {sync_every_seconds!r}, expected seconds > 0")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"Invalid workers: {workers!r}, expected an int >= 1")
+        if resume and checkpoint_dir is None:
+            raise ValueError("resume=True needs a checkpoint_dir")
+        if not isinstance(source, str):
+            raise TypeError(f"source must be a URI or path string, got {type(source).__name__}")
+        for unsupported in ("max_rows", "progress", "on_batch", "on_metrics", "stop_event"):
+            if loop_options.pop(unsupported, None) not in (None, False):
+                raise ValueError(f"{unsupported} is not supported by distributed training")
+        self.estimator = estimator
+        self.source = source
+        self.workers = workers
+        self.sync_every_batches, self.sync_every_seconds = sync_every_batches, sync_every_seconds
+        self.sync_optimizer = bool(sync_optimizer)
+        self.finite = bool(finite)
+        self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
+        if self.store is not None and checkpoint_every_rounds is None and checkpoint_every_seconds is None:
+            checkpoint_every_rounds = 1
+        self.checkpoint_every_rounds, self.checkpoint_every_seconds = checkpoint_every_rounds, checkpoint_every_seconds
+        self.resume = resume
+        self.ray_address = ray_address
+        self.learner_cpus = learner_cpus
+        self.max_restarts = max_restarts
+        self.health = HealthFile(health_path, 1.0) if health_path is not None else None
+        self.metrics = metrics
+        self.source_options = dict(source_options or {})
+        self.on_round = on_round
+        self.loop_options = loop_options
+        self.learners: list[Any] = []
+        self.shares: list[Share] = []
+        self.restarts = 0
+        self.checkpoints = 0
+        self.last_checkpoint: str | None = None
+        self._cluster: Any = None
+        self._writer: AsyncCheckpointWriter | None = None
+        self._pending: dict[int, list[Any]] = {}  # checkpoint round -> positions, written but not yet committed
+        self._committed_round = -1
+        self._last_ckpt_time = time.monotonic()
+        self._learner_gauge: Any = None
+
+    # -- Ray -----------------------------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        import ray
+
+        if ray.is_initialized():
+            return ray
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if self.ray_address is not None:
+            ray.init(address=self.ray_address, logging_level="ERROR")
+        else:
+            import tempfile
+
+            from streamfit.distributed._cluster import LocalRayCluster
+
+            root = tempfile.mkdtemp(prefix="streamfit-ray-")
+            self._cluster = LocalRayCluster(root, nodes=1, cpus=max(os.cpu_count() or 1, int(self.workers *
+                                                                                         self.learner_cpus)))
+            self._cluster.connect()
+            log_event("ray", f"started a local Ray instance at {self._cluster.address}", address=self._cluster.address)
+        return ray
+
+    def learner_pids(self) -> list[int]:
+        """Worker process ids of the learners (as they are now)."""
+        import ray
+
+        return list(ray.get([a.pid.remote() for a in self.learners]))
+
+    def _spawn(self, ray: Any) -> None:
+        actor = ray.remote(Learner)
+        model = _shippable(self.estimator)
+        self.learners = [
+            actor.options(num_cpus=self.learner_cpus, max_restarts=self.max_restarts, max_task_retries=0,
+                          scheduling_strategy="SPREAD", name=None).remote(
+                share, model, self.loop_options, self.sync_every_batches, self.sync_every_seconds,
+                self.sync_optimizer, self.finite)
+            for share in self.shares]
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+    def _initial(self) -> tuple[list[StartFrom], int, Mapping[str, np.ndarray] | None]:
+        """Start points: from the newest valid global checkpoint (resume) or from scratch."""
+        if self.store is not None and not self.resume and self.store.list():
+            raise CheckpointError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
+                                  "use an empty checkpoint directory")
+        self.shares = plan_shares(self.source, self.workers, self.source_options)
+        if self.resume:
+            loaded = self._load()
+            if loaded is not None:
+                return loaded
+            log_event("resume", "no checkpoint to resume from: starting fresh", root=str(self.store.root))
+        return [StartFrom() for _ in self.shares], 0, None
+
+    def _load(self) -> tuple[list[StartFrom], int, Mapping[str, np.ndarray] | None] | None:
+        assert self.store is not None
+        ckpt = self.store.load_latest()
+        if ckpt is None:
+            return None
+        dist = ckpt.meta.get("distributed")
+        if not isinstance(dist, Mapping):
+            raise CheckpointError(f"{ckpt.path} is not a distributed (global) checkpoint")
+        if dist.get("workers") != self.workers:
+            raise CheckpointError(f"{ckpt.path} was written by {dist.get('workers')} learners; resume with the same "
+                                  f"number of workers (not {self.workers})")
+        saved = [entry["share"] for entry in dist["learners"]]
+        if saved != [s.describe() for s in self.shares]:
+            raise CheckpointError(f"{ckpt.path}: the source is shared differently now ({saved} in the checkpoint, "
+                                  f"{[s.describe() for s in self.shares]} now): resume on the same partitions/files")
+        starts = []
+        for entry in dist["learners"]:
+            state = None
+            if entry.get("state") is not None:
+                refs = _refs(entry["state"]["tree"])
+                state = LearnerState(entry["state"]["class"], entry["state"]["tree"],
+                                     {r: ckpt.arrays[r] for r in refs})
+            starts.append(StartFrom(state, entry.get("position"), int(entry["rows"]), int(entry["batches"]),
+                                    int(entry["evaluated_rows"]), float(entry["loss_sum"]),
+                                    dict(entry.get("skipped_rows", {}))))
+        mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
+        self._resumed_from = str(ckpt.path)
+        self.last_checkpoint = str(ckpt.path)
+        self._committed_round = int(dist["round"])
+        log_event("resume", f"resumed from {ckpt.path.name}: round {dist['round']}, {ckpt.meta['rows']} rows",
+                  checkpoint=str(ckpt.path), rows=ckpt.meta["rows"], positions=ckpt.meta.get("position"))
+        return starts, int(dist["round"]), mixed or None
+
+    def _checkpoint_due(self, round_: int) -> bool:
+        if self.store is None:
+            return False
+        if self.checkpoint_every_rounds is not None and round_ % self.checkpoint_every_rounds == 0:
+            return True
+        return (self.checkpoint_every_seconds is not None
+                and time.monotonic() - self._last_ckpt_time >= self.checkpoint_every_seconds)
+
+    def _contents(self, round_: int, reports: list[RoundReport], mixed: Mapping[str, np.ndarray] | None
+                  ) -> tuple[bytes, dict[str, np.ndarray], dict[str, Any]]:
+        """Model bytes, arrays and meta of the global checkpoint at this barrier."""
+        arrays: dict[str, np.ndarray] = dict(mixed or {})
+        learners, model, top = [], b"", None
+        for rep in reports:
+            entry: dict[str, Any] = {"share": self.shares[rep.learner].describe(), "rows": rep.rows,
+                                     "batches": rep.batches, "position": rep.position, "ended": rep.ended,
+                                     "evaluated_rows": rep.evaluated_rows, "loss_sum": rep.loss_sum,
+                                     "skipped_rows": dict(rep.skipped_rows), "state": None}
+            if rep.state is not None:
+                own = {k: v for k, v in rep.state.arrays.items() if k not in arrays}
+                rename = {k: f"learners/{rep.learner}/{k}" for k in own}
+                arrays.update({rename[k]: v for k, v in own.items()})
+                tree = _rename_refs(rep.state.tree, rename)
+                entry["state"] = {"class": rep.state.cls, "tree": tree}
+                if top is None:
+                    top = {"class": rep.state.cls, "state": tree}
+            learners.append(entry)
+        if top is not None:
+            restore_estimator(self.estimator, top, arrays)  # the mixed model, also what train exports
+            model = self.estimator.to_onnx().SerializeToString()
+        rows = sum(r.rows for r in reports)
+        evaluated = sum(r.evaluated_rows for r in reports)
+        skipped = _sum_counts(r.skipped_rows for r in reports)
+        meta = {"rows": rows, "batches": sum(r.batches for r in reports),
+                "position": {"learners": [r.position for r in reports]}, "estimator": top,
+                "source": self.source, "skipped_rows": skipped,
+                "metrics": {"stream": {"rows": evaluated,
+                                       "loss": sum(r.loss_sum for r in reports) / evaluated if evaluated else None}},
+                "distributed": {"round": round_, "workers": self.workers, "learners": learners,
+                                "sync": {"every_batches": self.sync_every_batches,
+                                         "every_seconds": self.sync_every_seconds,
+                                         "optimizer": self.sync_optimizer}}}
+        return model, arrays, meta
+
+    def _settle(self) -> list[Any] | None:
+        """Positions of the newest durable checkpoint not yet committed (their rounds are then forgotten)."""
+        assert self._writer is not None
+        result = self._writer.last_result
+        if result is None or result.step not in self._pending:
+            return None
+        positions = self._pending[result.step]
+        done = [s for s in self._pending if s <= result.step]
+        for step in done:
+            del self._pending[step]
+        self.checkpoints += len(done)  # one write at a time: every earlier one finished before this one
+        self.last_checkpoint = str(result.path)
+        self._committed_round = result.step
+        log_event("checkpoint", f"global checkpoint {result.path.name} written in {result.seconds * 1e3:.1f} ms",
+                  path=str(result.path), round=result.step, seconds=result.seconds)
+        if self.metrics is not None:
+            self.metrics.ckpt_seconds.set(result.seconds)
+        return positions
+
+    # -- the run ------------------------------------------------------------------------------------------------
+    def run(self, stop_event: threading.Event | None = None) -> DistributedSummary:
+        """Train until every share ends (``finite``) or ``stop_event`` is set; final checkpoint; a summary."""
+        ray = self._connect()
+        from ray.exceptions import RayActorError
+
+        self._resumed_from: str | None = None
+        t0 = time.perf_counter()
+        try:
+            starts, round_, mixed = self._initial()
+            rows_at_start = sum(s.rows for s in starts)
+            self._initial_starts = [StartFrom(s.state, s.position, s.rows, s.batches, s.evaluated_rows,
+                                              s.loss_sum, s.skipped_rows) for s in starts]
+            self._initial_round, self._initial_mixed = round_, mixed
+            if self.store is not None:
+                self._writer = AsyncCheckpointWriter(self.store)
+            self._spawn(ray)
+            ray.get([a.start.remote(s) for a, s in zip(self.learners, starts)])
+            log_event("start", f"{self.workers} learners on {self.source}",
+                      shares=[s.describe() for s in self.shares], round=round_)
+            reports: list[RoundReport] = []
+            ended_by = "end"
+            sync_total, bytes_total = 0.0, 0
+            while True:
+                round_ += 1
+                stopping = stop_event is not None and stop_event.is_set()
+                ckpt = self._checkpoint_due(round_) or stopping
+                t_req = time.perf_counter()
+                try:
+                    reports = ray.get([a.next_round.remote(round_, ckpt) for a in self.learners])
+                except RayActorError as exc:
+                    round_, mixed = self._recover(ray, exc)
+                    continue
+                t_rep = time.perf_counter()
+                ended = all(r.ended for r in reports)
+                final = ended or stopping
+                if final and not ckpt:  # the last state is always kept (and checkpointed when there is a store)
+                    ckpt = self.store is not None
+                    reports = ray.get([a.next_round.remote(round_, True) for a in self.learners])
+                new = mix([r.synced for r in reports], [r.round_rows for r in reports], mixed)
+                if new is not None:  # None: nobody trained this round, every learner holds the last mix
+                    mixed = new
+                ref = ray.put(new) if new is not None else None
+                commits = self._settle() if self._writer is not None else None
+                try:
+                    ray.get([a.apply.remote(round_, ref, None if commits is None else commits[i])
+                             for i, a in enumerate(self.learners)])
+                except RayActorError as exc:
+                    round_, mixed = self._recover(ray, exc)
+                    continue
+                t_done = time.perf_counter()
+                up = sum(r.synced_bytes for r in reports)
+                down = 0 if new is None else sum(int(a.nbytes) for a in new.values()) * len(self.learners)
+                sync_total += t_done - t_rep
+                bytes_total += up + down
+                if ckpt and self._writer is not None:
+                    model, arrays, meta = self._contents(round_, reports, mixed)
+                    self._writer.submit(round_, model, arrays, meta, wait=True)
+                    self._pending[round_] = [r.position for r in reports]
+                    self._last_ckpt_time = time.monotonic()
+                elif final:
+                    self._contents(round_, reports, mixed)  # leaves the mixed model in self.estimator
+                stats = RoundStats(round_, sum(r.rows for r in reports), sum(r.round_rows for r in reports),
+                                   t_done - t_rep, t_rep - t_req, up + down, ended, ckpt)
+                self._observe(stats, reports, time.perf_counter() - t0, rows_at_start)
+                if self.on_round is not None:
+                    self.on_round(self, stats)
+                if final:
+                    ended_by = "end" if ended else "stop"
+                    break
+            if self._writer is not None:
+                self._writer.flush()
+                commits = self._settle()
+                if commits is not None:
+                    ray.get([a.commit.remote(p) for a, p in zip(self.learners, commits) if p is not None])
+            ray.get([a.close.remote() for a in self.learners])
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+            for a in self.learners:
+                ray.kill(a, no_restart=True)
+            self.learners = []
+            if self._cluster is not None:
+                ray.shutdown()
+                self._cluster.stop()
+                self._cluster = None
+        elapsed = time.perf_counter() - t0
+        rows = sum(r.rows for r in reports)
+        evaluated = sum(r.evaluated_rows for r in reports)
+        summary = DistributedSummary(
+            rows, sum(r.batches for r in reports), round_, [r.position for r in reports], self.checkpoints,
+            self.last_checkpoint, self.restarts, self._resumed_from, ended_by,
+            (rows - rows_at_start) / elapsed if elapsed > 0 else 0.0, [r.rows for r in reports],
+            _sum_counts(r.skipped_rows for r in reports),
+            {"stream": {"rows": evaluated, "loss": sum(r.loss_sum for r in reports) / evaluated if evaluated else None}},
+            sync_total, bytes_total)
+        log_event("shutdown", f"stopped ({ended_by}): {rows} rows in {round_} rounds, {self.checkpoints} global "
+                  f"checkpoint(s), {self.restarts} restart(s)", rows=rows, rounds=round_, ended_by=ended_by,
+                  last_checkpoint=self.last_checkpoint)
+        return summary
+
+    def _recover(self, ray: Any, exc: BaseException) -> tuple[int, Mapping[str, np.ndarray] | None]:
+        """A learner died: restart every learner from the last durable global checkpoint (or the start)."""
+        from ray.exceptions import RayActorError
+
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise LearnerLostError(f"a learner died {self.restarts} times (max_restarts={self.max_restarts}): "
+                                   f"{exc}") from exc
+        if self._writer is not None:
+            self._writer.flush()  # an in-flight write becomes durable (or raises) first
+            self._settle()  # its offsets are committed with the next checkpoint's, which covers them
+        resumed_from = self._resumed_from
+        loaded = self._load() if self.store is not None else None
+        self._resumed_from = resumed_from
+        if loaded is None:
+            starts, round_, mixed = self._initial_starts, self._initial_round, self._initial_mixed
+        else:
+            starts, round_, mixed = loaded
+        self._pending.clear()
+        log_event("recovery", f"a learner died ({type(exc).__name__}); restarting all {self.workers} from "
+                  f"{'the last global checkpoint' if loaded else 'the start'} (round {round_})",
+                  level=logging.WARNING, round=round_, restarts=self.restarts, error=str(exc)[:500])
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                ray.get([a.start.remote(s) for a, s in zip(self.learners, starts)])
+                break
+            except RayActorError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # the dead actor is being restarted by Ray
+        return round_, mixed
+
+    def _observe(self, stats: RoundStats, reports: list[RoundReport], elapsed: float, rows_at_start: int) -> None:
+        rate = (stats.rows - rows_at_start) / elapsed if elapsed > 0 else 0.0
+        log_event("round", f"round {stats.round}: {stats.rows} rows, sync {stats.sync_seconds * 1e3:.1f} ms",
+                  level=logging.DEBUG, round=stats.round, rows=stats.rows, sync_seconds=stats.sync_seconds,
+                  synced_bytes=stats.synced_bytes)
+        learners = [{"rows": r.rows, "batches": r.batches, "position": r.position, "ended": r.ended,
+                     "loss": r.loss_sum / r.evaluated_rows if r.evaluated_rows else None} for r in reports]
+        if self.health is not None:
+            self.health.update(last_batch_at=time.time(), rows=stats.rows, round=stats.round, rows_per_s=rate,
+                               last_checkpoint=self.last_checkpoint, learners=learners)
+        if self.metrics is not None:
+            m = self.metrics
+            m.rows.set(stats.rows)
+            m.batches.set(sum(r.batches for r in reports))
+            m.rows_per_s.set(rate)
+            m.last_batch.set(time.time())
+            m.ckpt_age.set(time.monotonic() - self._last_ckpt_time)
+            if self._learner_gauge is None:
+                import prometheus_client as prom
+
+                self._learner_gauge = prom.Gauge("streamfit_learner_rows_trained", "rows trained by each learner",
+                                                 ["learner"], registry=m.registry)
+            for i, r in enumerate(reports):
+                self._learner_gauge.labels(str(i)).set(r.rows)
+
+
+def _shippable(estimator: Any) -> Any:
+    """A copy of the estimator to send to the learners, holding its ONNX model bytes instead of a local path."""
+    model = getattr(estimator, "model", None)
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        shipped = copy.deepcopy(estimator)
+        shipped.model = Path(model).read_bytes()
+        return shipped
+    return estimator
+
+
+def _refs(tree: Any) -> list[str]:
+    if isinstance(tree, dict):
+        if set(tree) == {_REF}:
+            return [tree[_REF]]
+        return [r for v in tree.values() for r in _refs(v)]
+    if isinstance(tree, list):
+        return [r for v in tree for r in _refs(v)]
+    return []
+
+
+def _rename_refs(tree: Any, rename: Mapping[str, str]) -> Any:
+    if isinstance(tree, dict):
+        if set(tree) == {_REF}:
+            return {_REF: rename.get(tree[_REF], tree[_REF])}
+        return {k: _rename_refs(v, rename) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_rename_refs(v, rename) for v in tree]
+    return tree
+
+
+def _sum_counts(counts: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+

@@ -1,0 +1,187 @@
+"""A learner: streamfit's own stream loop on one share, paused at every synchronization barrier.
+
+Runs as a Ray actor (an asyncio actor: its methods and the loop share one event loop).  The loop calls
+``on_batch`` after each trained batch; when a round is over (``sync_every_batches`` batches, or
+``sync_every_seconds`` seconds, since the last synchronization) the hook waits there until the coordinator
+has mixed the learners' states and sent the result back.  So every report is taken at a batch boundary,
+with the exact source position after that batch, and nothing trains while the learner waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from streamfit._stream import StreamLoop
+from streamfit._stream.events import BatchEvent
+from streamfit.daemon.state import flatten_state, restore_estimator
+from streamfit.distributed._averaging import synced_names
+from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
+from streamfit.distributed._shares import Share
+from streamfit.sources import Position, Source, SourceBatch
+
+__all__ = ["Learner"]
+
+
+class _KeepOpen(Source):
+    """The loop closes its source on exit; the learner still commits offsets after that, then closes it."""
+
+    def __init__(self, inner: Source) -> None:
+        self.inner = inner
+
+    async def __anext__(self) -> SourceBatch:
+        return await self.inner.__anext__()
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+
+class Learner:
+    """One share of the stream, trained locally between synchronizations (see the module docstring)."""
+
+    def __init__(self, share: Share, estimator: Any, loop_options: Mapping[str, Any],
+                 sync_every_batches: int | None, sync_every_seconds: float | None, sync_optimizer: bool,
+                 finite: bool) -> None:
+        self.share = share
+        self.template = estimator
+        self.loop_options = dict(loop_options)
+        self.every_batches = sync_every_batches
+        self.every_seconds = sync_every_seconds
+        self.sync_optimizer = sync_optimizer
+        self.finite = finite
+        self.estimator: Any = None
+        self._task: asyncio.Task[Any] | None = None
+        self._source: Source | None = None
+        self._loop: StreamLoop | None = None
+        self._ready = asyncio.Event()  # at a barrier, or the share ended
+        self._go = asyncio.Event()     # the coordinator's answer arrived
+        self._epoch = 0
+        self._error: BaseException | None = None
+        self._ended = False
+        self._snapshot: tuple[Any, dict[str, np.ndarray]] | None = None
+
+    def pid(self) -> int:
+        """The worker process id (what a test kills)."""
+        return os.getpid()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    async def start(self, start: StartFrom) -> None:
+        """(Re)start from ``start``: a running loop is abandoned (its progress discarded), its source closed."""
+        await self._abandon()
+        self._epoch += 1
+        self._ready, self._go = asyncio.Event(), asyncio.Event()
+        self._error, self._ended, self._snapshot = None, False, None
+        self.estimator = copy.deepcopy(self.template)
+        if start.state is not None:
+            restore_estimator(self.estimator, {"class": start.state.cls, "state": start.state.tree},
+                              start.state.arrays)
+        self._base = start
+        self._rows, self._batches, self._position = start.rows, start.batches, start.position
+        self._round_rows = self._round_batches = 0
+        self._round_t0 = time.monotonic()
+        self._round_train = 0.0
+        self._source = self.share.open(start.position, self.finite)
+        self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
+                                **self.loop_options)
+        self._task = asyncio.ensure_future(self._run(self._loop, self._epoch))
+
+    async def _run(self, loop: StreamLoop, epoch: int) -> None:
+        try:
+            summary = await loop.run()
+            if epoch == self._epoch and summary.position is not None:
+                self._position = summary.position  # may move past trailing skipped input
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the coordinator by the next report
+            if epoch == self._epoch:
+                self._error = exc
+        finally:
+            if epoch == self._epoch:
+                self._ended = True
+                self._round_train += time.monotonic() - self._round_t0
+                self._ready.set()
+
+    async def _abandon(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+        source, self._source = self._source, None
+        if source is not None:
+            await source.aclose()
+
+    async def close(self) -> None:
+        """Stop training and close the source (after the final commit)."""
+        await self._abandon()
+
+    # -- the barrier ----------------------------------------------------------------------------------------
+    async def _on_batch(self, event: BatchEvent) -> None:
+        self._rows = self._base.rows + event.rows
+        self._batches = self._base.batches + event.batch
+        self._position = event.position
+        self._round_rows += event.n_rows
+        self._round_batches += 1
+        due = (self.every_batches is not None and self._round_batches >= self.every_batches) or (
+            self.every_seconds is not None and time.monotonic() - self._round_t0 >= self.every_seconds)
+        if due:
+            self._round_train += time.monotonic() - self._round_t0
+            go = self._go
+            self._ready.set()
+            await go.wait()  # the coordinator's apply() sets it; nothing trains meanwhile
+
+    async def next_round(self, round_: int, want_state: bool) -> RoundReport | None:
+        """Wait for this learner's barrier (or the end of its share); report its state there."""
+        epoch = self._epoch
+        await self._ready.wait()
+        if epoch != self._epoch:
+            return None  # restarted meanwhile: the coordinator no longer waits for this report
+        if self._error is not None:
+            raise self._error
+        assert self._loop is not None
+        fitted = hasattr(self.estimator, "trainer_")
+        synced = state = None
+        if fitted:
+            tree, arrays = flatten_state(self.estimator.state_dict())
+            self._snapshot = (tree, arrays)
+            if self._round_rows:
+                synced = {k: arrays[k] for k in synced_names(arrays, self.sync_optimizer)}
+            if want_state:
+                state = LearnerState(type(self.estimator).__name__, tree, arrays)
+        stream = self._loop.summary()
+        evaluated = int(stream.stream_metrics.get("rows", 0) or 0)
+        loss = stream.stream_metrics.get("loss")
+        loss_sum = float(loss) * evaluated if loss is not None and evaluated else 0.0
+        skipped = dict(self._base.skipped_rows)
+        for reason, n in stream.skipped_rows.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+        return RoundReport(self.share.index, round_, self._rows, self._batches, self._round_rows, self._position,
+                           synced, state, self._ended, self._base.evaluated_rows + evaluated,
+                           self._base.loss_sum + loss_sum, skipped, self._round_train)
+
+    async def apply(self, round_: int, mixed: Mapping[str, np.ndarray] | None,
+                    commit: Position | None) -> None:
+        """Load the mixed state, commit offsets covered by a durable checkpoint, then train the next round."""
+        if mixed is not None and self._snapshot is not None:
+            tree, arrays = self._snapshot
+            restore_estimator(self.estimator, {"class": type(self.estimator).__name__, "state": tree},
+                              {**arrays, **mixed})
+        self._snapshot = None
+        if commit is not None:
+            await self.commit(commit)
+        self._round_rows = self._round_batches = 0
+        self._round_train = 0.0
+        self._round_t0 = time.monotonic()
+        if not self._ended:
+            go = self._go
+            self._ready, self._go = asyncio.Event(), asyncio.Event()
+            go.set()
+
+    async def commit(self, position: Position) -> None:
+        """Tell the source that ``position`` is durably checkpointed (Kafka commits the offsets)."""
+        if self._source is not None:
+            await self._source.commit(position)

@@ -1,0 +1,194 @@
+"""Distributed training on a real local Ray cluster: a head and a second node process, both on 127.0.0.1.
+
+2 learners on a 2-partition Kafka topic (the tansu broker) and on a Parquet directory: every row trained
+exactly once, progressive loss close to one learner's, exact recovery after SIGKILL of a learner's worker
+process and after the death of the coordinator's process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from streamfit import LinearRegressor, train_stream_sync  # noqa: E402
+from streamfit.distributed import DistributedTrainer, LocalRayCluster  # noqa: E402
+from streamfit.sources import KafkaSource, ParquetSource  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+D = 8
+ROWS_PER_FILE = 4000
+FILES = 4
+BATCH = 100
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray")
+    old_home = os.environ.get("HOME")
+    with LocalRayCluster(root, nodes=2, cpus=1) as c:
+        os.environ["HOME"] = str(c.home)
+        c.connect()
+        try:
+            yield c
+        finally:
+            ray.shutdown()
+            if old_home is not None:
+                os.environ["HOME"] = old_home
+
+
+def _tables(seed: int = 0) -> list[pa.Table]:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(D)
+    out = []
+    for _ in range(FILES):
+        X = rng.standard_normal((ROWS_PER_FILE, D)).astype(np.float32)
+        y = (X @ w + 1.0 * rng.standard_normal(ROWS_PER_FILE)).astype(np.float32)
+        out.append(pa.table({**{f"x{j}": X[:, j] for j in range(D)}, "y": y}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    for i, table in enumerate(_tables()):
+        pq.write_table(table, root / f"part-{i:03d}.parquet", row_group_size=1000)
+    return root
+
+
+def _estimator() -> LinearRegressor:
+    return LinearRegressor(optimizer="sgd", learning_rate="constant", eta0=0.1, penalty=None)
+
+
+def _weights(est) -> dict[str, np.ndarray]:
+    return est.trainer_.get_weights()
+
+
+def _node_ids(trainer: DistributedTrainer) -> set[str]:
+    return set(ray.get([a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id())
+                        for a in trainer.learners]))
+
+
+def test_two_learners_on_parquet_every_row_once_loss_close_to_one_learner(cluster, parquet_dir, tmp_path) -> None:
+    nodes: set[str] = set()
+
+    def on_round(trainer, stats) -> None:
+        if stats.round == 1:
+            nodes.update(_node_ids(trainer))
+
+    est = _estimator()
+    summary = DistributedTrainer(est, f"parquet:{parquet_dir}", workers=2, sync_every_batches=5, batch_size=BATCH,
+                                 checkpoint_dir=tmp_path / "ckpt", on_round=on_round).run()
+    assert len(nodes) == 2  # one learner on each node of the cluster
+    assert summary.rows == FILES * ROWS_PER_FILE and summary.learner_rows == [2 * ROWS_PER_FILE] * 2
+    assert summary.positions == [{"file": "part-002.parquet", "row": ROWS_PER_FILE},
+                                 {"file": "part-003.parquet", "row": ROWS_PER_FILE}]
+    single = train_stream_sync(_estimator(), ParquetSource(parquet_dir), batch_size=BATCH)
+    loss, ref = summary.metrics["stream"]["loss"], single.stream_metrics["loss"]
+    assert abs(loss - ref) <= 0.05 * ref, (loss, ref)
+    # the global checkpoint: the mixed model, both learners' positions, loadable by the CLI's tools
+    from streamfit.checkpoint import CheckpointStore
+
+    ckpt = CheckpointStore(tmp_path / "ckpt").load_latest()
+    assert ckpt.meta["rows"] == FILES * ROWS_PER_FILE
+    assert ckpt.meta["position"] == {"learners": summary.positions}
+    np.testing.assert_array_equal(ckpt.arrays["trainer/weights/coef_0"], _weights(est)["coef_0"])
+
+
+def _fill_topic(kafka_broker) -> tuple[str, list[int]]:
+    topic = kafka_broker.create_topic(partitions=2)
+    counts = []
+    for p in range(2):
+        batches = [b for t in _tables()[2 * p:2 * p + 2] for b in t.to_batches(max_chunksize=250)]
+        kafka_broker.produce_batches(topic, batches, partition=p)
+        counts.append(len(batches))
+    return topic, counts
+
+
+def _committed(kafka_broker, topic: str, group: str) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group})
+    try:
+        return [tp.offset for tp in consumer.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.kafka
+def test_kafka_learner_killed_mid_stream_recovers_exactly_once(cluster, kafka_broker, tmp_path) -> None:
+    topic, counts = _fill_topic(kafka_broker)
+    options = {"config": dict(kafka_broker.consumer_config)}
+
+    def run(group: str, ckpt: Path, on_round=None):
+        est = _estimator()
+        summary = DistributedTrainer(est, f"kafka://{kafka_broker.bootstrap}/{topic}?group={group}", workers=2,
+                                     sync_every_batches=4, batch_size=BATCH, checkpoint_dir=ckpt,
+                                     checkpoint_every_rounds=2, source_options=options, on_round=on_round).run()
+        return est, summary
+
+    ref_est, ref = run("ref", tmp_path / "ref")
+    assert ref.rows == FILES * ROWS_PER_FILE and ref.restarts == 0
+    assert _committed(kafka_broker, topic, "ref") == counts  # == the end of every partition
+    single = train_stream_sync(_estimator(), KafkaSource(kafka_broker.bootstrap, topic, group="single",
+                                                         config=options["config"], partitions=[0, 1],
+                                                         until_eof=True), batch_size=BATCH)
+    loss, single_loss = ref.metrics["stream"]["loss"], single.stream_metrics["loss"]
+    assert abs(loss - single_loss) <= 0.05 * single_loss, (loss, single_loss)
+
+    killed: list[int] = []
+
+    def kill_learner(trainer, stats) -> None:
+        if stats.round == 5 and not killed:  # mid-stream: the learners are training round 6 now
+            pid = trainer.learner_pids()[1]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    est, summary = run("kill", tmp_path / "kill", kill_learner)
+    assert killed and summary.restarts == 1
+    assert summary.rows == FILES * ROWS_PER_FILE  # every row exactly once in the final model
+    assert summary.learner_rows == [2 * ROWS_PER_FILE] * 2
+    assert _committed(kafka_broker, topic, "kill") == counts
+    for name, w in _weights(ref_est).items():
+        np.testing.assert_allclose(_weights(est)[name], w, rtol=1e-6, atol=1e-7)
+
+
+def test_coordinator_killed_then_resumed_from_the_checkpoint_dir(cluster, parquet_dir, tmp_path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ref_est = _estimator()
+    DistributedTrainer(ref_est, f"parquet:{parquet_dir}", workers=2, sync_every_batches=5, batch_size=BATCH,
+                       checkpoint_dir=tmp_path / "ref").run()
+    # the coordinator in its own process, SIGKILLed (by itself) right after round 6's checkpoint is durable
+    script = textwrap.dedent(f"""
+        import os, signal, ray
+        from streamfit import LinearRegressor
+        from streamfit.distributed import DistributedTrainer
+        ray.init(address={cluster.address!r}, _node_ip_address="127.0.0.1", logging_level="ERROR")
+        def on_round(trainer, stats):
+            if stats.round == 7:
+                os.kill(os.getpid(), signal.SIGKILL)
+        est = LinearRegressor(optimizer="sgd", learning_rate="constant", eta0=0.1, penalty=None)
+        DistributedTrainer(est, "parquet:{parquet_dir}", workers=2, sync_every_batches=5, batch_size={BATCH},
+                           checkpoint_dir={str(ckpt)!r}, on_round=on_round).run()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "HOME": str(cluster.home)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    est = _estimator()
+    summary = DistributedTrainer(est, f"parquet:{parquet_dir}", workers=2, sync_every_batches=5,
+                                 batch_size=BATCH, checkpoint_dir=ckpt, resume=True).run()
+    assert summary.resumed_from is not None and summary.resumed_from.endswith(("000006", "000007"))
+    assert summary.rows == FILES * ROWS_PER_FILE
+    for name, w in _weights(ref_est).items():
+        np.testing.assert_allclose(_weights(est)[name], w, rtol=1e-6, atol=1e-7)
