@@ -18,7 +18,27 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LocalRayCluster"]
+__all__ = ["LocalRayCluster", "connect_loopback"]
+
+#: Ray turns a node address of 127.0.0.1 into the machine's outbound interface address (to be reachable from
+#: other machines): these processes keep the loopback address they are given, so no Ray traffic leaves it.
+_KEEP_LOOPBACK = "import ray._private.services as s; s.resolve_ip_for_localhost = lambda host: host"
+_LAUNCH = (f"import sys; {_KEEP_LOOPBACK}; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; "
+           "sys.exit(main())")
+
+
+def connect_loopback(address: str, **options: Any) -> Any:
+    """``ray.init`` into the cluster at ``address`` as a driver on 127.0.0.1 (the nodes' address)."""
+    import ray
+    import ray._private.services as services
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    resolve = services.resolve_ip_for_localhost
+    services.resolve_ip_for_localhost = lambda host: host
+    try:
+        return ray.init(address=address, _node_ip_address="127.0.0.1", logging_level="ERROR", **options)
+    finally:
+        services.resolve_ip_for_localhost = resolve
 
 #: worker ports come from [_WORKER_PORTS_LOW, 65535), a block of _WORKER_PORTS per node.
 _WORKER_PORTS_LOW = 61000
@@ -29,11 +49,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _ray_executable() -> str:
-    path = Path(sys.executable).with_name("ray")
-    return str(path) if path.exists() else "ray"
 
 
 class LocalRayCluster:
@@ -69,7 +84,7 @@ class LocalRayCluster:
         ports = {"--object-manager-port": _free_port(), "--node-manager-port": _free_port(),
                  "--dashboard-agent-listen-port": _free_port(), "--dashboard-agent-grpc-port": _free_port(),
                  "--runtime-env-agent-port": _free_port(), "--metrics-export-port": _free_port()}
-        cmd = [_ray_executable(), "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
+        cmd = [sys.executable, "-c", _LAUNCH, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
                f"--object-store-memory={object_store_bytes}", f"--min-worker-port={worker_base}",
                f"--max-worker-port={worker_base + _WORKER_PORTS - 1}", "--disable-usage-stats",
                *(f"{k}={v}" for k, v in ports.items())]
@@ -105,8 +120,8 @@ class LocalRayCluster:
 
     def _wait_for_nodes(self, nodes: int, timeout: float) -> None:
         """Wait until the head reports ``nodes`` live nodes (asked in a short-lived driver process)."""
-        code = ("import ray, sys; ray.init(address=sys.argv[1], _node_ip_address='127.0.0.1', "
-                "logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))")
+        code = ("import ray, sys; from streamfit.distributed._cluster import connect_loopback; "
+                "connect_loopback(sys.argv[1]); print(sum(n['Alive'] for n in ray.nodes()))")
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()
@@ -121,10 +136,7 @@ class LocalRayCluster:
 
     def connect(self, **options: Any) -> Any:
         """``ray.init`` this process into the cluster (on 127.0.0.1); returns ray's context."""
-        import ray
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        return ray.init(address=self.address, _node_ip_address="127.0.0.1", logging_level="ERROR", **options)
+        return connect_loopback(self.address, **options)
 
     def stop(self) -> None:
         """Kill every node's process group (the node and the Ray processes it started) and wait for them."""

@@ -171,10 +171,11 @@ def test_coordinator_killed_then_resumed_from_the_checkpoint_dir(cluster, parque
                        checkpoint_dir=tmp_path / "ref").run()
     # the coordinator in its own process, SIGKILLed (by itself) right after round 6's checkpoint is durable
     script = textwrap.dedent(f"""
-        import os, signal, ray
+        import os, signal
         from streamfit import LinearRegressor
         from streamfit.distributed import DistributedTrainer
-        ray.init(address={cluster.address!r}, _node_ip_address="127.0.0.1", logging_level="ERROR")
+        from streamfit.distributed._cluster import connect_loopback
+        connect_loopback({cluster.address!r})
         def on_round(trainer, stats):
             if stats.round == 7:
                 os.kill(os.getpid(), signal.SIGKILL)
