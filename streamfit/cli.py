@@ -67,6 +67,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-rows", type=int)
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
+    ray = p.add_argument_group("scale-out on Ray (extra [ray])")
+    ray.add_argument("--workers", type=int, help="N learner actors, each on its share of the source")
+    ray.add_argument("--ray-address", help="an existing Ray cluster (default: a local instance on 127.0.0.1)")
+    sync = ray.add_mutually_exclusive_group()
+    sync.add_argument("--sync-every-batches", type=int, metavar="K", help="mix the learners' weights every K batches")
+    sync.add_argument("--sync-every-seconds", type=float, metavar="T", help="... or every T seconds")
 
 
 def _scalar(text: str) -> Any:
@@ -181,7 +187,7 @@ def _prepare(ns: argparse.Namespace, serve: bool) -> tuple[Any, Any]:
     try:
         cfg = _config(ns)
         _setup_logging(cfg.log_json)
-        return cfg, _runner(cfg, serve=serve)
+        return cfg, (None if cfg.workers is not None else _runner(cfg, serve=serve))
     except (ValueError, TypeError, OSError) as exc:
         if isinstance(exc, StreamfitError):
             raise
@@ -290,6 +296,11 @@ def _train(ns: argparse.Namespace) -> int:
         ns.batch_size = ns.batch_size or 128
         print(f"demo: {data} (4 Parquet files, 40,000 rows), model {model}")
     cfg, runner = _prepare(ns, serve=False)
+    if runner is None:  # --workers N: the learners run on Ray
+        from streamfit.distributed._cli import run_distributed
+
+        run_distributed(cfg, serve=False, preflight=_preflight)
+        return 0
     summary = anyio.run(runner.run)
     _check_trained(summary, finite=True)
     if cfg.output:
@@ -303,6 +314,11 @@ def _serve(ns: argparse.Namespace) -> int:
     import anyio
 
     cfg, runner = _prepare(ns, serve=True)
+    if runner is None:  # --workers N: the learners run on Ray
+        from streamfit.distributed._cli import run_distributed
+
+        run_distributed(cfg, serve=True, preflight=_preflight)
+        return 0
 
     async def main() -> Any:
         stop = anyio.Event()

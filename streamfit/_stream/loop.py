@@ -255,6 +255,11 @@ class StreamLoop:
     def rebatcher(self) -> Rebatcher:
         return self._rebatcher
 
+    @property
+    def idle(self) -> bool:
+        """The trainer waits for a batch: none is queued and no step runs (read on the event loop thread)."""
+        return self._idle_scope is not None
+
     def stop(self) -> None:
         """Finish the batch being trained (if any), then return from :meth:`run`.
 

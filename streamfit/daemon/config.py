@@ -64,6 +64,12 @@ class RunConfig:
     dead_letter: str | None = None
     max_rows: int | None = None
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
+    workers: int | None = None               # learners on a Ray cluster (streamfit.distributed)
+    ray_address: str | None = None
+    sync_every_batches: int | None = None
+    sync_every_seconds: float | None = None
+    sync_optimizer: bool = True
+    checkpoint_every_rounds: int | None = None
     source_options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -154,6 +154,13 @@ class DistributedTrainer:
         self._learner_gauge: Any = None
 
     # -- Ray -----------------------------------------------------------------------------------------------
+    def connect(self) -> Any:
+        """Connect to Ray (``ray_address``, the instance this process is in, or a new local one); returns ``ray``.
+
+        ``ray.init`` installs signal handlers in the driver: install your own after this.
+        """
+        return self._connect()
+
     def _connect(self) -> Any:
         import ray
 
@@ -161,7 +168,13 @@ class DistributedTrainer:
             return ray
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if self.ray_address is not None:
-            ray.init(address=self.ray_address, logging_level="ERROR")
+            host = self.ray_address.rpartition(":")[0].removeprefix("ray://")
+            if host in ("127.0.0.1", "localhost"):  # a cluster on this machine's loopback: stay on it
+                from streamfit.distributed._cluster import connect_loopback
+
+                connect_loopback(self.ray_address)
+            else:
+                ray.init(address=self.ray_address, logging_level="ERROR")
         else:
             import tempfile
 
@@ -329,13 +342,14 @@ class DistributedTrainer:
                 ckpt = self._checkpoint_due(round_) or stopping
                 t_req = time.perf_counter()
                 try:
-                    reports = ray.get([a.next_round.remote(round_, ckpt) for a in self.learners])
+                    reports = self._gather(ray, [a.next_round.remote(round_, ckpt) for a in self.learners],
+                                           stop_event)
                 except RayActorError as exc:
                     round_, mixed = self._recover(ray, exc)
                     continue
                 t_rep = time.perf_counter()
                 ended = all(r.ended for r in reports)
-                final = ended or stopping
+                final = ended or (stop_event is not None and stop_event.is_set())
                 if final and not ckpt:  # the last state is always kept (and checkpointed when there is a store)
                     ckpt = self.store is not None
                     reports = ray.get([a.next_round.remote(round_, True) for a in self.learners])
@@ -355,6 +369,8 @@ class DistributedTrainer:
                 down = 0 if new is None else sum(int(a.nbytes) for a in new.values()) * len(self.learners)
                 sync_total += t_done - t_rep
                 bytes_total += up + down
+                if not final and not any(r.round_rows for r in reports):
+                    ckpt = False  # an idle round (sync_every_seconds, no input): nothing new to save
                 if ckpt and self._writer is not None:
                     model, arrays, meta = self._contents(round_, reports, mixed)
                     self._writer.submit(round_, model, arrays, meta, wait=True)
@@ -400,6 +416,18 @@ class DistributedTrainer:
                   f"checkpoint(s), {self.restarts} restart(s)", rows=rows, rounds=round_, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
         return summary
+
+    def _gather(self, ray: Any, refs: list[Any], stop_event: threading.Event | None) -> list[RoundReport]:
+        """The round's reports; a stop request ends the round early (idle learners report at once)."""
+        asked = False
+        while True:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.1)
+            if len(ready) == len(refs):
+                return list(ray.get(refs))
+            if not asked and stop_event is not None and stop_event.is_set():
+                for a in self.learners:
+                    a.request_barrier.remote()
+                asked = True
 
     def _recover(self, ray: Any, exc: BaseException) -> tuple[int, Mapping[str, np.ndarray] | None]:
         """A learner died: restart every learner from the last durable global checkpoint (or the start)."""

@@ -28,14 +28,34 @@ from streamfit.sources import Position, Source, SourceBatch
 __all__ = ["Learner"]
 
 
-class _KeepOpen(Source):
-    """The loop closes its source on exit; the learner still commits offsets after that, then closes it."""
+#: how often an idle learner checks whether its round is over (sync_every_seconds, or a stop request).
+_IDLE_POLL = 0.01  # s
+
+
+class _Gate(Source):
+    """Hands the loop its source's batches; a closed gate holds them (the learner waits at an idle barrier).
+
+    The loop closes its source on exit; the learner still commits offsets after that, then closes it.
+    """
 
     def __init__(self, inner: Source) -> None:
         self.inner = inner
+        self.waiting = False  # the reader is blocked in the source: it holds no batch
+        self.open = asyncio.Event()
+        self.open.set()
 
     async def __anext__(self) -> SourceBatch:
-        return await self.inner.__anext__()
+        self.waiting = True
+        try:
+            sb = await self.inner.__anext__()
+        except StopAsyncIteration:
+            self.waiting = False
+            await self.open.wait()  # the end flushes a last partial batch: not during a barrier
+            raise
+        finally:
+            self.waiting = False
+        await self.open.wait()
+        return sb
 
     async def aclose(self) -> None:
         self._closed = True
@@ -64,6 +84,10 @@ class Learner:
         self._error: BaseException | None = None
         self._ended = False
         self._snapshot: tuple[Any, dict[str, np.ndarray]] | None = None
+        self._gate: _Gate | None = None
+        self._watcher: asyncio.Task[Any] | None = None
+        self._asked = False      # the coordinator wants the round to end now (stop)
+        self._at_barrier = False
 
     def pid(self) -> int:
         """The worker process id (what a test kills)."""
@@ -85,10 +109,12 @@ class Learner:
         self._round_rows = self._round_batches = 0
         self._round_t0 = time.monotonic()
         self._round_train = 0.0
+        self._asked = self._at_barrier = False
         self._source = self.share.open(start.position, self.finite)
-        self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
-                                **self.loop_options)
+        self._gate = _Gate(self._source)
+        self._loop = StreamLoop(self.estimator, self._gate, on_batch=self._on_batch, **self.loop_options)
         self._task = asyncio.ensure_future(self._run(self._loop, self._epoch))
+        self._watcher = asyncio.ensure_future(self._watch_idle(self._loop, self._gate, self._epoch))
 
     async def _run(self, loop: StreamLoop, epoch: int) -> None:
         try:
@@ -106,7 +132,28 @@ class Learner:
                 self._round_train += time.monotonic() - self._round_t0
                 self._ready.set()
 
+    async def _watch_idle(self, loop: StreamLoop, gate: _Gate, epoch: int) -> None:
+        """An idle learner (no input) ends its round at the last trained batch when the round's time is up or
+        the coordinator asks: the reader holds no batch, nothing is queued or training, and the gate keeps it so."""
+        while epoch == self._epoch and not self._ended:
+            await asyncio.sleep(_IDLE_POLL)
+            if self._at_barrier or not (gate.waiting and loop.idle):
+                continue
+            if self._asked or (self.every_seconds is not None
+                               and time.monotonic() - self._round_t0 >= self.every_seconds):
+                gate.open.clear()
+                self._at_barrier = True
+                self._round_train += time.monotonic() - self._round_t0
+                self._ready.set()
+
+    def request_barrier(self) -> None:
+        """End this round at the next batch boundary, or now if idle (the coordinator is stopping)."""
+        self._asked = True
+
     async def _abandon(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
         task, self._task = self._task, None
         if task is not None and not task.done():
             task.cancel()
@@ -126,11 +173,12 @@ class Learner:
         self._position = event.position
         self._round_rows += event.n_rows
         self._round_batches += 1
-        due = (self.every_batches is not None and self._round_batches >= self.every_batches) or (
+        due = self._asked or (self.every_batches is not None and self._round_batches >= self.every_batches) or (
             self.every_seconds is not None and time.monotonic() - self._round_t0 >= self.every_seconds)
         if due:
             self._round_train += time.monotonic() - self._round_t0
             go = self._go
+            self._at_barrier = True
             self._ready.set()
             await go.wait()  # the coordinator's apply() sets it; nothing trains meanwhile
 
@@ -176,10 +224,14 @@ class Learner:
         self._round_rows = self._round_batches = 0
         self._round_train = 0.0
         self._round_t0 = time.monotonic()
+        self._asked = False
         if not self._ended:
             go = self._go
             self._ready, self._go = asyncio.Event(), asyncio.Event()
+            self._at_barrier = False
             go.set()
+            if self._gate is not None:
+                self._gate.open.set()
 
     async def commit(self, position: Position) -> None:
         """Tell the source that ``position`` is durably checkpointed (Kafka commits the offsets)."""

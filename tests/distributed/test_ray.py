@@ -193,3 +193,63 @@ def test_coordinator_killed_then_resumed_from_the_checkpoint_dir(cluster, parque
     assert summary.rows == FILES * ROWS_PER_FILE
     for name, w in _weights(ref_est).items():
         np.testing.assert_allclose(_weights(est)[name], w, rtol=1e-6, atol=1e-7)
+
+
+def _cli(args: list[str], cluster, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "streamfit.cli", *args], env={**os.environ, "HOME": str(cluster.home)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_cli_train_workers_then_inspect_and_export(cluster, parquet_dir, tmp_path) -> None:
+    import onnx
+
+    onnx.save(LinearRegressor().fit(np.zeros((2, D), np.float32), np.zeros(2, np.float32)).to_onnx(),
+              tmp_path / "model.onnx")
+    proc = _cli(["train", "--workers", "2", "--ray-address", cluster.address, "--source", f"parquet:{parquet_dir}",
+                 "--model", str(tmp_path / "model.onnx"), "--sync-every-batches", "10", "--batch-size", str(BATCH),
+                 "--optimizer", "sgd", "--learning-rate", "constant", "--eta0", "0.05", "--penalty", "none",
+                 "--checkpoint-dir", str(tmp_path / "ckpt"), "--health-file", str(tmp_path / "health.json"),
+                 "-o", str(tmp_path / "out.onnx")], cluster)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"trained {FILES * ROWS_PER_FILE} rows with 2 learners" in out
+    assert (tmp_path / "out.onnx").is_file()
+    import json
+
+    health = json.loads((tmp_path / "health.json").read_text())
+    assert len(health["learners"]) == 2
+    proc = _cli(["inspect", str(tmp_path / "ckpt")], cluster)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert f"{FILES * ROWS_PER_FILE} rows" in out and "learners" in out
+
+
+@pytest.mark.kafka
+def test_cli_serve_workers_on_kafka_stops_on_sigterm_with_offsets_committed(cluster, kafka_broker, tmp_path) -> None:
+    import json
+    import time
+
+    import onnx
+
+    from streamfit.checkpoint import CheckpointStore
+
+    topic, counts = _fill_topic(kafka_broker)
+    onnx.save(LinearRegressor().fit(np.zeros((2, D), np.float32), np.zeros(2, np.float32)).to_onnx(),
+              tmp_path / "model.onnx")
+    config = "&".join(f"{k}={v}" for k, v in kafka_broker.consumer_config.items())
+    proc = _cli(["serve", "--workers", "2", "--ray-address", cluster.address,
+                 "--source", f"kafka://{kafka_broker.bootstrap}/{topic}?group=serve&{config}",
+                 "--model", str(tmp_path / "model.onnx"), "--sync-every-seconds", "0.2", "--batch-size", str(BATCH),
+                 "--checkpoint-dir", str(tmp_path / "ckpt"), "--health-file", str(tmp_path / "health.json")],
+                cluster)
+    health = tmp_path / "health.json"
+    deadline = time.monotonic() + 120
+    while not (health.exists() and json.loads(health.read_text())["rows"] >= FILES * ROWS_PER_FILE):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # the whole topic is trained; serve would wait for more
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    ckpt = CheckpointStore(tmp_path / "ckpt").load_latest()
+    assert ckpt.meta["rows"] == FILES * ROWS_PER_FILE
+    assert _committed(kafka_broker, topic, "serve") == counts
