@@ -1,0 +1,60 @@
+"""Parameter mixing and share planning, without Ray: pure numpy and real files / the real broker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from streamfit.distributed import mix, plan_shares, synced_names
+
+
+def _stats(x: np.ndarray) -> dict[str, np.ndarray]:
+    return {"scaler/count": np.asarray(float(len(x))), "scaler/mean": x.mean(0),
+            "scaler/m2": ((x - x.mean(0)) ** 2).sum(0)}
+
+
+def test_weights_are_averaged_by_rows_and_idle_learners_left_out() -> None:
+    a = {"trainer/weights/W": np.array([[1.0], [2.0]], np.float32), "trainer/optimizer/W__m": np.ones((2, 1))}
+    b = {"trainer/weights/W": np.array([[5.0], [6.0]], np.float32), "trainer/optimizer/W__m": np.zeros((2, 1))}
+    out = mix([a, b], [300, 100], None)
+    np.testing.assert_allclose(out["trainer/weights/W"], [[2.0], [3.0]])
+    assert out["trainer/weights/W"].dtype == np.float32
+    np.testing.assert_allclose(out["trainer/optimizer/W__m"], 0.75)
+    np.testing.assert_array_equal(mix([a, None], [300, 0], None)["trainer/weights/W"], a["trainer/weights/W"])
+    assert mix([None, None], [0, 0], None) is None
+    assert synced_names({**a, "n": np.zeros(2, np.int64)}, sync_optimizer=False) == ["trainer/weights/W"]
+
+
+def test_scaler_statistics_merge_exactly_across_rounds() -> None:
+    rng = np.random.default_rng(0)
+    shared = rng.standard_normal((50, 3))          # what both learners held after the last mix
+    new_a, new_b = rng.standard_normal((30, 3)) + 1, 2 * rng.standard_normal((70, 3))
+    state_a = {"trainer/weights/W": np.zeros(1), **_stats(np.vstack([shared, new_a]))}
+    state_b = {"trainer/weights/W": np.zeros(1), **_stats(np.vstack([shared, new_b]))}
+    out = mix([state_a, state_b], [30, 70], _stats(shared))
+    expected = _stats(np.vstack([shared, new_a, new_b]))  # every row once
+    for key, value in expected.items():
+        np.testing.assert_allclose(out[key], value, rtol=1e-12)
+
+
+def test_parquet_files_are_dealt_round_robin(tmp_path) -> None:
+    for i in range(5):
+        pq.write_table(pa.table({"x": [float(i)], "y": [1.0]}), tmp_path / f"part-{i}.parquet")
+    shares = plan_shares(f"parquet:{tmp_path}", 2)
+    assert [[f.rsplit("/", 1)[1] for f in s.files] for s in shares] == [
+        ["part-0.parquet", "part-2.parquet", "part-4.parquet"], ["part-1.parquet", "part-3.parquet"]]
+    with pytest.raises(ValueError, match="5 Parquet file\\(s\\) cannot be shared among 6 learners"):
+        plan_shares(f"parquet:{tmp_path}", 6)
+    with pytest.raises(ValueError, match="followed Parquet directory"):
+        plan_shares(f"parquet:{tmp_path}?follow=true", 2)
+
+
+@pytest.mark.kafka
+def test_kafka_partitions_are_assigned_by_the_coordinator(kafka_broker) -> None:
+    topic = kafka_broker.create_topic(partitions=3)
+    uri = f"kafka://{kafka_broker.bootstrap}/{topic}?group=g"
+    assert [s.partitions for s in plan_shares(uri, 2)] == [(0, 2), (1,)]
+    with pytest.raises(ValueError, match="3 partition\\(s\\): at most that many learners"):
+        plan_shares(uri, 4)
