@@ -195,7 +195,8 @@ class DistributedTrainer:
 
     def _spawn(self, ray: Any) -> None:
         actor = ray.remote(Learner)
-        model = _shippable(self.estimator)
+        # held by the coordinator for the whole run: Ray re-reads an actor's constructor arguments to restart it
+        self._template_ref = model = ray.put(_shippable(self.estimator))
         self.learners = [
             actor.options(num_cpus=self.learner_cpus, max_restarts=self.max_restarts, max_task_retries=0,
                           scheduling_strategy="SPREAD", name=None).remote(
@@ -398,6 +399,7 @@ class DistributedTrainer:
             for a in self.learners:
                 ray.kill(a, no_restart=True)
             self.learners = []
+            self._template_ref = None
             if self._cluster is not None:
                 ray.shutdown()
                 self._cluster.stop()
