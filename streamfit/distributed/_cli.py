@@ -17,15 +17,16 @@ __all__ = ["run_distributed"]
 def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
     from streamfit.daemon.config import build_estimator
     from streamfit.daemon.health import Metrics
+    from streamfit.exceptions import ConfigError
 
     if cfg.source is None:
-        raise ValueError("no source given: --source URI (or 'source = ...' in the config file)")
+        raise ConfigError("no source given: --source URI (or 'source = ...' in the config file)")
     if cfg.sync_every_batches is None and cfg.sync_every_seconds is None:
-        raise ValueError("--workers needs --sync-every-batches K or --sync-every-seconds T")
+        raise ConfigError("--workers needs --sync-every-batches K or --sync-every-seconds T")
     if cfg.follow:
-        raise ValueError("--workers: a followed Parquet directory cannot be shared among learners (drop --follow)")
+        raise ConfigError("--workers: a followed Parquet directory cannot be shared among learners (drop --follow)")
     if cfg.max_rows is not None:
-        raise ValueError("--workers: --max-rows is not supported (each learner trains its whole share)")
+        raise ConfigError("--workers: --max-rows is not supported (each learner trains its whole share)")
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
     return DistributedTrainer(
         build_estimator(cfg), cfg.source, workers=cfg.workers, sync_every_batches=cfg.sync_every_batches,

@@ -39,7 +39,7 @@ from streamfit.distributed._averaging import mix
 from streamfit.distributed._learner import Learner
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
 from streamfit.distributed._shares import Share, plan_shares
-from streamfit.exceptions import CheckpointError, StreamfitError
+from streamfit.exceptions import CheckpointError, ResumeError, StreamfitError
 
 __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
 
@@ -208,7 +208,7 @@ class DistributedTrainer:
     def _initial(self) -> tuple[list[StartFrom], int, Mapping[str, np.ndarray] | None]:
         """Start points: from the newest valid global checkpoint (resume) or from scratch."""
         if self.store is not None and not self.resume and self.store.list():
-            raise CheckpointError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
+            raise ResumeError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
                                   "use an empty checkpoint directory")
         self.shares = plan_shares(self.source, self.workers, self.source_options)
         if self.resume:
@@ -225,13 +225,13 @@ class DistributedTrainer:
             return None
         dist = ckpt.meta.get("distributed")
         if not isinstance(dist, Mapping):
-            raise CheckpointError(f"{ckpt.path} is not a distributed (global) checkpoint")
+            raise ResumeError(f"{ckpt.path} is not a distributed (global) checkpoint")
         if dist.get("workers") != self.workers:
-            raise CheckpointError(f"{ckpt.path} was written by {dist.get('workers')} learners; resume with the same "
+            raise ResumeError(f"{ckpt.path} was written by {dist.get('workers')} learners; resume with the same "
                                   f"number of workers (not {self.workers})")
         saved = [entry["share"] for entry in dist["learners"]]
         if saved != [s.describe() for s in self.shares]:
-            raise CheckpointError(f"{ckpt.path}: the source is shared differently now ({saved} in the checkpoint, "
+            raise ResumeError(f"{ckpt.path}: the source is shared differently now ({saved} in the checkpoint, "
                                   f"{[s.describe() for s in self.shares]} now): resume on the same partitions/files")
         starts = []
         for entry in dist["learners"]:
