@@ -37,6 +37,13 @@ def test_scaler_statistics_merge_exactly_across_rounds() -> None:
     expected = _stats(np.vstack([shared, new_a, new_b]))  # every row once
     for key, value in expected.items():
         np.testing.assert_allclose(out[key], value, rtol=1e-12)
+    # any running statistics (the target scaler too), each group on its own
+    target = {f"target_{k}": v for k, v in _stats(shared[:, :1]).items()}
+    a2 = {**state_a, **{f"target_{k}": v for k, v in _stats(np.vstack([shared, new_a])[:, :1]).items()}}
+    b2 = {**state_b, **{f"target_{k}": v for k, v in _stats(np.vstack([shared, new_b])[:, :1]).items()}}
+    out = mix([a2, b2], [30, 70], {**_stats(shared), **target})
+    np.testing.assert_allclose(out["target_scaler/mean"], np.vstack([shared, new_a, new_b])[:, :1].mean(0))
+    assert "target_scaler/m2" in synced_names(a2, sync_optimizer=False)
 
 
 def test_parquet_files_are_dealt_round_robin(tmp_path) -> None:
