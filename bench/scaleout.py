@@ -97,17 +97,20 @@ def main() -> None:
     from streamfit.distributed import LocalRayCluster
 
     kinds = ["linear"] if args.quick else ["linear", "mlp"]
-    rows_per_file, files = (16384, 4) if args.quick else (262144, 8)
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; Parquet {files} x {rows_per_file:,} rows; batch {BATCH}, "
-          f"sync every {args.sync_every} batches")
+    files = 4 if args.quick else 8
+    rows = {"linear": 16384 if args.quick else 262144, "mlp": 65536}  # per file: a few seconds per run
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; Parquet {files} files "
+          f"({', '.join(f'{k} {rows[k]:,} rows each' for k in kinds)}); batch {BATCH}, sync every {args.sync_every} "
+          "batches")
     with tempfile.TemporaryDirectory(prefix="sf-scaleout-") as tmp:
-        data = str(C.write_parquet_dir(os.path.join(tmp, "data"), "vec", rows_per_file, files))
         t0 = time.perf_counter()
         with LocalRayCluster(os.path.join(tmp, "ray"), nodes=2, cpus=1) as cluster:
             cluster.connect()
             print(f"local Ray cluster (head + 1 node, 1 CPU each, 127.0.0.1) up in {time.perf_counter() - t0:.1f} s")
             results = {}
             for kind in kinds:
+                rows_per_file = rows[kind]
+                data = str(C.write_parquet_dir(os.path.join(tmp, f"data-{kind}"), "vec", rows_per_file, files))
                 one_proc = single_rate(kind, data)
                 d1 = distributed(kind, data, 1, args.sync_every)
                 d2 = distributed(kind, data, 2, args.sync_every)
