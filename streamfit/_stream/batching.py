@@ -26,7 +26,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -55,9 +55,10 @@ MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type",
 _BLOCK = 4096  # rows per copy block: keeps the destination rows in cache for wide buffers
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """Rows ``start:stop`` of a source batch that went into a training batch (source row numbers)."""
+class Span(NamedTuple):
+    """Rows ``start:stop`` of a source batch that went into a training batch (source row numbers).
+
+    A named tuple: one is made per copy into a training batch, on the hot path."""
 
     sb: SourceBatch
     start: int
@@ -768,14 +769,14 @@ class Rebatcher:
         self._fill = 0
         self._fill_end = None
         spans, self._fill_spans = tuple(self._fill_spans), []
-        skipped = self._ledger.take_until(self._fill_seq, end) if self._ledger else ()
+        skipped = self._ledger.take_until(self._fill_seq, end) if self._ledger.pending else ()
         self._finish(n, position)
         return TrainingBatch(X, Y, W, n, position, self._emitted_rows, skipped, spans)
 
     def _emit_view(self, seg: _Segment, i: int) -> TrainingBatch:
         bs = self.batch_size
         position = seg.sb.position_at(i + bs)
-        skipped = self._ledger.take_until(seg.seq, i + bs) if self._ledger else ()
+        skipped = self._ledger.take_until(seg.seq, i + bs) if self._ledger.pending else ()
         if isinstance(seg.feats, dict):  # every input, label and weight as views of this segment's arrays
             X: Any = {name: values[i:i + bs] for name, values in seg.feats.items()}
             Y, W = seg.y[i:i + bs], None if seg.w is None else seg.w[i:i + bs]

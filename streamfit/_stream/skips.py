@@ -83,6 +83,11 @@ class SkipLedger:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def pending(self) -> bool:
+        """Any skip waiting? (an attribute read on the hot path)."""
+        return bool(self._entries)
+
     def add_message(self, seq: int, sb: SourceBatch, reason: str, column: str | None, text: str) -> None:
         self._entries.append(_Entry(seq, sb, reason, column, text, None))
 
