@@ -8,7 +8,9 @@ the checkpoint that covers them is durable.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -292,6 +294,30 @@ class Runner:
         log_event("resume", f"resumed from {ckpt.path.name}: {snap.rows} rows, {snap.step} batches",
                   checkpoint=str(ckpt.path), rows=snap.rows, batches=snap.step, position=snap.position)
 
+    def _dead_letter_start(self) -> None:
+        """Before the first checkpoint of a run, the dead-letter sink's state is kept beside the checkpoints
+        (``dead-letter-start.json``): a run that dies before its first checkpoint and is resumed then starts
+        the sink from there, so the dead letters it had written are not written twice."""
+        if self.dead_letter is None or self.store is None or self._resumed_from is not None:
+            return
+        path = Path(self.store.root) / "dead-letter-start.json"
+        if self.resume and path.is_file():
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise CheckpointError(f"cannot read {path}: {exc}") from exc
+            self.dead_letter.restore(state)
+            log_event("resume", f"dead-letter sink restored to the start of the run that wrote no checkpoint",
+                      dead_letter=state)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.dead_letter.state(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
     # -- checkpoints ---------------------------------------------------------------------------------
     def _due(self) -> bool:
         if self.store is None or self._suspects:
@@ -449,6 +475,7 @@ class Runner:
         elif self.store is not None and self.store.list():
             raise ResumeError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
                               "use an empty checkpoint directory")
+        self._dead_letter_start()
         self._t0 = time.perf_counter()
         self._rows_at_start = self.rows
         skipped_at_start = dict(self._skipped)

@@ -69,7 +69,7 @@ def test_skip_counts_and_dead_letters_exact_after_kills(tmp_path):
     ck, health, dead = tmp_path / "ck", tmp_path / "health.json", tmp_path / "dead.jsonl"
     extra = ["--on-bad", "skip", "--dead-letter", str(dead), "--checkpoint-every-batches", "5"]
     resume: list[str] = []
-    for point in ("step", "files_written", "step"):
+    for point in ("files_written", "step", "files_written"):  # the first: before any checkpoint is durable
         if point == "step":
             proc = _serve(f"parquet:{data}", model, ck, health, [*extra, *resume])
             start = _health(health).get("rows", 0)
