@@ -79,7 +79,7 @@ def project(c_row: float, a0: float, a1: float, state_bytes: float, k_rows: int,
     lines = []
     for m in (4, 8, 16, 32, 64):
         star = a0 + a1 * m + 2 * m * state_bytes / bandwidth  # every state through the coordinator's link
-        ring = a0 + a1 * 2 * (m - 1) / m * 2 + 2 * (m - 1) / m * state_bytes / bandwidth
+        ring = a0 + (m - 1) * a1 + 2 * (m - 1) / m * state_bytes / bandwidth  # 2(M-1) hops of a1/2
         compute = k_rows * c_row
         lines.append(f"  M={m:>2}: star {m * k_rows / (compute + star) / 1e3:>9,.0f}K rows/s "
                      f"(sync {star * 1e3:6.1f} ms = {star / (compute + star):4.0%} of a round)   "
@@ -133,7 +133,8 @@ def main() -> None:
     print("  the input read included); the per-round fixed cost a0 + a1*M fitted to the 1- and 2-learner sync")
     print(f"  times measured here (loopback RPCs); every state crosses a {args.bandwidth / 1e9:.2f} GB/s link "
           "(star: M states up and M down")
-    print("  through the coordinator; ring allreduce: 2(M-1)/M states per link); rounds of K batches; learners")
+    print("  through the coordinator; ring allreduce: 2(M-1)/M states per link, 2(M-1) hops of a1/2 each);")
+    print("  rounds of K batches; learners")
     print("  equally fast (a straggler's delay adds to every round); no input bottleneck at the source.")
     k_rows = args.sync_every * BATCH
     for kind, (one_proc, d1, d2, adam) in results.items():
