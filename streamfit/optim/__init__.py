@@ -8,13 +8,14 @@ from streamfit.optim.adagrad import AdaGrad
 from streamfit.optim.adam import Adam
 from streamfit.optim.adamw import AdamW
 from streamfit.optim.base import Optimizer
+from streamfit.optim.ftrl import FTRL
 from streamfit.optim.momentum import Momentum
 from streamfit.optim.nesterov import Nesterov
 from streamfit.optim.sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Momentum", "Nesterov", "Adam", "AdamW", "AdaGrad", "get_optimizer"]
+__all__ = ["Optimizer", "SGD", "Momentum", "Nesterov", "Adam", "AdamW", "AdaGrad", "FTRL", "get_optimizer"]
 
-_BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Momentum, Nesterov, Adam, AdamW, AdaGrad)}
+_BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Momentum, Nesterov, Adam, AdamW, AdaGrad, FTRL)}
 
 
 def get_optimizer(optimizer: "str | Optimizer", **params: Any) -> Optimizer:
