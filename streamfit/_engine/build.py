@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import onnx
@@ -74,15 +74,18 @@ class GradientGraphs:
     info: Any
     #: static shapes of forward tensors and their ``*_grad`` twins (ints, symbols or None per dim)
     shapes: dict[str, list] = field(default_factory=dict)
+    #: gradients of the inputs asked for (the rows of sparse tables), in the order asked
+    input_grad_names: list[str] = field(default_factory=list)
 
 
 
-def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
-    """Forward and gradient graphs of ``pm`` with respect to its trained weights."""
+def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = ()) -> GradientGraphs:
+    """Forward and gradient graphs of ``pm`` with respect to its trained weights (and the inputs
+    ``input_grads``: the gradient graph then also outputs theirs)."""
     config = C.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = list(pm.weights)
     config.initializer_names_to_train = list(pm.weights)
-    config.input_names_require_grad = []
+    config.input_names_require_grad = list(input_grads)
     config.build_gradient_graph = True
     builder = C.OrtModuleGraphBuilder()
     try:
@@ -103,7 +106,8 @@ def build_gradient_graphs(pm: PreparedModel) -> GradientGraphs:
     order = list(info.initializer_names_to_train)
     grads = dict(zip(order, info.initializer_grad_names_to_train))
     return GradientGraphs(onnx.load_from_string(builder.get_forward_model()), gradient,
-                          [grads[w] for w in pm.weights], info, shapes)
+                          [grads[w] for w in pm.weights], info, shapes,
+                          [info.user_input_grad_names[name] for name in input_grads])
 
 
 def _value_info(name: str, elem: int, shape: list[Any]) -> onnx.ValueInfoProto:
@@ -153,15 +157,17 @@ def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer
         if use_penalty:
             g = penalty.gradient(b, w, g)
         state = {slot: Names.slot(w, slot) for slot in optimizer.slots}
-        inputs += [_value_info(name, elem, shape) for name in state.values()]
-        w_new, new_state = optimizer.update(b, w, g, state, scalars)
+        slot_shapes = {k: list(v.shape) for k, v in optimizer.init_state(pm.initial[w]).items()}
+        inputs += [_value_info(name, elem, slot_shapes[slot]) for slot, name in state.items()]
+        w_new, new_state = optimizer.update(b, w, g, state, scalars,
+                                            **({"shape": tuple(shape)} if optimizer.shaped else {}))
         if use_penalty:
             w_new = penalty.proximal(b, w_new, scalars["lr"])
         produced = {**new_state, "": w_new}
         for slot, value in produced.items():
             target = Names.new(state[slot] if slot else w)
             _rename_output(b, value, target, graph_inputs | set(scalars.values()) | set(state.values()))
-            outputs.append(_value_info(target, elem, shape))
+            outputs.append(_value_info(target, elem, slot_shapes[slot] if slot else shape))
             sums.append(b.op("ReduceSum", target, keepdims=0))
     check = b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
     outputs.append(_value_info(check, elem, []))
@@ -326,7 +332,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     del graph.output[:]
     y_shape = ["N"] + [f"d{i}" for i in range(1, y_rank)]
     graph.output.extend([_value_info(Names.loss, onnx_dtype(pm.dtype), []), _value_info(y_name, onnx_dtype(pm.dtype), y_shape)]
-                        + upd_outputs)
+                        + upd_outputs + [_value_info(g, onnx_dtype(pm.dtype), None) for g in graphs.input_grad_names])
     del grad_model.opset_import[:]
     grad_model.opset_import.extend(_opsets(graphs.gradient))
     grad_model.ir_version = min(grad_model.ir_version or 10, 10)

@@ -36,8 +36,11 @@ class FusedStep:
     def __init__(self, pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
                  penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
                  params: PingPong, scalars: HostScalars,
-                 small_batch_options: ort.SessionOptions | None = None, light_large_batches: bool = False) -> None:
+                 small_batch_options: ort.SessionOptions | None = None, light_large_batches: bool = False,
+                 sparse: Any = None) -> None:
         self.pm = pm
+        #: the tables trained row-sparsely (:class:`~streamfit._engine.sparse.SparseTables`), or None
+        self.sparse = sparse
         host_checks = device.kind == "cpu"  # the step reads single-element new weights itself
         self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, host_checks=host_checks)
         self.large_model: Any = None  # built with its session on the first large batch
@@ -93,6 +96,8 @@ class FusedStep:
         scalars = {name: self._scalar_output(name) for name in outputs
                    if name == Names.check or name.startswith((Names.check + "_", Names.bound_in0, Names.bound_in1))}
         scalars[Names.loss] = self._loss
+        if self.sparse is not None:  # the blocks of touched table rows, their state and new values
+            extra["sparse"] = self.sparse.staged(staging.xs)
         if ONES in inputs:
             value, ones = self.device.staging((staging.n,), self.pm.dtype)
             ones.fill(1)
@@ -100,7 +105,13 @@ class FusedStep:
         for src, dst in ((0, 1), (1, 0)):
             io = C.SessionIOBinding(session._sess)
             for spec, value in zip(self.pm.inputs, staging.x_values):
-                io.bind_ortvalue_input(spec.name, value)
+                if spec.name in inputs:  # an ids input read only by a cut-out table Gather is not one
+                    io.bind_ortvalue_input(spec.name, value)
+            if "sparse" in extra:  # the rows of the id positions, and their gradients
+                for name, (value, _) in extra["sparse"].fused_inputs.items():
+                    io.bind_ortvalue_input(name, value)
+                for name, (value, _) in extra["sparse"].fused_outputs.items():
+                    io.bind_ortvalue_output(name, value)
             io.bind_ortvalue_input(Names.target, staging.t_value)
             io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
             io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
@@ -145,6 +156,8 @@ class FusedStep:
             else:
                 s0, s1 = bound
                 ok = self._bound.accept(sum(map(float, s0)), sum(map(float, s1)))
+        if ok and self.sparse is not None:  # the touched rows: updated, and written back if all is finite
+            ok = self.sparse.update(staging.extra["sparse"])
         if ok:
             self.params.swap()
         return loss, ok

@@ -9,7 +9,7 @@ than binding).  Weights are never copied: the bindings read the device buffers t
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import onnxruntime as ort
@@ -39,8 +39,11 @@ class Predictor:
     staged_rows = 64
     cache_size = 8
 
-    def __init__(self, session: ort.InferenceSession, pm: PreparedModel, params: PingPong, device: Device) -> None:
+    def __init__(self, session: ort.InferenceSession, pm: PreparedModel, params: PingPong, device: Device,
+                 fixed: Mapping[str, Any] | None = None) -> None:
         self.session = session
+        #: inputs bound to the same OrtValue in every run (the row-sparse tables, updated in place)
+        self.fixed = dict(fixed or {})
         self.pm = pm
         self.params = params
         self.device = device
@@ -75,6 +78,8 @@ class Predictor:
         live = self.params.live()
         for name in self._weights:
             io.bind_ortvalue_input(name, live[name])
+        for name, value in self.fixed.items():
+            io.bind_ortvalue_input(name, value)
         io.bind_output(self.pm.output_name, C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0))
         self.session._sess.run_with_iobinding(io, None)
         return io.get_outputs()[0].numpy()
@@ -90,6 +95,8 @@ class Predictor:
                 io.bind_ortvalue_input(spec.name, value)
             for name in self._weights:
                 io.bind_ortvalue_input(name, params[name])
+            for name, value in self.fixed.items():
+                io.bind_ortvalue_input(name, value)
             io.bind_ortvalue_output(self.pm.output_name, y_value)
             ios.append(io)
         bound = _Bound(tuple(p[1] for p in pairs), tuple(p[0] for p in pairs), y, y_value, (ios[0], ios[1]))

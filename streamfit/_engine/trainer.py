@@ -22,6 +22,7 @@ from streamfit._engine.fused import FusedStep
 from streamfit._engine.inputs import InputPlan
 from streamfit._engine.model import ModelInput, prepare_model
 from streamfit._engine.predict import Predictor
+from streamfit._engine.sparse import SparseTables, find_tables, training_model
 from streamfit._engine.staging import Staging
 from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
@@ -46,6 +47,12 @@ class Trainer:
     :class:`~streamfit.exceptions.NonFiniteError` (``on_nonfinite="raise"``) or is counted in
     ``n_skipped`` (``"skip"``).
 
+    Embedding tables (initializers read only by ``Gather`` with ids from a model input) are trained
+    row-sparsely with ``sparse=True``: a step reads and writes only the rows of the ids in its batch, so it
+    costs the same whatever the table's size (lazy rules: Adam as PyTorch's SparseAdam, penalties applied
+    to touched rows).  ``"auto"`` (default) does so only where that is exactly the dense step (SGD,
+    AdaGrad, RowWiseAdaGrad, FTRL on unpenalized tables); ``False`` never.  See :mod:`streamfit._engine.sparse`.
+
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
@@ -61,7 +68,8 @@ class Trainer:
                  optimizer: "str | Optimizer" = "sgd", learning_rate: "float | Schedule" = 0.01,
                  penalty: Penalty | None = None, device: "str | Device" = "cpu", step: StepKind = "fused",
                  on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
-                 spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0) -> None:
+                 spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
+                 sparse: "bool | Literal['auto']" = "auto") -> None:
         if step not in _STRATEGIES:
             raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
         if on_nonfinite not in ("raise", "skip"):
@@ -84,22 +92,36 @@ class Trainer:
         self._threads_given = threads is not None
         self._plan = InputPlan(self.prepared.inputs, self.prepared.input_name)
         self._single = self._plan.single
-        self.graphs = build_gradient_graphs(self.prepared)
+        # embedding tables (initializers read only by Gather) are trained row-sparsely: see _engine/sparse.py
+        if sparse not in (True, False, "auto"):
+            raise ValueError(f"sparse must be True, False or 'auto', got {sparse!r}")
+        tables = () if not sparse or step != "fused" or self.device.kind != "cpu" else \
+            find_tables(self.prepared, *((self.optimizer, penalty) if sparse == "auto" else ()))
+        self._sparse: SparseTables | None = None
+        self._train_pm = self.prepared
+        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.decay],
+                                   self.prepared.dtype)
+        if tables:
+            self._train_pm = training_model(self.prepared, tables)
+            self._sparse = SparseTables(tables, self.prepared, self.optimizer, penalty, self.device, self.scalars,
+                                        self.small_batch_options)
+        self.graphs = build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else ())
+        if self._sparse is not None:
+            self._sparse.set_grad_names(self.graphs.input_grad_names)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
         predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers))
         self._predict_session = make_session(predict_model.SerializeToString(), self.options, self.device,
                                              self.prepared.dtype)
         values: dict[str, np.ndarray] = {}
-        for w in self.prepared.weights:
+        for w in self._train_pm.weights:
             values[w] = self.prepared.initial[w]
             for slot, arr in self.optimizer.init_state(self.prepared.initial[w]).items():
                 values[Names.slot(w, slot)] = arr
         values.update(self.prepared.buffers)  # BatchNorm running statistics: updated by the steps, not trained
         self.params = PingPong(self.device, values)
-        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device)
+        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device,
+                                    fixed=self._sparse.values if self._sparse is not None else None)
         self._predict_checked: set[tuple[Any, ...]] = set()
-        self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.decay],
-                                   self.prepared.dtype)
         self._l2 = penalty.l2 if penalty is not None else 0.0
         arrays = self.scalars.arrays  # bound once; a step writes these 0-d arrays in place when they change
         self._optimizer_scalars = [arrays[Names.scalar(s)] for s in self.optimizer.scalar_names]
@@ -158,9 +180,9 @@ class Trainer:
     def _make_strategy(self, y_rank: int) -> "FusedStep | ForwardBackwardStep":
         cls = _STRATEGIES[self.step_kind]
         extra = {"small_batch_options": self.small_batch_options,
-                 "light_large_batches": not self._threads_given} if cls is FusedStep else {}
+                 "light_large_batches": not self._threads_given, "sparse": self._sparse} if cls is FusedStep else {}
         try:
-            strategy = cls(self.prepared, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
+            strategy = cls(self._train_pm, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
                            self.options, y_rank, self.params, self.scalars, **extra)
         except Exception as exc:
             if cls is not FusedStep or isinstance(exc, BadInputError):
@@ -172,6 +194,10 @@ class Trainer:
 
     def _fall_back(self, exc: Exception, what: str) -> None:
         """The fused graph failed: switch to the forward/backward step once, loudly (weights are kept)."""
+        if self._sparse is not None:  # the tables live outside the graphs the other step would train
+            raise ModelError(f"the fused step could not be {what}, and a model with row-sparse tables "
+                             f"({sorted(self._sparse.arrays)}) cannot fall back (pass sparse=False to train "
+                             f"them densely): {type(exc).__name__}: {exc}") from exc
         self.fallback = f"the fused step could not be {what} ({type(exc).__name__}: {str(exc)[:500]})"
         _log.warning("%s; falling back to step='forward_backward' for the rest of this run", self.fallback)
         self.step_kind = "forward_backward"
@@ -266,6 +292,8 @@ class Trainer:
         lr = self.schedule.lr * self.lr_scale
         staging.load(arrays, y, None if sample_weight is None else self._sample_weights(sample_weight, n),
                      lr / n if self._lr_in_grad_weights else 1.0 / n)
+        if self._sparse is not None:  # the batch's touched table rows into the step's buffers
+            self._sparse.gather(staging.xs, staging.extra["sparse"])
         if lr != self._fed_lr or self._scalars_per_step:
             self._set_scalars(lr)
         if self._eval_differs:
@@ -381,19 +409,29 @@ class Trainer:
 
     # -- state --------------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
-        """Host copies of the trained weights."""
-        return self.params.read(self.prepared.weights)
+        """Host copies of the trained weights (tables included)."""
+        if self._sparse is None:
+            return self.params.read(self.prepared.weights)
+        values = {**self.params.read(self._train_pm.weights), **self._sparse.read()}
+        return {w: values[w] for w in self.prepared.weights}
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         unknown = set(weights) - set(self.prepared.weights)
         if unknown:
             raise KeyError(f"unknown weights {sorted(unknown)}; trained weights are {self.prepared.weights}")
-        self.params.write({k: np.asarray(v, self.dtype) for k, v in weights.items()})
+        values = {k: np.asarray(v, self.dtype) for k, v in weights.items()}
+        if self._sparse is not None:
+            self._sparse.write({k: v for k, v in values.items() if k in self._sparse.arrays})
+            values = {k: v for k, v in values.items() if k not in self._sparse.arrays}
+        self.params.write(values)
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """The optimizer's per-weight state as named arrays (``<weight>__<slot>``)."""
         names = [n for n in self.params.names if n not in self.prepared.initial and n not in self.prepared.buffers]
-        return self.params.read(names)
+        state = self.params.read(names)
+        if self._sparse is not None:
+            state.update(self._sparse.read_state())
+        return state
 
     def running_statistics(self) -> dict[str, np.ndarray]:
         """Host copies of the BatchNorm running means and variances (empty for a model without any)."""
@@ -413,11 +451,14 @@ class Trainer:
             if unknown:
                 raise KeyError(f"unknown running statistics {sorted(unknown)}; the model has {sorted(self.prepared.buffers)}")
             self.params.write({k: np.asarray(v, self.dtype) for k, v in state["buffers"].items()})
-        expected = {n for n in self.params.names if n not in self.prepared.initial and n not in self.prepared.buffers}
+        dense = {n for n in self.params.names if n not in self.prepared.initial and n not in self.prepared.buffers}
+        tables = self._sparse.state_names() if self._sparse is not None else set()
         given = set(state.get("optimizer", {}))
-        if given != expected:
-            raise KeyError(f"optimizer state has {sorted(given)}, expected {sorted(expected)}")
-        self.params.write(state["optimizer"])
+        if given != dense | tables:
+            raise KeyError(f"optimizer state has {sorted(given)}, expected {sorted(dense | tables)}")
+        self.params.write({k: v for k, v in state["optimizer"].items() if k in dense})
+        if self._sparse is not None:
+            self._sparse.write_state(state["optimizer"])
         if "schedule" in state:
             self.schedule.load_state_dict(state["schedule"])  # says what differs if configured otherwise
         self.n_steps = int(state.get("n_steps", 0))

@@ -11,11 +11,12 @@ from streamfit.optim.base import Optimizer
 from streamfit.optim.ftrl import FTRL
 from streamfit.optim.momentum import Momentum
 from streamfit.optim.nesterov import Nesterov
+from streamfit.optim.rowwise_adagrad import RowWiseAdaGrad
 from streamfit.optim.sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Momentum", "Nesterov", "Adam", "AdamW", "AdaGrad", "FTRL", "get_optimizer"]
+__all__ = ["Optimizer", "SGD", "Momentum", "Nesterov", "Adam", "AdamW", "AdaGrad", "RowWiseAdaGrad", "FTRL", "get_optimizer"]
 
-_BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Momentum, Nesterov, Adam, AdamW, AdaGrad, FTRL)}
+_BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Momentum, Nesterov, Adam, AdamW, AdaGrad, RowWiseAdaGrad, FTRL)}
 
 
 def get_optimizer(optimizer: "str | Optimizer", **params: Any) -> Optimizer:

@@ -21,6 +21,7 @@ class AdaGrad(Optimizer):
 
     name = "adagrad"
     slots = ("sum_sq",)
+    zero_gradient_fixed = True
 
     def __init__(self, eps: float = 1e-10, initial_accumulator_value: float = 0.0) -> None:
         self.eps = check_range("eps", eps, 0.0)

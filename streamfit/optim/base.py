@@ -26,6 +26,11 @@ class Optimizer(abc.ABC):
     slots: ClassVar[tuple[str, ...]] = ()
     #: Names of the scalar inputs fed at every step; ``"lr"`` always comes first.
     scalar_names: ClassVar[tuple[str, ...]] = ("lr",)
+    #: ``update`` takes the weight's shape as the keyword ``shape`` (rules whose graph depends on it)
+    shaped: ClassVar[bool] = False
+    #: a zero gradient leaves a weight and its state unchanged, so a row-sparse update of a table computes
+    #: exactly the dense step (SGD, AdaGrad, FTRL); otherwise it is the lazy variant (Adam -> SparseAdam)
+    zero_gradient_fixed: ClassVar[bool] = False
 
     def scalars(self, lr: float, t: int) -> tuple[float, ...]:
         """Scalar inputs for the step that follows ``t`` completed steps."""

@@ -33,6 +33,7 @@ class FTRL(Optimizer):
 
     name = "ftrl"
     slots = ("z", "n")
+    zero_gradient_fixed = True
 
     def __init__(self, beta: float = 1.0, l1: float = 0.0, l2: float = 0.0) -> None:
         self.beta = check_range("beta", beta, 0.0)

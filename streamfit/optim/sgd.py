@@ -19,6 +19,7 @@ class SGD(Optimizer):
     """
 
     name = "sgd"
+    zero_gradient_fixed = True
 
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:

@@ -7,12 +7,12 @@ import pytest
 
 from streamfit._engine.testing import linear_model
 from streamfit._engine.trainer import Trainer
-from streamfit.optim import FTRL, SGD, AdaGrad, Adam, AdamW, Momentum, Nesterov, get_optimizer
+from streamfit.optim import FTRL, RowWiseAdaGrad, SGD, AdaGrad, Adam, AdamW, Momentum, Nesterov, get_optimizer
 from streamfit.penalties import Penalty, get_penalty
 from streamfit.schedules import InvScaling
 
 OPTIMIZERS = [SGD(), Momentum(0.8), Nesterov(0.9), Adam(), Adam(beta1=0.5, beta2=0.9, eps=1e-6), AdamW(weight_decay=0.1),
-              AdaGrad(eps=1e-8), FTRL(beta=0.5, l1=0.01, l2=0.1)]
+              AdaGrad(eps=1e-8), FTRL(beta=0.5, l1=0.01, l2=0.1), RowWiseAdaGrad(eps=1e-8)]
 PENALTIES = [None, Penalty(alpha=0.01, l1_ratio=0.0), Penalty(alpha=0.02, l1_ratio=1.0), Penalty(alpha=0.03, l1_ratio=0.4)]
 
 
