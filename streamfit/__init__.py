@@ -24,6 +24,8 @@ _LAZY = {
     "LogisticRegression": "streamfit.models",
     "MLPRegressor": "streamfit.models",
     "MLPClassifier": "streamfit.models",
+    "FMClassifier": "streamfit.models",
+    "FMRegressor": "streamfit.models",
     "from_sklearn": "streamfit._sklearn",
     "Penalty": "streamfit.penalties",
     "train_stream": "streamfit._stream",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from streamfit._stream.deadletter import DeadLetter, DeadLetterSink, open_dead_letter, read_dead_letters
     from streamfit.daemon import Runner
     from streamfit.estimators import OnnxClassifier, OnnxRegressor
-    from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
+    from streamfit.models import (FMClassifier, FMRegressor, LinearRegressor, LogisticRegression, MLPClassifier,
+                                  MLPRegressor)
     from streamfit.penalties import Penalty
     from streamfit.sources import open_source

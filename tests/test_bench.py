@@ -55,3 +55,8 @@ def test_inputs_bench_smoke():
 def test_columns_bench_smoke():
     out = _run("columns.py", timeout=120)
     assert "features= (one X)" in out and "Hashed(dictionary city)" in out and "vs features=" in out
+
+
+def test_sparse_bench_smoke():
+    out = _run("sparse.py", timeout=200)
+    assert "== targets" in out and "streamfit FMClassifier k=4, AdaGrad, batch 1024" in out and "per step" in out

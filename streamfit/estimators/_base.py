@@ -55,6 +55,8 @@ class OnnxEstimator(_SkBase):
     """Base of the estimators: ``__init__`` stores parameters only; validation happens in fit."""
 
     _default_loss: str = "squared_error"
+    #: the Trainer's ``sparse``: how embedding tables are trained (the hashed models ask for row-sparse)
+    _sparse_tables: Any = "auto"
 
     # -- building ----------------------------------------------------------------------------------
     def _schedule(self, loss: Loss) -> Schedule:
@@ -87,7 +89,7 @@ class OnnxEstimator(_SkBase):
                           penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
                           step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads,
                           freeze_batchnorm=bool(getattr(self, "freeze_batchnorm", False)),
-                          seed=self._dropout_seed())
+                          seed=self._dropout_seed(), sparse=self._sparse_tables)
         check_mapping(getattr(self, "inputs", None), trainer.model_inputs)
         return trainer
 

@@ -9,6 +9,7 @@ values it does not hold (unseen, below ``min_count``, or the vocabulary is full)
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -136,7 +137,7 @@ class Hashed(Encoder):
         self.seed = int(seed)
 
     def column_seed(self, k: int) -> int:
-        return int(murmur3(np.array([self.columns[k]], dtype=object), self.seed)[0])
+        return _column_seed(self.columns[k], self.seed)
 
     def ids_of(self, values: np.ndarray, k: int) -> np.ndarray:
         """int64 ids of non-null values (str or integers) of column ``k``."""
@@ -151,6 +152,12 @@ class Hashed(Encoder):
             table = self.ids_of(cat.uniques, k)
             out[:, k] = np.where(cat.index >= 0, table[np.maximum(cat.index, 0)] if len(table) else 0, NULL_ID)
         return out
+
+
+@lru_cache(maxsize=4096)
+def _column_seed(column: str, seed: int) -> int:
+    """The hash seed of a column (computed once: an encode of one row otherwise pays one hash run per column)."""
+    return int(murmur3(np.array([column], dtype=object), seed)[0])
 
 
 class VocabularyState(EncoderState):

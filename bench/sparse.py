@@ -1,0 +1,286 @@
+"""Categorical models on the synthetic click stream, beside Vowpal Wabbit and River (one run, one machine).
+
+Every learner sees the same rows in the same order and predicts each batch before training on it
+(progressive validation): rows/s, progressive log loss and AUC.  streamfit learns from Arrow batches (its
+hashing included in the time); VW from its text lines (parsing included, lines formatted beforehand);
+River from dicts of hashed features (built beforehand).  Then the step time of a table of 2^24 rows x 16
+against one of 2^16 rows (interleaved rounds, median), and the RSS.
+
+    python bench/sparse.py [--rows 200000] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+
+from streamfit import FMClassifier  # noqa: E402
+from streamfit.testing import ClickStream  # noqa: E402
+
+BITS = 18
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def log_loss(p: np.ndarray, y: np.ndarray) -> float:
+    p = np.clip(p, 1e-7, 1 - 1e-7)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def auc(p: np.ndarray, y: np.ndarray) -> float:
+    order = np.argsort(p, kind="stable")
+    ranks = np.empty(len(p))
+    ranks[order] = np.arange(1, len(p) + 1)
+    pos = y == 1
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / max(n_pos * n_neg, 1))
+
+
+class Result:
+    def __init__(self, name: str, rows: int, seconds: float, p: np.ndarray, y: np.ndarray) -> None:
+        self.name, self.rows, self.seconds = name, rows, seconds
+        self.p, self.y = p, y
+        self.rate = rows / seconds
+
+    def loss(self, rows: int | None = None) -> float:
+        return log_loss(self.p[:rows], self.y[:rows])
+
+    def line(self) -> str:
+        return (f"  {self.name:<44} {self.rate:>11,.0f} rows/s   log loss {self.loss():.4f}   "
+                f"AUC {auc(self.p, self.y):.4f}   ({self.rows:,} rows)")
+
+
+# -- learners ---------------------------------------------------------------------------------------------
+def streamfit_run(name: str, make: Callable[[], Any], stream: ClickStream, rows: int, batch: int) -> Result:
+    clf = make()
+    first = stream.batch(10_000, min(batch, 64))  # builds the graphs outside the timed run (another part of the stream)
+    clf.partial_fit(first, first.column("label").to_numpy(), classes=[0, 1])
+    batches = list(stream.batches(rows, batch))
+    labels = [b.column("label").to_numpy() for b in batches]
+    out = []
+    t0 = time.perf_counter()
+    for b, y in zip(batches, labels):
+        out.append(clf.partial_fit_predict(b, y, classes=[0, 1])[:, 1])
+    seconds = time.perf_counter() - t0
+    return Result(name, rows, seconds, np.concatenate(out), np.concatenate(labels))
+
+
+def vw_lines(stream: ClickStream, rows: int) -> tuple[list[str], np.ndarray]:
+    table = stream.table(rows)
+    cols = [table.column(c).to_numpy() for c in stream.categorical]
+    dense = [table.column(c).to_numpy() for c in stream.dense]
+    y = table.column("label").to_numpy()
+    lines = []
+    for r in range(rows):
+        cat = " ".join(f"{f}_{cols[f][r]}" for f in range(len(cols)))
+        num = " ".join(f"d{j}:{dense[j][r]:.6g}" for j in range(len(dense)))
+        lines.append(f"{1 if y[r] else -1} |c {cat} |d {num}")
+    return lines, y
+
+
+def vw_run(name: str, args: str, lines: list[str], y: np.ndarray) -> Result:
+    from vowpalwabbit import Workspace
+
+    vw = Workspace(f"--loss_function logistic --link logistic -b {BITS} --quiet {args}")
+    p = np.empty(len(lines))
+    t0 = time.perf_counter()
+    for i, line in enumerate(lines):
+        ex = vw.parse(line)
+        p[i] = vw.predict(ex)
+        vw.learn(ex)
+        vw.finish_example(ex)
+    seconds = time.perf_counter() - t0
+    vw.finish()
+    return Result(name, len(lines), seconds, p, y)
+
+
+def river_dicts(stream: ClickStream, rows: int) -> tuple[list[dict[str, float]], np.ndarray]:
+    table = stream.table(rows)
+    cols = [table.column(c).to_numpy() for c in stream.categorical]
+    dense = [table.column(c).to_numpy() for c in stream.dense]
+    buckets = 1 << BITS
+    xs = []
+    for r in range(rows):
+        x = {f"h{hash((f, int(cols[f][r]))) % buckets}": 1.0 for f in range(len(cols))}
+        x.update({f"d{j}": float(dense[j][r]) for j in range(len(dense))})
+        xs.append(x)
+    return xs, table.column("label").to_numpy()
+
+
+def river_run(name: str, model: Any, xs: list[dict[str, float]], y: np.ndarray) -> Result:
+    p = np.empty(len(xs))
+    t0 = time.perf_counter()
+    for i, (x, label) in enumerate(zip(xs, y)):
+        p[i] = model.predict_proba_one(x).get(True, 0.0)
+        model.learn_one(x, bool(label))
+    return Result(name, len(xs), time.perf_counter() - t0, p, y)
+
+
+# -- the table-size experiment ----------------------------------------------------------------------------
+def table_steps(bits_list: tuple[int, ...], dim: int, batch: int, fields: int, rounds: int, steps: int) -> dict[int, float]:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from streamfit._engine.trainer import Trainer
+
+    def model(rows: int) -> Any:
+        inits = [numpy_helper.from_array(np.zeros((rows, dim), np.float32), "E"),
+                 numpy_helper.from_array(np.full((dim, 1), 0.1, np.float32), "c"),
+                 numpy_helper.from_array(np.array([1], np.int64), "ax")]
+        nodes = [helper.make_node("Gather", ["E", "ids"], ["r"]),
+                 helper.make_node("ReduceSum", ["r", "ax"], ["p"], keepdims=0), helper.make_node("MatMul", ["p", "c"], ["Y"])]
+        g = helper.make_graph(nodes, "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", fields])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 1])], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    rng = np.random.default_rng(0)
+    trainers, data = {}, {}
+    for bits in bits_list:
+        rss0 = rss_mb()
+        m = model(1 << bits)
+        trainers[bits] = Trainer(m, loss="log_loss", optimizer="adagrad", learning_rate=0.05, sparse=True)
+        del m
+        data[bits] = [rng.integers(0, 1 << bits, (batch, fields)) for _ in range(16)]
+        y = (rng.random(batch) < 0.3).astype(np.float32)
+        for k in range(3):
+            trainers[bits].step({"ids": data[bits][k]}, y)
+        print(f"  table 2^{bits} x {dim}: {(1 << bits) * dim * 4 / 2**20:,.0f} MiB of weights (+ as much AdaGrad "
+              f"state); RSS +{rss_mb() - rss0:,.0f} MiB after building and 3 steps (RSS now {rss_mb():,.0f} MiB)")
+    times: dict[int, list[float]] = {b: [] for b in bits_list}
+    for _ in range(rounds):
+        for bits in bits_list:
+            t0 = time.perf_counter()
+            for k in range(steps):
+                trainers[bits].step({"ids": data[bits][k % 16]}, y)
+            times[bits].append((time.perf_counter() - t0) / steps)
+    return {b: statistics.median(t) for b, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="rows of the batch-1024 runs and of VW")
+    parser.add_argument("--rows-1", type=int, default=1_000, help="rows of streamfit's batch-1 runs")
+    parser.add_argument("--rows-river", type=int, default=5_000, help="rows of River's runs")
+    parser.add_argument("--big-bits", type=int, default=24)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    args = parser.parse_args()
+    if args.quick:
+        args.rows, args.rows_1, args.rows_river, args.big_bits = 2048, 30, 200, 17
+    stream = ClickStream(seed=0)
+    print(f"== bench/sparse.py on {cpu_name()}, Python {platform.python_version()}")
+    print(f"   click stream: {stream.n_categorical} categorical fields (cardinalities {stream.cardinalities[0]}.."
+          f"{stream.cardinalities[-1]:,}, Zipf {stream.zipf}), {stream.n_dense} dense, {len(stream.pairs)} "
+          f"interacting pairs; hash bits {BITS}")
+    cat, dense = stream.categorical, stream.dense
+
+    def hashed(opt: str, eta0: float, batch: int) -> Callable[[], Any]:
+        return lambda: FMClassifier(cat, dense=dense, buckets=1 << BITS, n_factors=0, optimizer=opt, eta0=eta0,
+                                    batch_size=batch, penalty=None, random_state=0)
+
+    def fm(batch: int) -> Callable[[], Any]:
+        return lambda: FMClassifier(cat, dense=dense, buckets=1 << BITS, n_factors=4, optimizer="adagrad",
+                                    eta0=0.05, batch_size=batch, penalty=None, random_state=0)
+
+    try:
+        import vowpalwabbit  # noqa: F401
+
+        lines, y_vw = vw_lines(stream, args.rows)
+    except ImportError:
+        lines = []
+    results: dict[str, Result] = {}
+    print("\n-- progressive validation (predict each batch, then train on it)")
+    runs: list[tuple[str, Callable[[], Result]]] = [
+        ("vw", lambda: vw_run("VW logistic (-b 18)", "", lines, y_vw)),
+        ("vw_lrq", lambda: vw_run("VW logistic + --lrq cc4", "--lrq cc4", lines, y_vw)),
+    ] if lines else []
+    if not lines:
+        print("  (vowpalwabbit is not installed: pip install vowpalwabbit==9.11.9)")
+    runs += [
+        ("lr_adagrad_1024", lambda: streamfit_run("streamfit hashed logistic, AdaGrad, batch 1024",
+                                                  hashed("adagrad", 0.1, 1024), stream, args.rows, 1024)),
+        ("lr_ftrl_1024", lambda: streamfit_run("streamfit hashed logistic, FTRL, batch 1024",
+                                               hashed("ftrl", 0.5, 1024), stream, args.rows, 1024)),
+        ("fm_1024", lambda: streamfit_run("streamfit FMClassifier k=4, AdaGrad, batch 1024", fm(1024), stream,
+                                          args.rows, 1024)),
+        ("lr_adagrad_1", lambda: streamfit_run("streamfit hashed logistic, AdaGrad, batch 1",
+                                               hashed("adagrad", 0.1, 1), stream, args.rows_1, 1)),
+        ("lr_ftrl_1", lambda: streamfit_run("streamfit hashed logistic, FTRL, batch 1", hashed("ftrl", 0.5, 1),
+                                            stream, args.rows_1, 1)),
+        ("fm_1", lambda: streamfit_run("streamfit FMClassifier k=4, AdaGrad, batch 1", fm(1), stream,
+                                       args.rows_1, 1)),
+    ]
+    for key, run in runs:
+        results[key] = run()
+        print(results[key].line(), flush=True)
+    try:
+        from river import facto, linear_model, optim
+
+        xs, y_r = river_dicts(stream, args.rows_river)
+        results["river_lr"] = river_run("River LogisticRegression (hashed, SGD 0.05)",
+                                        linear_model.LogisticRegression(optimizer=optim.SGD(0.05)), xs, y_r)
+        print(results["river_lr"].line(), flush=True)
+        results["river_fm"] = river_run("River FMClassifier k=4", facto.FMClassifier(n_factors=4, seed=0), xs, y_r)
+        print(results["river_fm"].line(), flush=True)
+    except ImportError:
+        print("  (river is not installed: pip install river)")
+
+    print(f"\n-- step time against table size (batch 1024 x 20 ids, dim 16, AdaGrad, interleaved rounds)")
+    bits = (16, args.big_bits)
+    steps = table_steps(bits, dim=16, batch=1024, fields=20, rounds=3 if args.quick else 7, steps=5 if args.quick else 20)
+    for b, t in steps.items():
+        print(f"  2^{b} rows: {t * 1e3:.2f} ms per step")
+
+    print("\n== targets")
+
+    def target(ok: bool, text: str) -> None:
+        print(f"  [{'met' if ok else 'MISSED'}] {text}")
+
+    vw = results.get("vw")
+    for key in ("lr_adagrad_1024", "lr_ftrl_1024") if vw is not None else ():
+        r = results[key]
+        ratio = r.rate / vw.rate
+        rel = (r.loss() - vw.loss()) / vw.loss()
+        target(ratio >= 3 and rel <= 0.01, f"{r.name}: {ratio:.2f}x VW's rows/s (>= 3x), log loss {rel:+.1%} vs VW's "
+                                           "(<= +1%)")
+    if "river_fm" in results:
+        fm_r, river = results["fm_1024"], results["river_fm"]
+        n = river.rows
+        ratio = fm_r.rate / river.rate
+        target(ratio >= 20 and fm_r.loss(n) <= river.loss(), f"FMClassifier batch 1024: {ratio:.1f}x River FM's "
+               f"rows/s (>= 20x); log loss on River's {n:,} rows {fm_r.loss(n):.4f} vs {river.loss():.4f} (no worse)")
+    ratio = steps[bits[1]] / steps[bits[0]]
+    target(ratio <= 1.2, f"step with a 2^{bits[1]}-row table / with a 2^{bits[0]}-row table: {ratio:.2f} (<= 1.2)")
+    print("  (delta checkpoints: not built yet)")
+
+
+if __name__ == "__main__":
+    main()
