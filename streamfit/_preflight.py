@@ -244,7 +244,8 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
     if kind == "fused":
         from streamfit._engine.fused import FusedStep
 
-        model = build_fused(trainer.prepared, trainer.graphs, trainer.loss, trainer.optimizer, trainer.penalty, y_rank,
+        pm = getattr(trainer, "_train_pm", trainer.prepared)  # without the row-sparse tables, as the step runs it
+        model = build_fused(pm, trainer.graphs, trainer.loss, trainer.optimizer, trainer.penalty, y_rank,
                             large_batch=rows >= FusedStep.large_batch_rows, host_checks=True)
     else:
         model = trainer.graphs.gradient

@@ -106,17 +106,22 @@ def training_model(pm: PreparedModel, tables: tuple[SparseTable, ...]) -> Prepar
     """``pm`` without its tables: each table ``Gather`` cut out and its output a graph input (the rows of the
     id positions); the tables are no longer weights and the new inputs not in ``inputs``.  What the gradient
     and fused graphs are built from."""
-    model = onnx.ModelProto()
-    model.CopyFrom(pm.model)
-    graph = model.graph
     names = {t.name for t in tables}
-    elem = next(i.data_type for i in graph.initializer if i.name in names)
+    elem = next(i.data_type for i in pm.model.graph.initializer if i.name in names)
+    model = onnx.ModelProto()
+    source = pm.model.graph.initializer
+    held = [i for i in source if i.name in names]
+    kept_inits = [i for i in source if i.name not in names]
+    del source[:]  # the copy below must not duplicate the tables' data (a table may be GiBs)
+    source.extend(kept_inits)
+    try:
+        model.CopyFrom(pm.model)
+    finally:
+        source.extend(held)
+    graph = model.graph
     kept = [n for n in graph.node if not (n.op_type == "Gather" and n.input and n.input[0] in names)]
     del graph.node[:]
     graph.node.extend(kept)
-    inits = [i for i in graph.initializer if i.name not in names]
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
     by_input = {i.name: i for i in pm.inputs}
     for t in tables:
         for k, use in enumerate(t.uses):
@@ -252,7 +257,9 @@ class SparseTables:
         self.values: dict[str, C.OrtValue] = {}
         self._marks: dict[str, np.ndarray] = {}  # per table: scratch slot per row (no sort to find distinct ids)
         for t in tables:
-            array = np.ascontiguousarray(pm.initial[t.name]).copy()
+            array = pm.initial[t.name]  # prepare_model's own copy: it becomes the live table (not copied again)
+            if not (array.flags.c_contiguous and array.flags.writeable):
+                array = np.ascontiguousarray(array).copy()
             self.arrays[t.name] = array
             self.state[t.name] = {k: np.ascontiguousarray(v) for k, v in optimizer.init_state(array).items()}
             self.values[t.name] = C.OrtValue.ortvalue_from_numpy(array, device.ort_device())
