@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from streamfit.exceptions import (BadInputError, CheckpointError, ConfigError, CorruptCheckpointError,
-                                  DivergenceError, InputMismatchError, ModelError, NonFiniteError, ResumeError,
+                                  DivergenceError, InputMismatchError, ModelError, NonFiniteError, OptionError, ResumeError,
                                   SourceError, StreamfitError)
 
 __version__ = "0.1.0"
@@ -32,6 +32,7 @@ _LAZY = {
     "train_stream_sync": "streamfit._stream",
     "StreamSummary": "streamfit._stream",
     "StreamLoop": "streamfit._stream",
+    "StreamOptions": "streamfit._stream",
     "open_source": "streamfit.sources",
     "Runner": "streamfit.daemon",
     "DeadLetter": "streamfit._stream.deadletter",
@@ -43,7 +44,7 @@ _SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon"
 
 __all__ = [
     "__version__", *_LAZY, *sorted(_SUBMODULES),
-    "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "InputMismatchError", "ConfigError", "SourceError",
+    "StreamfitError", "ModelError", "NonFiniteError", "BadInputError", "InputMismatchError", "ConfigError", "OptionError", "SourceError",
     "CheckpointError", "ResumeError", "CorruptCheckpointError", "DivergenceError",
 ]
 
@@ -67,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from streamfit import checkpoint, daemon, estimators, losses, models, optim, schedules, sources
     from streamfit._engine.trainer import Trainer
     from streamfit._sklearn import from_sklearn
-    from streamfit._stream import StreamLoop, StreamSummary, train_stream, train_stream_sync
+    from streamfit._stream import StreamLoop, StreamOptions, StreamSummary, train_stream, train_stream_sync
     from streamfit._stream.deadletter import DeadLetter, DeadLetterSink, open_dead_letter, read_dead_letters
     from streamfit.daemon import Runner
     from streamfit.estimators import OnnxClassifier, OnnxRegressor

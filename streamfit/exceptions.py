@@ -15,6 +15,7 @@ __all__ = [
     "BadInputError",
     "InputMismatchError",
     "ConfigError",
+    "OptionError",
     "SourceError",
     "CheckpointError",
     "ResumeError",
@@ -72,6 +73,16 @@ class InputMismatchError(ModelError, BadInputError):
 
 class ConfigError(StreamfitError, ValueError):
     """A run's configuration is invalid: a flag, a config-file key or value, options that contradict each other."""
+
+
+class OptionError(ConfigError, TypeError):
+    """An option of the stream (:class:`~streamfit.StreamOptions`) is unknown, misspelt or has an invalid value.
+
+    Also a ``TypeError`` (what Python raises for an unexpected keyword argument); ``option`` names it."""
+
+    def __init__(self, message: str, *, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 class SourceError(StreamfitError):

@@ -1,0 +1,404 @@
+"""The stream's options, written once: :class:`StreamOptions` (a frozen dataclass).
+
+Every option of the streaming loop is one field here, with its default, its check and its help text.
+``StreamLoop``, ``train_stream``, ``train_stream_sync`` and the daemon's ``Runner`` take one of these (their
+keyword arguments build it); the daemon's TOML keys (:func:`streamfit.daemon.config.load_config`) and the
+command line's flags (:func:`add_option_flags`) are derived from the fields, so names, defaults, checks and
+help cannot disagree between the entry points.  An unknown or misspelt option, a value of the wrong type,
+out of range or not among the choices fails when the object is built, naming the option (and the nearest
+valid name), never deep inside ``run()``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from streamfit.exceptions import OptionError
+
+__all__ = ["StreamOptions", "OptionError", "option_names", "add_option_flags", "options_from_flags"]
+
+Check = Callable[[str, Any], Any]
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _bad(name: str, value: Any, expected: str) -> OptionError:
+    return OptionError(f"Invalid {name}: {value!r}, expected {expected}", option=name)
+
+
+def _int(minimum: int, optional: bool = False) -> Check:
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+            raise _bad(name, value, f"{'None or ' if optional else ''}an int >= {minimum}")
+        return int(value)
+    return check
+
+
+def _bool(name: str, value: Any) -> Any:
+    if not isinstance(value, (bool, np.bool_)):
+        raise _bad(name, value, "True or False")
+    return bool(value)
+
+
+def _str(optional: bool) -> Check:
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or not value:
+            raise _bad(name, value, f"{'None or ' if optional else ''}a column name (a non-empty str)")
+        return value
+    return check
+
+
+def _choice(*choices: Any) -> Check:
+    def check(name: str, value: Any) -> Any:
+        if value not in choices:
+            shown = " or ".join(repr(c) for c in choices)
+            near = difflib.get_close_matches(str(value), [str(c) for c in choices if c is not None], n=1)
+            raise _bad(name, value, shown + (f" (did you mean {near[0]!r}?)" if near else ""))
+        return value
+    return check
+
+
+def _columns(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, Iterable) or isinstance(value, Mapping):
+        raise _bad(name, value, "None, a column name or a list of column names")
+    out = tuple(value)
+    if not out or not all(isinstance(c, str) and c for c in out):
+        raise _bad(name, value, "None, a column name or a non-empty list of column names")
+    if len(set(out)) != len(out):
+        raise _bad(name, value, "distinct column names")
+    return out
+
+
+def _classes(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (Iterable, np.ndarray)):
+        raise _bad(name, value, "None or a list of class labels")
+    out = tuple(np.asarray(value).tolist()) if isinstance(value, np.ndarray) else tuple(value)
+    if not out:
+        raise _bad(name, value, "None or a non-empty list of class labels")
+    try:
+        distinct = len(set(out)) == len(out)
+    except TypeError:
+        raise _bad(name, value, "class labels that are numbers, strings or bools") from None
+    if not distinct:
+        raise _bad(name, value, "distinct class labels")
+    return out
+
+
+def _dtype(name: str, value: Any) -> Any:
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise _bad(name, value, "'float32' or 'float64'") from None
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise _bad(name, value, "'float32' or 'float64'")
+    return dtype.name
+
+
+def _inputs(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value or not all(isinstance(k, str) and k for k in value):
+        raise _bad(name, value, "None or a mapping of model input name -> column(s) or encoder")
+    return dict(value)
+
+
+def _inputs_from_text(value: Any) -> Any:
+    """``--input NAME=SPEC`` flags (a list) or a TOML table ``{NAME = "SPEC" or [COL, ...]}`` -> the mapping."""
+    from streamfit.features import parse_input
+
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        items = [f"{k}={v}" if isinstance(v, str) else (k, v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise _bad("inputs", value, "NAME=SPEC flags or a table of model input name -> spec")
+    out: dict[str, Any] = {}
+    for item in items:
+        try:
+            key, spec = parse_input(item) if isinstance(item, str) else item
+        except ValueError as exc:
+            raise OptionError(f"Invalid inputs: {exc}", option="inputs") from None
+        if key in out:
+            raise OptionError(f"Invalid inputs: --input {key}=...: model input {key!r} is mapped twice",
+                              option="inputs")
+        out[key] = list(spec) if isinstance(spec, tuple) else spec
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- fields
+def _option(default: Any, check: Check, help: str, *, flag: str | None = None, parse: Callable[[str], Any] | None
+            = None, metavar: str | None = None, append: bool = False, choices: tuple[str, ...] | None = None,
+            text: Callable[[Any], Any] | None = None) -> Any:
+    """A field of :class:`StreamOptions`: its default, check, help text and command-line form (``parse``: one
+    flag's string -> value; ``text``: the value of a TOML key or of the collected flags -> the option's)."""
+    return field(default=default, metadata={"check": check, "help": help, "flag": flag, "parse": parse,
+                                            "metavar": metavar, "append": append, "choices": choices,
+                                            "text": text})
+
+
+def _scalar(text: str) -> Any:
+    """A class label from the command line: an int when it reads as one, else the string."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _split(text: str) -> list[str]:
+    return [part for part in text.split(",")]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """How a stream is read and trained on: one typed object for ``StreamLoop``, ``train_stream``,
+    ``train_stream_sync``, ``Runner``, the daemon's TOML file and the command line.
+
+    Build it from keywords (``StreamOptions(label="y", batch_size=1024)``), or let any entry point build it
+    from its keyword arguments; derive a variant with :func:`dataclasses.replace`.  Every value is checked
+    here: an unknown name (with the nearest valid one), a wrong type, a value out of range or not among the
+    choices raises :class:`~streamfit.OptionError` (a ``ConfigError``, ``ValueError`` and ``TypeError``).
+
+    ``on_bad`` defaults to ``"raise"`` everywhere, the daemon included: bad input (a misspelt feature column,
+    a changed schema, a null label) stops the run at the first bad batch with an error naming the column and
+    the position, rather than training on whatever part of the stream happens to parse.  Skipping is a
+    decision stated once (``on_bad="skip"``, ``--on-bad skip``), best with a dead-letter sink, so skipped
+    input is counted by reason and kept.
+
+    >>> opts = StreamOptions(features="x", batch_size=64)
+    >>> opts.features, opts.batch_size, opts.on_bad, opts.resolved_task
+    (('x',), 64, 'raise', 'regression')
+    >>> StreamOptions(batch_sise=64)
+    Traceback (most recent call last):
+    ...
+    streamfit.exceptions.OptionError: unknown stream option 'batch_sise' (did you mean 'batch_size'?)...
+    >>> StreamOptions(on_bad="skp")
+    Traceback (most recent call last):
+    ...
+    streamfit.exceptions.OptionError: Invalid on_bad: 'skp', expected 'raise' or 'skip' (did you mean 'skip'?)
+    """
+
+    features: tuple[str, ...] | None = _option(
+        None, _columns, "feature columns, comma-separated (default: every column but label and weight of the "
+        "first valid batch; a FixedSizeList or fixed_shape_tensor column is taken zero-copy)",
+        parse=_split, metavar="COL[,COL...]")
+    inputs: Mapping[str, Any] | None = _option(
+        None, _inputs, "feed model input NAME from columns, or an encoder: NAME=hashed:COL:BUCKETS, "
+        "NAME=vocabulary:COL[:MIN_COUNT], NAME=padded:COL[:LENGTH[:PAD]] (repeatable; default: the estimator's "
+        "inputs)", flag="--input", metavar="NAME=COL[,COL...]", append=True, text=_inputs_from_text)
+    label: str = _option("y", _str(False), "label column")
+    weight: str | None = _option(None, _str(True), "sample-weight column (default: none)")
+    task: str | None = _option(None, _choice(None, "regression", "classification"),
+                               "regression or classification (default: classification iff classes are given)",
+                               choices=("regression", "classification"))
+    classes: tuple[Any, ...] | None = _option(
+        None, _classes, "all class labels, comma-separated (default: a fitted estimator's classes_, else those "
+        "of the first batch); a label outside them is a bad row", parse=lambda s: [_scalar(c) for c in _split(s)],
+        metavar="A,B,...")
+    batch_size: int = _option(256, _int(1), "rows per partial_fit call", parse=int)
+    max_rows: int | None = _option(None, _int(0, optional=True),
+                                   "stop after training this many rows (the daemon counts them over resumes)",
+                                   parse=int)
+    on_bad: str = _option("raise", _choice("raise", "skip"),
+                          "bad input: raise (an error naming column and position) or skip (counted by reason)",
+                          choices=("raise", "skip"))
+    cast: bool = _option(False, _bool, "accept integer, bool and decimal feature columns by explicit conversion")
+    dtype: str = _option("float32", _dtype, "float type of the features (and of a regression label)",
+                         choices=("float32", "float64"))
+    drop_last: bool = _option(False, _bool, "drop a last batch smaller than batch_size")
+    queue_size: int = _option(4, _int(1), "training batches that may wait for the trainer (backpressure)",
+                              parse=int)
+    window: int = _option(1000, _int(1), "rows in the recent-metrics window", parse=int)
+    evaluate: bool = _option(True, _bool, "progressive validation: predict each batch before training on it")
+    progress: bool = _option(False, _bool, "show a progress bar (rows, rows/s, recent loss) on stderr")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "StreamOptions":
+        if args:
+            raise OptionError("StreamOptions takes keyword arguments only (StreamOptions(batch_size=64, ...))")
+        check_names(kwargs)
+        return super().__new__(cls)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            object.__setattr__(self, f.name, f.metadata["check"](f.name, getattr(self, f.name)))
+        if self.task == "regression" and self.classes is not None:
+            raise OptionError(f"Invalid classes: {list(self.classes)!r} with task='regression' (classes are for "
+                              f"classification)", option="classes")
+
+    # ------------------------------------------------------------------------------------ derived
+    @property
+    def resolved_task(self) -> str:
+        """``task``, or when it is ``None``: ``"classification"`` iff ``classes`` are given."""
+        if self.task is not None:
+            return self.task
+        return "classification" if self.classes is not None else "regression"
+
+    @classmethod
+    def build(cls, options: "StreamOptions | Mapping[str, Any] | None" = None, **kwargs: Any) -> "StreamOptions":
+        """``options`` (an object, a mapping or ``None`` = the defaults) with ``kwargs`` on top.
+
+        >>> StreamOptions.build(StreamOptions(label="t"), batch_size=8).label
+        't'
+        """
+        if options is None:
+            return cls(**kwargs)
+        if isinstance(options, Mapping):
+            check_names(options)
+            return cls(**{**options, **kwargs})
+        if not isinstance(options, StreamOptions):
+            raise OptionError(f"options must be a StreamOptions, a mapping or None, got {type(options).__name__}")
+        if not kwargs:
+            return options
+        check_names(kwargs)
+        return replace(options, **kwargs)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option by name (a new dict; tuples stay tuples)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    # ------------------------------------------------------------------------------------ TOML
+    def to_toml(self, *, all: bool = False) -> str:
+        """The options as TOML lines (the daemon's config file): those that differ from the default, or
+        every option that has a value with ``all=True``.  ``None`` has no TOML form: such keys are left out
+        (a missing key is the default).
+
+        >>> print(StreamOptions(features=["a", "b"], on_bad="skip").to_toml(), end="")
+        features = ["a", "b"]
+        on_bad = "skip"
+        """
+        lines = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (not all and value == f.default):
+                continue
+            lines.append(f"{f.name} = {_toml_value(f.name, value)}")
+        return "\n".join(lines) + ("\n" if lines else "")
+
+    @classmethod
+    def from_toml(cls, text: str) -> "StreamOptions":
+        """Options from TOML text holding only stream options (see :func:`streamfit.daemon.config.load_config`
+        for a whole run's file)."""
+        import tomllib
+
+        return from_text_values(tomllib.loads(text))
+
+
+def _toml_value(name: str, value: Any) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise OptionError(f"{name} = {value!r} has no TOML form", option=name)
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string is a JSON string for these characters
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(name, v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = []
+        for k, v in value.items():
+            if not isinstance(v, (str, list, tuple)):
+                raise OptionError(f"{name}: the encoder of model input {k!r} ({type(v).__name__}) has no TOML form; "
+                                  f"write it as a spec string ({k} = \"hashed:COL:BUCKETS\")", option=name)
+            items.append(f"{json.dumps(k)} = {_toml_value(name, v)}")
+        return "{ " + ", ".join(items) + " }"
+    raise OptionError(f"{name} = {value!r} has no TOML form", option=name)
+
+
+# ---------------------------------------------------------------------------------------------- names
+def option_names() -> tuple[str, ...]:
+    """The names of every stream option, in declaration order."""
+    return tuple(f.name for f in fields(StreamOptions))
+
+
+def nearest(name: str, valid: Iterable[str]) -> str | None:
+    """The valid name closest to a misspelt one, if any is close."""
+    found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def check_names(given: Iterable[str], *, what: str = "stream option") -> None:
+    """Refuse names that are not options, naming the nearest valid one."""
+    valid = option_names()
+    for name in given:
+        if name not in valid:
+            near = nearest(name, valid)
+            raise OptionError(f"unknown {what} {name!r}" + (f" (did you mean {near!r}?)" if near else "")
+                              + f"; the options are: {', '.join(valid)}", option=name)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def _flag(f: Field) -> str:
+    return f.metadata["flag"] or "--" + f.name.replace("_", "-")
+
+
+def add_option_flags(parser: Any) -> None:
+    """One command-line flag per option (``--batch-size``, ``--on-bad``, ``--cast/--no-cast``, ...), each
+    with ``default=None`` so that a flag not given leaves the config file's value (or the default)."""
+    import argparse
+
+    for f in fields(StreamOptions):
+        meta = f.metadata
+        default = "" if f.default is None else f" (default {_shown(f.default)})"
+        kw: dict[str, Any] = {"dest": f.name, "default": None, "help": meta["help"] + default}
+        if f.type in ("bool",):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            if meta["metavar"]:
+                kw["metavar"] = meta["metavar"]
+            if meta["append"]:
+                kw["action"] = "append"
+            elif meta["parse"] is not None:
+                kw["type"] = meta["parse"]
+            if meta["choices"]:
+                kw["choices"] = list(meta["choices"])
+        parser.add_argument(_flag(f), **kw)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def options_from_flags(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The stream options among parsed flags (``vars(namespace)``) that were given (not ``None``), as values
+    :class:`StreamOptions` takes (``--input`` flags parsed)."""
+    names = set(option_names())
+    return text_values({k: v for k, v in values.items() if k in names and v is not None})
+
+
+def text_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Values read from text (TOML keys, flags) -> the values the options take; unknown names refused."""
+    check_names(values)
+    meta = {f.name: f.metadata for f in fields(StreamOptions)}
+    return {k: meta[k]["text"](v) if meta[k]["text"] is not None else v for k, v in values.items()}
+
+
+def from_text_values(values: Mapping[str, Any]) -> StreamOptions:
+    """:class:`StreamOptions` from values read from text (a TOML table, collected flags)."""
+    return StreamOptions(**text_values(values))
+
+
+def field_default(name: str) -> Any:
+    f = {f.name: f for f in fields(StreamOptions)}[name]
+    return None if f.default is MISSING else f.default
