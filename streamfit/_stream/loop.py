@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Awaitable, Callable, Sequence, Union
+from typing import Any, Awaitable, Callable, Mapping, Union
 
 import anyio
 import numpy as np
@@ -46,6 +46,7 @@ from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
 from streamfit._stream.skips import Skipped, count_skips
 from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
+from streamfit._stream.options import StreamOptions
 from streamfit._stream.progress import Progress
 from streamfit._stream.trainer import TrainerThread
 
@@ -61,6 +62,10 @@ _AHEAD_VALUES = 1 << 20
 #: steps of streamfit's estimators run on the event loop once this many in a row took less than this.
 _INLINE_AFTER = 8
 _INLINE_BELOW = 0.0003  # s
+
+
+#: keyword arguments of train_stream that are not options: objects of this run (hooks, an event, a resumed plan)
+_LOOP_ARGS = frozenset({"on_batch", "on_metrics", "stop_event", "layout", "quarantine"})
 
 
 class LoopState(enum.Enum):
@@ -152,34 +157,17 @@ class StreamLoop:
         self,
         estimator: Any,
         source: Any,
+        options: StreamOptions | Mapping[str, Any] | None = None,
         *,
-        features: Sequence[str] | str | None = None,
-        label: str = "y",
-        weight: str | None = None,
-        task: str | None = None,
-        classes: Any = None,
-        batch_size: int = 256,
-        max_rows: int | None = None,
-        on_bad: str = "raise",
-        cast: bool = False,
-        dtype: Any = np.float32,
-        drop_last: bool = False,
-        queue_size: int = 4,
-        window: int = 1000,
-        evaluate: bool = True,
-        progress: bool = False,
         on_batch: Hook | None = None,
         on_metrics: Hook | None = None,
         stop_event: anyio.Event | None = None,
         layout: ColumnLayout | None = None,
-        inputs: Any = None,
-        dead_letter: "DeadLetterSink | str | None" = None,
         quarantine: Quarantine | None = None,
+        **option_kwargs: Any,
     ) -> None:
-        if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
-            raise ValueError(f"Invalid queue_size: {queue_size!r}, expected an int >= 1")
-        if task is None:
-            task = "classification" if classes is not None else "regression"
+        opts = self.options = StreamOptions.build(options, **option_kwargs)
+        task, classes, inputs = opts.resolved_task, opts.classes, opts.inputs
         for name, hook in (("on_batch", on_batch), ("on_metrics", on_metrics)):
             if hook is not None and not callable(hook):
                 raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
@@ -187,9 +175,9 @@ class StreamLoop:
         self.source = source
         self.task = task
         self.classes = classes
-        self.queue_size = queue_size
-        self.evaluate = bool(evaluate)
-        self.progress = progress
+        self.queue_size = opts.queue_size
+        self.evaluate = opts.evaluate
+        self.progress = opts.progress
         self.on_batch = on_batch
         self.on_metrics = on_metrics
         self.stop_event = stop_event
@@ -215,17 +203,18 @@ class StreamLoop:
         if classes is None and task == "classification":
             classes = getattr(estimator, "classes_", None)
         self._rebatcher = Rebatcher(
-            batch_size, features=features, label=label, weight=weight, task=task, dtype=dtype,
-            on_bad=on_bad, cast=cast, drop_last=drop_last, max_rows=max_rows,
-            ring_size=queue_size + IN_FLIGHT_EXTRA, layout=layout, classes=classes,
+            opts.batch_size, features=opts.features, label=opts.label, weight=opts.weight, task=task,
+            dtype=opts.dtype, on_bad=opts.on_bad, cast=opts.cast, drop_last=opts.drop_last, max_rows=opts.max_rows,
+            ring_size=opts.queue_size + IN_FLIGHT_EXTRA, layout=layout, classes=classes,
             expected_width=None if inputs is not None else declared_width(estimator), quarantine=quarantine,
             **named)
+        dead_letter = opts.dead_letter
         self._own_sink = isinstance(dead_letter, str)
         self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
         #: skipped input behind the position of the last trained batch (what a checkpoint there covers)
         self.skipped_rows: Counter[str] = Counter()
         self.skipped_messages: Counter[str] = Counter()
-        self._metrics = ProgressiveMetrics(task, window)
+        self._metrics = ProgressiveMetrics(task, opts.window)
         self._state = LoopState.CREATED
         self._stop_requested = False
         self._idle_scope: anyio.CancelScope | None = None
@@ -548,28 +537,13 @@ class StreamLoop:
 async def train_stream(
     estimator: Any,
     source: Any,
+    options: StreamOptions | Mapping[str, Any] | None = None,
     *,
-    features: Sequence[str] | str | None = None,
-    label: str = "y",
-    weight: str | None = None,
-    batch_size: int = 256,
-    max_rows: int | None = None,
-    on_bad: str = "raise",
-    progress: bool = False,
-    queue_size: int = 4,
     on_batch: Hook | None = None,
     on_metrics: Hook | None = None,
-    task: str | None = None,
-    classes: Any = None,
-    cast: bool = False,
-    dtype: Any = np.float32,
-    drop_last: bool = False,
-    window: int = 1000,
-    evaluate: bool = True,
     stop_event: anyio.Event | None = None,
     layout: ColumnLayout | None = None,
-    inputs: Any = None,
-    dead_letter: "DeadLetterSink | str | None" = None,
+    **option_kwargs: Any,
 ) -> StreamSummary:
     """Train ``estimator`` with ``partial_fit`` on a stream, evaluating each batch before training on it.
 
@@ -583,35 +557,26 @@ async def train_stream(
         ``partial_fit`` returns (the buffers are reused).
     source : a :class:`streamfit.sources.Source`, or anything ``streamfit.sources.open_source`` accepts.
         It is closed when training ends.  Sources may expose ``total_rows`` for the progress bar.
-    features : feature columns (float columns, or one ``FixedSizeList<float, d>`` / ``fixed_shape_tensor``
-        column taken zero-copy); ``None`` = every column but ``label`` and ``weight`` of the first valid
-        record batch, which must give as many values per row as the model takes when the model says
-        (a fitted ``n_features_in_`` or the ONNX model's fixed input width): a batch with an extra column
-        is bad input (``feature_count``), never a change of features.  Later batches are read by name.
-    label, weight : label column; optional sample-weight column.
-    batch_size : rows per ``partial_fit`` call; the last batch may be smaller (unless ``drop_last``).
-    max_rows : stop after training this many rows.
-    on_bad : ``"raise"`` or ``"skip"`` bad input (see :class:`~streamfit._stream.batching.Rebatcher`).
-    progress : show a tqdm bar (rows, rows/s, recent progressive loss).
-    queue_size : training batches that may wait for the trainer; at most
-        ``queue_size + IN_FLIGHT_EXTRA`` (= + 2) batches exist at once.
+    options : a :class:`~streamfit.StreamOptions` (or a mapping of its fields); keyword arguments
+        (``label="y", batch_size=1024, on_bad="skip"``, any field of ``StreamOptions``) build it or
+        override its fields.  An unknown or misspelt name raises :class:`~streamfit.OptionError` at once.
+        The main ones: ``features`` (default: every column but label and weight of the first valid batch,
+        which must give as many values per row as the model takes when the model says), ``label``,
+        ``weight``, ``batch_size``, ``max_rows``, ``on_bad`` (``"raise"``, or ``"skip"`` bad input, see
+        :class:`~streamfit._stream.batching.Rebatcher`), ``classes`` (passed to the first ``partial_fit``;
+        a label outside them is a bad row), ``inputs`` (model input name -> column(s) or
+        :mod:`streamfit.features` encoder; default: the estimator's), ``queue_size`` (at most
+        ``queue_size + IN_FLIGHT_EXTRA`` batches exist at once), ``evaluate``, ``progress``, ``dead_letter``
+        (where skipped input goes: a :class:`~streamfit.DeadLetterSink`, a JSON-lines path or
+        ``kafka://HOST:PORT/topic``).
     on_batch : ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
     on_metrics : ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
     task : ``"regression"`` or ``"classification"``; default: classification iff ``classes`` is given.
     classes : all class labels, passed to the first ``partial_fit`` call (default: a fitted estimator's
         ``classes_``, else those of the first batch); a label outside them is a bad row (``unknown_class``).
-    cast : accept integer/bool/decimal columns by explicit conversion (refused by default).
-    dtype : float32 (default) or float64 for ``X`` (and a regression ``y``); a classification ``y`` is int64.
-    window : rows in the recent-metrics window.
-    evaluate : progressive validation on/off (off saves one ``predict`` per batch).
     stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
-    inputs : model input name -> column, list of columns or :mod:`streamfit.features` encoder (default: the
-        estimator's ``inputs``); each batch then becomes ``{input name: array}`` of the declared dtypes and
-        shapes (see :mod:`streamfit._stream.inputs`), and the encoders' state advances as rows are trained.
     layout : the :class:`~streamfit._stream.columns.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
         of the run that saved it): features, widths, label, weight and dtype are fixed to it.
-    dead_letter : where input skipped by ``on_bad="skip"`` goes, with its position and reason: a
-        :class:`~streamfit.DeadLetterSink`, a JSON-lines file path or ``kafka://HOST:PORT/topic``.
 
     Examples
     --------
@@ -629,12 +594,8 @@ async def train_stream(
     >>> summary.window_metrics["rmse"] < summary.stream_metrics["rmse"]  # it learns
     True
     """
-    loop = StreamLoop(
-        estimator, source, features=features, label=label, weight=weight, task=task, classes=classes,
-        batch_size=batch_size, max_rows=max_rows, on_bad=on_bad, cast=cast, dtype=dtype,
-        drop_last=drop_last, queue_size=queue_size, window=window, evaluate=evaluate, progress=progress,
-        on_batch=on_batch, on_metrics=on_metrics, stop_event=stop_event, layout=layout, inputs=inputs,
-        dead_letter=dead_letter)
+    loop = StreamLoop(estimator, source, options, on_batch=on_batch, on_metrics=on_metrics,
+                      stop_event=stop_event, layout=layout, **option_kwargs)
     return await loop.run()
 
 
@@ -646,6 +607,10 @@ def train_stream_sync(
     backend_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> StreamSummary:
-    """:func:`train_stream` from synchronous code: ``anyio.run`` on ``backend`` (``"asyncio"`` or ``"trio"``)."""
-    return anyio.run(partial(train_stream, estimator, source, **kwargs), backend=backend,
+    """:func:`train_stream` from synchronous code: ``anyio.run`` on ``backend`` (``"asyncio"`` or ``"trio"``).
+
+    The options are checked before the event loop starts (a misspelt name fails here, not inside it)."""
+    options = StreamOptions.build(kwargs.pop("options", None),
+                                  **{k: kwargs.pop(k) for k in list(kwargs) if k not in _LOOP_ARGS})
+    return anyio.run(partial(train_stream, estimator, source, options, **kwargs), backend=backend,
                      backend_options=backend_options)

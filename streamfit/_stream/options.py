@@ -56,6 +56,30 @@ def _str(optional: bool) -> Check:
     return check
 
 
+def _label(name: str, value: Any) -> Any:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, (list, tuple)) and value and all(isinstance(c, str) and c for c in value):
+        return tuple(value)
+    raise _bad(name, value, "a column name, or a list of column names (multi-output regression)")
+
+
+def _dead_letter(name: str, value: Any) -> Any:
+    import os
+
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value:
+        return value
+    from streamfit._stream.deadletter import DeadLetterSink
+
+    if isinstance(value, DeadLetterSink):
+        return value
+    raise _bad(name, value, "None, a JSON-lines file path, kafka://HOST:PORT/topic or a DeadLetterSink")
+
+
 def _choice(*choices: Any) -> Check:
     def check(name: str, value: Any) -> Any:
         if value not in choices:
@@ -201,7 +225,9 @@ class StreamOptions:
         None, _inputs, "feed model input NAME from columns, or an encoder: NAME=hashed:COL:BUCKETS, "
         "NAME=vocabulary:COL[:MIN_COUNT], NAME=padded:COL[:LENGTH[:PAD]] (repeatable; default: the estimator's "
         "inputs)", flag="--input", metavar="NAME=COL[,COL...]", append=True, text=_inputs_from_text)
-    label: str = _option("y", _str(False), "label column")
+    label: str | tuple[str, ...] = _option("y", _label, "label column (or several, comma-separated: "
+                                           "multi-output regression)", parse=lambda s: s if "," not in s
+                                           else _split(s), metavar="COL[,COL...]")
     weight: str | None = _option(None, _str(True), "sample-weight column (default: none)")
     task: str | None = _option(None, _choice(None, "regression", "classification"),
                                "regression or classification (default: classification iff classes are given)",
@@ -226,6 +252,8 @@ class StreamOptions:
     window: int = _option(1000, _int(1), "rows in the recent-metrics window", parse=int)
     evaluate: bool = _option(True, _bool, "progressive validation: predict each batch before training on it")
     progress: bool = _option(False, _bool, "show a progress bar (rows, rows/s, recent loss) on stderr")
+    dead_letter: Any = _option(None, _dead_letter, "keep skipped input and poison messages here: a JSON-lines "
+                               "file, or kafka://HOST:PORT/topic (default: counted only)", metavar="PATH|URI")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "StreamOptions":
         if args:
