@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -24,6 +24,7 @@ from streamfit._stream import StreamLoop
 from streamfit._stream.columns import ColumnLayout
 from streamfit._stream.batching import Quarantine
 from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
+from streamfit._stream.options import StreamOptions
 from streamfit._stream.events import BatchEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
 from streamfit.daemon.guard import DivergenceGuard
@@ -97,11 +98,11 @@ class Runner:
     """Train ``estimator`` from ``source`` with checkpoints, exact resume and a divergence guard.
 
     ``source`` is a URI/path (re-opened at a position on resume or rollback) or a callable returning a
-    fresh :class:`~streamfit.sources.Source`.  ``loop_options`` go to the streaming loop (features,
-    label, batch_size, on_bad, classes, progress, ...), except ``max_rows``: the rows to train in all,
-    counted over resumes (a resumed run trains what the checkpoint's row counter leaves).  ``dead_letter``: a sink (or a JSON-lines path, or ``kafka://HOST:PORT/topic``)
-    for skipped input and quarantined poison messages; it is synced before every checkpoint that moves
-    past them.
+    fresh :class:`~streamfit.sources.Source`.  ``options`` (a :class:`~streamfit.StreamOptions`, or its
+    fields as keyword arguments) go to the streaming loop, except that ``max_rows`` counts the rows to
+    train in all, over resumes (a resumed run trains what the checkpoint's row counter leaves).  ``dead_letter`` (a sink,
+    a JSON-lines path or ``kafka://HOST:PORT/topic``) keeps skipped input and quarantined poison messages;
+    it is synced before every checkpoint that moves past them.
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
@@ -109,8 +110,10 @@ class Runner:
                  every_seconds: float | None = None, keep: int = 3, resume: bool = False,
                  publish_path: "str | Path | None" = None, guard: DivergenceGuard | None = None,
                  health_path: "str | Path | None" = None, health_interval: float = 1.0,
-                 metrics: Metrics | None = None, dead_letter: "DeadLetterSink | str | None" = None,
-                 source_options: Mapping[str, Any] | None = None, **loop_options: Any) -> None:
+                 metrics: Metrics | None = None,
+                 source_options: Mapping[str, Any] | None = None,
+                 options: "StreamOptions | Mapping[str, Any] | None" = None, **loop_options: Any) -> None:
+        self.options = StreamOptions.build(options, **loop_options)
         if every_batches is not None and every_batches < 1:
             raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
         if every_seconds is not None and not every_seconds > 0:
@@ -130,13 +133,10 @@ class Runner:
         self.guard = guard
         self.health = HealthFile(health_path, health_interval) if health_path is not None else None
         self.metrics = metrics
-        max_rows = loop_options.pop("max_rows", None)
-        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
-            raise ValueError(f"Invalid max_rows: {max_rows!r}, expected None or an int >= 0")
         #: rows to train in all, counted over resumes and rollbacks (the checkpoint's row counter)
-        self.max_rows = max_rows
-        self.loop_options = loop_options
-        self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, (str, Path)) else dead_letter
+        self.max_rows = self.options.max_rows
+        dead_letter = self.options.dead_letter
+        self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
         if self.dead_letter is not None and (self.store is not None or guard is not None):
             self.dead_letter.hold = True  # records wait for the checkpoint (or rollback point) that covers them
         # counters across restarts
@@ -181,6 +181,11 @@ class Runner:
         #: the run's column plan: from the checkpoint on resume, else fixed by the first loop's first batch;
         #: every later loop (after a rollback, after a restart) reads the stream into the same layout.
         self._layout: ColumnLayout | None = None
+
+    @property
+    def loop_options(self) -> dict[str, Any]:
+        """The stream options by name (read-only view of :attr:`options`)."""
+        return self.options.as_dict()
 
     # -- control -----------------------------------------------------------------------------------
     def request_checkpoint(self) -> None:
@@ -228,22 +233,18 @@ class Runner:
 
     def _restore_layout(self, saved: Any) -> None:
         """Take the checkpoint's column plan; refuse a configuration that contradicts it."""
-        opts = self.loop_options
+        opts = self.options
         if saved is None:  # a checkpoint written before column plans were saved
             log_event("resume", "the checkpoint holds no column plan: the features are taken as configured")
             return
         try:
             layout = ColumnLayout.from_json(saved)
-            features = opts.get("features")
-            layout.check_matches(features=[features] if isinstance(features, str) else features,
-                                 label=opts.get("label", "y"), weight=opts.get("weight"),
-                                 dtype=np.dtype(opts.get("dtype", np.float32)).name,
-                                 task=opts.get("task") or ("classification" if opts.get("classes") is not None
-                                                           else "regression"),
+            layout.check_matches(features=None if opts.features is None else list(opts.features),
+                                 label=opts.label, weight=opts.weight, dtype=opts.dtype, task=opts.resolved_task,
                                  what="the checkpoint's column plan")
         except ValueError as exc:
             raise ResumeError(str(exc)) from None
-        classes, saved_classes = opts.get("classes"), getattr(self.estimator, "classes_", None)
+        classes, saved_classes = opts.classes, getattr(self.estimator, "classes_", None)
         if classes is not None and saved_classes is not None and list(np.asarray(saved_classes).tolist()) != list(
                 np.asarray(classes).tolist()):
             raise ResumeError(f"the checkpoint's classes are {np.asarray(saved_classes).tolist()}, the run is "
@@ -534,11 +535,10 @@ class Runner:
         self._refused_base = 0 if trainer is None else trainer.n_skipped
         self._rollback_reason = None
         self._current_layout()  # the previous loop's (before a rollback)
-        self._loop = StreamLoop(self.estimator, _KeepOpen(self._source), on_batch=self._on_batch,
-                                stop_event=stop_event, layout=self._layout, max_rows=self._rows_left(),
-                                dead_letter=self.dead_letter,
-                                quarantine=self._quarantine if self.guard is not None else None,
-                                **self.loop_options)
+        self._loop = StreamLoop(self.estimator, _KeepOpen(self._source),
+                                replace(self.options, max_rows=self._rows_left(), dead_letter=self.dead_letter),
+                                on_batch=self._on_batch, stop_event=stop_event, layout=self._layout,
+                                quarantine=self._quarantine if self.guard is not None else None)
         self._loop_running = True
         try:
             summary = await self._loop.run()
@@ -569,7 +569,7 @@ class Runner:
         if poison:
             self._poison_in_a_row += 1
             where = ", ".join(poison)
-            if self.loop_options.get("on_bad", "raise") == "raise":
+            if self.options.on_bad == "raise":
                 raise DivergenceError(f"poison message {where}: training on it diverged {guard.max_rollbacks} "
                                       f"times ({reason}); with on_bad='skip' it would be quarantined")
             if self._poison_in_a_row > guard.max_poison_in_a_row:
