@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -23,15 +24,6 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of options (flags given on the command line win)")
     p.add_argument("--source", help="parquet:/dir, ipc:/file, ipc+tcp://127.0.0.1:PORT, kafka://HOST:PORT/topic?group=g")
     p.add_argument("--model", help="ONNX model file to train")
-    p.add_argument("--task", choices=["regression", "classification"])
-    p.add_argument("--classes", type=lambda s: [_scalar(c) for c in s.split(",")], help="all class labels, comma-separated")
-    p.add_argument("--features", type=lambda s: s.split(","), help="feature columns, comma-separated (default: all but label/weight)")
-    p.add_argument("--input", dest="inputs", action="append", metavar="NAME=COL[,COL...]",
-                   help="feed model input NAME from columns, or an encoder: NAME=hashed:COL:BUCKETS, "
-                        "NAME=vocabulary:COL[:MIN_COUNT], NAME=padded:COL[:LENGTH[:PAD]] (repeatable)")
-    p.add_argument("--label", help="label column (default y)")
-    p.add_argument("--weight", help="sample-weight column")
-    p.add_argument("--batch-size", type=int)
     p.add_argument("--loss")
     p.add_argument("--optimizer", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"])
     p.add_argument("--learning-rate", help="constant | invscaling | optimal | adaptive")
@@ -41,7 +33,6 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--l1-ratio", type=float)
     p.add_argument("--penalty", choices=["l2", "l1", "elasticnet", "none"])
     p.add_argument("--threads", type=int)
-    p.add_argument("--on-bad", choices=["raise", "skip"])
     p.add_argument("--checkpoint-dir")
     p.add_argument("--checkpoint-every-batches", type=int)
     p.add_argument("--checkpoint-every-seconds", type=float)
@@ -49,7 +40,6 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", default=None, help="continue from the newest valid checkpoint")
     p.add_argument("--publish", help="also write the latest model here (atomically) after each checkpoint")
     p.add_argument("--follow", action="store_true", default=None, help="keep watching a Parquet directory")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--log-json", action="store_true", default=None, help="structured JSON log lines")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
@@ -62,9 +52,6 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "(default 1e-4)")
     p.add_argument("--lr-recover-after", dest="guard_recover_after", type=int,
                    help="good batches after which a lowered learning-rate scale doubles back towards 1 (default 100)")
-    p.add_argument("--dead-letter", help="keep skipped input and poison messages here: a JSON-lines file, or "
-                                         "kafka://HOST:PORT/topic")
-    p.add_argument("--max-rows", type=int)
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
     ray = p.add_argument_group("scale-out on Ray (extra [ray])")
@@ -73,13 +60,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     sync = ray.add_mutually_exclusive_group()
     sync.add_argument("--sync-every-batches", type=int, metavar="K", help="mix the learners' weights every K batches")
     sync.add_argument("--sync-every-seconds", type=float, metavar="T", help="... or every T seconds")
+    from streamfit._stream.options import add_option_flags
 
-
-def _scalar(text: str) -> Any:
-    try:
-        return int(text)
-    except ValueError:
-        return text
+    add_option_flags(p.add_argument_group("the stream (streamfit.StreamOptions; also the config file's keys)"))
 
 
 class _UsageError(Exception):
@@ -90,6 +73,23 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors become one line (and exit code 2) like every other failure."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
+        if message.startswith("unrecognized arguments: "):
+            import difflib
+
+            def flags_of(parser: argparse.ArgumentParser) -> list[str]:
+                out = []
+                for action in parser._actions:
+                    out += [s for s in action.option_strings if s.startswith("--")]
+                    if isinstance(action, argparse._SubParsersAction):
+                        for sub in action.choices.values():
+                            out += flags_of(sub)
+                return out
+
+            flags = sorted(set(flags_of(self)))
+            for arg in message[len("unrecognized arguments: "):].split():
+                near = difflib.get_close_matches(arg.split("=")[0], flags, n=1, cutoff=0.6)
+                if arg.startswith("--") and near:
+                    raise _UsageError(f"unknown option {arg} (did you mean {near[0]}?) (see {self.prog} --help)")
         raise _UsageError(f"{message} (see {self.prog} --help)")
 
 
@@ -223,11 +223,9 @@ def _runner(cfg: Any, serve: bool) -> Any:
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
-                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard, dead_letter=cfg.dead_letter,
+                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
-                  features=cfg.features, label=cfg.label, weight=cfg.weight, batch_size=cfg.batch_size,
-                  on_bad=cfg.on_bad, classes=cfg.classes, task=cfg.task, progress=cfg.progress and not serve,
-                  max_rows=cfg.max_rows)
+                  options=replace(cfg.stream, progress=cfg.stream.progress and not serve))
 
 
 def _print_summary(summary: Any, output: str | None) -> None:

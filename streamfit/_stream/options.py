@@ -391,8 +391,8 @@ def add_option_flags(parser: Any) -> None:
         if f.type in ("bool",):
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            if meta["metavar"]:
-                kw["metavar"] = meta["metavar"]
+            if meta["metavar"] or meta["parse"] is int:
+                kw["metavar"] = meta["metavar"] or "N"
             if meta["append"]:
                 kw["action"] = "append"
             elif meta["parse"] is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +12,27 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from streamfit.exceptions import ConfigError
+from streamfit._stream.options import (StreamOptions, _inputs_from_text, from_text_values, nearest, option_names,
+                                       options_from_flags)
+from streamfit.exceptions import ConfigError, OptionError
 
-__all__ = ["RunConfig", "load_config", "build_estimator"]
+__all__ = ["RunConfig", "load_config", "build_estimator", "config_keys"]
+
+
+_STREAM_NAMES = frozenset(option_names())
 
 
 @dataclass
 class RunConfig:
-    """Everything ``streamfit train`` / ``serve`` needs; field names are the TOML keys and flag names."""
+    """Everything ``streamfit train`` / ``serve`` needs; field names are the TOML keys and flag names.
+
+    The stream's options (features, label, batch_size, on_bad, ...) are one :class:`~streamfit.StreamOptions`
+    in ``stream``, their TOML keys and flags derived from it; they read as attributes too (``cfg.batch_size``),
+    and ``cfg.task`` is the resolved task (classification iff classes are given, unless set).
+    """
 
     source: str | None = None
     model: str | None = None
-    task: str = "regression"
-    classes: list[Any] | None = None
-    features: list[str] | None = None
-    #: model input name -> columns or encoder, as ``--input`` strings (``NAME=...``) or a TOML table
-    inputs: Any = None
-    label: str = "y"
-    weight: str | None = None
-    batch_size: int = 256
     loss: str | None = None
     optimizer: str = "sgd"
     learning_rate: str = "invscaling"
@@ -41,7 +43,6 @@ class RunConfig:
     penalty: str | None = "l2"
     momentum: float = 0.9
     threads: int | None = None
-    on_bad: str = "skip"
     checkpoint_dir: str | None = None
     checkpoint_every_batches: int | None = None
     checkpoint_every_seconds: float | None = None
@@ -50,7 +51,6 @@ class RunConfig:
     publish: str | None = None
     output: str | None = None
     follow: bool = False
-    progress: bool = True
     log_json: bool = False
     metrics_port: int | None = None
     health_file: str | None = None
@@ -61,8 +61,6 @@ class RunConfig:
     guard_max_rollbacks: int = 3
     guard_min_lr_scale: float = 1e-4
     guard_recover_after: int = 100
-    dead_letter: str | None = None
-    max_rows: int | None = None
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
     workers: int | None = None               # learners on a Ray cluster (streamfit.distributed)
     ray_address: str | None = None
@@ -71,6 +69,31 @@ class RunConfig:
     sync_optimizer: bool = True
     checkpoint_every_rounds: int | None = None
     source_options: dict[str, Any] = field(default_factory=dict)
+    stream: StreamOptions = field(default_factory=StreamOptions)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _STREAM_NAMES and "stream" in self.__dict__:
+            return getattr(self.stream, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def task(self) -> str:
+        """The stream's task, resolved: ``"classification"`` iff classes are given, unless set."""
+        return self.stream.resolved_task
+
+    def to_toml(self) -> str:
+        """The run's TOML file: every key that differs from the default (``None`` values left out)."""
+        from streamfit._stream.options import _toml_value
+
+        lines = []
+        for f in fields(self):
+            if f.name == "stream":
+                continue
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+            if value is not None and value != default:
+                lines.append(f"{f.name} = {_toml_value(f.name, value)}")
+        return "".join(line + "\n" for line in lines) + self.stream.to_toml()
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
@@ -78,7 +101,7 @@ _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (i
 
 
 def _check_type(name: str, value: Any, annotation: str, where: str) -> None:
-    """Refuse a TOML value of the wrong type (``batch_size = "64"``) before it fails deep in a run."""
+    """Refuse a TOML value of the wrong type (``threads = "4"``) before it fails deep in a run."""
     allowed: tuple[type, ...] = ()
     for part in annotation.split("|"):
         allowed += _TYPES.get(part.strip().split("[")[0], (object,))
@@ -90,14 +113,21 @@ def _check_type(name: str, value: Any, annotation: str, where: str) -> None:
         raise ConfigError(f"{where}: {name} = {value!r} is a {type(value).__name__}, expected {annotation}")
 
 
+def config_keys() -> tuple[str, ...]:
+    """Every key a config file may hold: the run's own and the stream's options."""
+    return tuple(sorted({f.name for f in fields(RunConfig) if f.name != "stream"} | _STREAM_NAMES))
+
+
 def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
     """Defaults, then the TOML file's keys, then every flag that was given (flags win).
 
     Raises :class:`~streamfit.exceptions.ConfigError` for an unreadable file, invalid TOML, an unknown key
-    or a value of the wrong type.
+    (naming the nearest valid one) or a value of the wrong type or out of range
+    (:class:`~streamfit.OptionError` for the stream's options).
     """
     values: dict[str, Any] = {}
-    known = {f.name: str(f.type) for f in fields(RunConfig)}
+    known = {f.name: str(f.type) for f in fields(RunConfig) if f.name != "stream"}
+    stream = StreamOptions()
     if path is not None:
         try:
             with open(path, "rb") as f:
@@ -106,31 +136,27 @@ def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ConfigError(f"{path}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        keys = config_keys()
+        for key in sorted(data):
+            if key not in known and key not in _STREAM_NAMES:
+                near = nearest(key, keys)
+                raise ConfigError(f"{path}: unknown key {key!r}" + (f" (did you mean {near!r}?)" if near else "")
+                                  + f"; known keys: {', '.join(keys)}")
         for key, value in data.items():
-            _check_type(key, value, known[key], path)
-        values.update(data)
+            if key in known:
+                _check_type(key, value, known[key], path)
+                values[key] = value
+        try:
+            stream = from_text_values({k: v for k, v in data.items() if k in _STREAM_NAMES})
+        except OptionError as exc:
+            raise OptionError(f"{path}: {exc}", option=exc.option) from None
     values.update({k: v for k, v in flags.items() if k in known and v is not None})
-    return RunConfig(**values)
+    return RunConfig(**values, stream=StreamOptions.build(stream, **options_from_flags(flags)))
 
 
 def parse_inputs(value: Any) -> dict[str, Any] | None:
     """``--input`` flags (a list of ``NAME=SPEC``) or a TOML table ``{name = "SPEC"}`` -> an ``inputs=`` mapping."""
-    from streamfit.features import parse_input
-
-    if value is None:
-        return None
-    items = [f"{k}={v}" if isinstance(v, str) else (k, v) for k, v in value.items()] \
-        if isinstance(value, dict) else list(value)
-    out: dict[str, Any] = {}
-    for item in items:
-        name, spec = parse_input(item) if isinstance(item, str) else item
-        if name in out:
-            raise ValueError(f"--input {name}=...: model input {name!r} is mapped twice")
-        out[name] = spec
-    return out
+    return _inputs_from_text(value)
 
 
 def build_estimator(cfg: RunConfig) -> Any:
@@ -139,11 +165,9 @@ def build_estimator(cfg: RunConfig) -> Any:
 
     if cfg.model is None:
         raise ConfigError("no model given: --model PATH.onnx (or 'model = ...' in the config file)")
-    if cfg.task not in ("regression", "classification"):
-        raise ConfigError(f"task must be 'regression' or 'classification', got {cfg.task!r}")
     if not Path(cfg.model).is_file():
         raise ConfigError(f"model file {cfg.model!r} not found")
-    inputs = parse_inputs(cfg.inputs)
+    inputs = cfg.stream.inputs
     common = dict(optimizer=cfg.optimizer, learning_rate=cfg.learning_rate, eta0=cfg.eta0, power_t=cfg.power_t,
                   alpha=cfg.alpha, l1_ratio=cfg.l1_ratio, penalty=cfg.penalty, momentum=cfg.momentum,
                   batch_size=cfg.batch_size, threads=cfg.threads,

@@ -21,7 +21,7 @@ def test_flags_win_over_config_file(tmp_path):
     cfg = load_config(str(cfg_file), {"batch_size": 64, "eta0": None})
     assert (cfg.source, cfg.batch_size, cfg.eta0, cfg.optimizer) == ("parquet:/data", 64, 0.5, "adam")
     cfg_file.write_text('sorce = "typo"\n')
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['sorce'\]"):
+    with pytest.raises(ValueError, match=r"unknown key 'sorce' \(did you mean 'source'\?\)"):
         load_config(str(cfg_file), {})
 
 

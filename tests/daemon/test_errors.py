@@ -76,7 +76,7 @@ def runs(tmp_path_factory) -> dict[str, Done]:
         "on_bad_raise_json": ["serve", "--source", badsrc, "--model", model, "--on-bad", "raise", "--log-json", *OPTS],
         "divergence": ["serve", "--source", src, "--model", model, "--optimizer", "sgd", "--learning-rate",
                        "constant", "--eta0", "1e30", *OPTS],
-        "all_skipped_serve": ["serve", "--source", badsrc, "--model", model, "--features", "x0,nope", *OPTS],
+        "all_skipped_serve": ["serve", "--source", badsrc, "--model", model, "--features", "x0,nope", "--on-bad", "skip", *OPTS],
     }
     in_process = {
         "on_bad_raise_debug": ["train", "--source", badsrc, "--model", model, "--on-bad", "raise", "--debug", *OPTS],
@@ -91,8 +91,8 @@ def runs(tmp_path_factory) -> dict[str, Done]:
         "bad_flag": ["serve", "--source", src, "--model", model, "--batch-size", "many"],
         "bad_value": ["train", "--source", src, "--model", model, "--eta0", "-1", *OPTS],
         "garbage_model": ["train", "--source", src, "--model", str(root / "garbage.onnx"), *OPTS],
-        "all_skipped_train": ["train", "--source", badsrc, "--model", model, "--features", "x0,nope", *OPTS],
-        "all_undecodable_train": ["train", "--source", f"parquet:{root / 'undecodable'}", "--model", model, *OPTS],
+        "all_skipped_train": ["train", "--source", badsrc, "--model", model, "--features", "x0,nope", "--on-bad", "skip", *OPTS],
+        "all_undecodable_train": ["train", "--source", f"parquet:{root / 'undecodable'}", "--model", model, "--on-bad", "skip", *OPTS],
     }
     env = {**os.environ, "PYTHONWARNINGS": "default"}  # warnings would show up as extra stderr lines
     procs = {}
@@ -192,7 +192,8 @@ def test_unusable_checkpoint_directory_is_a_runtime_error(runs):
 
 
 def test_bad_configuration_and_flags_exit_2(runs):
-    _assert_one_clean_line(runs["config_type"], 2, "train", "ConfigError", "batch_size = '64' is a str, expected int")
+    _assert_one_clean_line(runs["config_type"], 2, "train", "OptionError", "wrong.toml: Invalid batch_size: '64', "
+                           "expected an int >= 1")
     done = runs["config_type_json"]
     assert done.code == 2 and len(done.lines) == 1 and json.loads(done.lines[0])["kind"] == "configuration"
     done = runs["bad_flag"]
