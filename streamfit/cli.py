@@ -225,7 +225,8 @@ def _runner(cfg: Any, serve: bool) -> Any:
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
                   keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
-                  options=replace(cfg.stream, progress=cfg.stream.progress and not serve))
+                  # the estimator holds the inputs (build_estimator gave it cfg.stream.inputs); serve draws no bar
+                  options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve))
 
 
 def _print_summary(summary: Any, output: str | None) -> None:
