@@ -198,15 +198,15 @@ class StreamOptions:
     here: an unknown name (with the nearest valid one), a wrong type, a value out of range or not among the
     choices raises :class:`~streamfit.OptionError` (a ``ConfigError``, ``ValueError`` and ``TypeError``).
 
-    ``on_bad`` defaults to ``"raise"`` everywhere, the daemon included: bad input (a misspelt feature column,
-    a changed schema, a null label) stops the run at the first bad batch with an error naming the column and
-    the position, rather than training on whatever part of the stream happens to parse.  Skipping is a
-    decision stated once (``on_bad="skip"``, ``--on-bad skip``), best with a dead-letter sink, so skipped
-    input is counted by reason and kept.
+    ``on_bad`` defaults to ``"skip"`` everywhere, the daemon included: a long-running learner must never
+    die on one bad message (a supervisor would restart it into the same message).  Skipped input is counted
+    by reason (manifest, metrics, health file), logged with its column and position, and kept when a
+    dead-letter sink is given; a run that trained no row because every row was skipped fails and says why.
+    ``on_bad="raise"`` (``--on-bad raise``) stops at the first bad batch instead, naming column and position.
 
     >>> opts = StreamOptions(features="x", batch_size=64)
     >>> opts.features, opts.batch_size, opts.on_bad, opts.resolved_task
-    (('x',), 64, 'raise', 'regression')
+    (('x',), 64, 'skip', 'regression')
     >>> StreamOptions(batch_sise=64)
     Traceback (most recent call last):
     ...
@@ -240,7 +240,7 @@ class StreamOptions:
     max_rows: int | None = _option(None, _int(0, optional=True),
                                    "stop after training this many rows (the daemon counts them over resumes)",
                                    parse=int)
-    on_bad: str = _option("raise", _choice("raise", "skip"),
+    on_bad: str = _option("skip", _choice("raise", "skip"),
                           "bad input: raise (an error naming column and position) or skip (counted by reason)",
                           choices=("raise", "skip"))
     cast: bool = _option(False, _bool, "accept integer, bool and decimal feature columns by explicit conversion")
@@ -305,9 +305,9 @@ class StreamOptions:
         every option that has a value with ``all=True``.  ``None`` has no TOML form: such keys are left out
         (a missing key is the default).
 
-        >>> print(StreamOptions(features=["a", "b"], on_bad="skip").to_toml(), end="")
+        >>> print(StreamOptions(features=["a", "b"], on_bad="raise").to_toml(), end="")
         features = ["a", "b"]
-        on_bad = "skip"
+        on_bad = "raise"
         """
         lines = []
         for f in fields(self):

@@ -217,7 +217,7 @@ async def test_loop_raise_trains_the_batches_before_and_raises_the_error_itself(
     source = ListSource(items)
     events = []
     with pytest.raises(BadInputError) as info:
-        await train_stream(SGDRegressor(random_state=0), source, weight="w", batch_size=10,
+        await train_stream(SGDRegressor(random_state=0), source, weight="w", batch_size=10, on_bad="raise",
                            on_batch=events.append)
     assert info.value.reason == KINDS[kind][1] and info.value.position == expected_error_position(kind)
     assert [e.position for e in events] == [{"batch": 0, "row": 10}, {"batch": 0, "row": 20}]

@@ -182,7 +182,8 @@ def test_string_labels_in_a_stream(tmp_path, step):
                                 task="classification", on_bad="skip")
     assert summary.rows == 29 and summary.skipped_rows == {"unknown_class": 1}
     with pytest.raises(BadInputError, match="label column 'kind' has 'gnu', expected one of the classes"):
-        train_stream_sync(est, f"parquet:{tmp_path / 'more'}", batch_size=30, label="kind", task="classification")
+        train_stream_sync(est, f"parquet:{tmp_path / 'more'}", batch_size=30, label="kind", task="classification",
+                          on_bad="raise")
 
 
 def _bag_model(vocab: int, length: int, dim: int = 4) -> object:

@@ -90,7 +90,7 @@ def _signature_defaults(fn) -> dict:
 
 def test_defaults_agree_across_the_entry_points_and_the_cli():
     defaults = StreamOptions().as_dict()
-    assert defaults["on_bad"] == "raise"
+    assert defaults["on_bad"] == "skip"
     names = set(defaults)
     # no entry point declares an option of its own (with a default that could disagree)
     for fn in (StreamLoop.__init__, train_stream, train_stream_sync, Runner.__init__):
@@ -99,10 +99,10 @@ def test_defaults_agree_across_the_entry_points_and_the_cli():
     loop = StreamLoop(est, MemorySource(_table()))
     runner = Runner(est, lambda: MemorySource(_table()))
     assert loop.options == runner.options == StreamOptions()
-    assert (loop.rebatcher.on_bad, loop.rebatcher.batch_size, loop.queue_size) == ("raise", 256, 4)
+    assert (loop.rebatcher.on_bad, loop.rebatcher.batch_size, loop.queue_size) == ("skip", 256, 4)
     # the daemon's config: the same object, the same defaults
     cfg = load_config(None, {})
-    assert cfg.stream == StreamOptions() and cfg.on_bad == "raise" and cfg.task == "regression"
+    assert cfg.stream == StreamOptions() and cfg.on_bad == "skip" and cfg.task == "regression"
     assert not names & {f.name for f in fields(RunConfig)}  # written once: not repeated as config fields
     # the CLI: no flag given leaves every option at its default
     ns = _parser().parse_args(["train", "--source", "parquet:/x", "--model", "m.onnx"])

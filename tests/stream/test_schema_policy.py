@@ -154,7 +154,7 @@ def test_schema_only_ipc_file_is_counted_not_silent(tmp_path):
     summary = train_stream_sync(SGDRegressor(), f"ipc:{path}", on_bad="skip")
     assert summary.rows == 0 and summary.skipped_messages == {"empty_batch": 1}
     with pytest.raises(BadInputError, match="empty record batch.*schema only"):
-        train_stream_sync(SGDRegressor(), f"ipc:{path}")
+        train_stream_sync(SGDRegressor(), f"ipc:{path}", on_bad="raise")
 
 
 def test_tcp_schema_only_connections_and_empty_batches_are_counted():
