@@ -10,10 +10,11 @@ categorical column) into training batches of 2048 rows; ratios against ``feature
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 
 import numpy as np
+
+from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
 import pyarrow as pa
 
 from streamfit._engine.model import ModelInput
@@ -22,15 +23,6 @@ from streamfit.features import Hashed, Vocabulary
 from streamfit.sources._base import SourceBatch
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def main() -> None:
@@ -65,7 +57,7 @@ def main() -> None:
             for _tb in rb.push(sb):
                 pass
             best[name] = min(best[name], time.perf_counter() - t)
-    print(f"CPU: {_cpu()}; {n} rows x {d} float32 columns per record batch, best of {rounds} interleaved rounds")
+    print(f"CPU: {cpu_model()}; {n} rows x {d} float32 columns per record batch, best of {rounds} interleaved rounds")
     base = best["features= (one X)"]
     for name, seconds in best.items():
         print(f"  {name:28s} {seconds / n * 1e9:7.1f} ns/row   x{seconds / base:.2f} vs features=")

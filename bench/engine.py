@@ -47,6 +47,8 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
+from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
+
 import _peers  # noqa: E402
 from _peers import Unavailable  # noqa: E402
 
@@ -524,7 +526,7 @@ def environment(args: argparse.Namespace, torch_mod: Any, limiter: Any) -> dict[
 
     env: dict[str, Any] = {
         "python": platform.python_version(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
-        "processor": _cpu_model(), "numpy": np.__version__, "onnxruntime": ort.__version__,
+        "processor": cpu_model(), "numpy": np.__version__, "onnxruntime": ort.__version__,
         "streamfit": os.path.dirname(streamfit.__file__),
         "threads": args.threads, "ort_spinning": not args.no_spinning,
         "env_vars": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -556,15 +558,6 @@ def environment(args: argparse.Namespace, torch_mod: Any, limiter: Any) -> dict[
     return env
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def print_env(env: dict[str, Any], out: Callable[[str], None]) -> None:

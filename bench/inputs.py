@@ -41,16 +41,9 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")):
 
 import numpy as np  # noqa: E402
 
+from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+
 
 
 def paired(a: Callable[[], Any], b: Callable[[], Any], calls: int, rounds: int) -> tuple[float, float, float]:
@@ -120,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     from streamfit import LinearRegressor, LogisticRegression
 
     out = print
-    out(f"CPU: {_cpu_model()} ({os.cpu_count()} logical cores), Python {platform.python_version()}, "
+    out(f"CPU: {cpu_model()} ({os.cpu_count()} logical cores), Python {platform.python_version()}, "
         f"onnxruntime {ort.__version__}")
     data, X, y = _phishing()
     x1 = X[5:6]

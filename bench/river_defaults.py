@@ -18,13 +18,14 @@ the table says met/MISSED per stream and model.  The "no scaling" rows are the f
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
+
+from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
 
 TOLERANCE = 0.05
 
@@ -95,15 +96,6 @@ def models(task: str) -> dict[str, Callable[[], Any]]:
             "LogisticRegression (no scaling)": lambda: sf.LogisticRegression(standardize=False)}
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:

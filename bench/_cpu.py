@@ -1,0 +1,17 @@
+"""The processor a benchmark ran on, as its figures must say (ratios move with the CPU)."""
+
+from __future__ import annotations
+
+import platform
+
+
+def cpu_model() -> str:
+    """The model name from /proc/cpuinfo, else what :func:`platform.processor` says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
