@@ -10,11 +10,14 @@ categorical column) into training batches of 2048 rows; ratios against ``feature
 from __future__ import annotations
 
 import argparse
+import sys
+import os
 import time
 
 import numpy as np
 
-from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also when imported as a module
+from _cpu import cpu_model  # noqa: E402
 import pyarrow as pa
 
 from streamfit._engine.model import ModelInput

@@ -47,7 +47,8 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
-from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also when imported as a module
+from _cpu import cpu_model  # noqa: E402
 
 import _peers  # noqa: E402
 from _peers import Unavailable  # noqa: E402

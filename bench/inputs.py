@@ -41,7 +41,8 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")):
 
 import numpy as np  # noqa: E402
 
-from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also when imported as a module
+from _cpu import cpu_model  # noqa: E402
 
 
 

@@ -18,6 +18,7 @@ the table says met/MISSED per stream and model.  The "no scaling" rows are the f
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from _cpu import cpu_model  # noqa: E402  (bench/ is the script's directory)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also when imported as a module
+from _cpu import cpu_model  # noqa: E402
 
 TOLERANCE = 0.05
 
