@@ -9,7 +9,6 @@ Both use the same loss/penalty/optimizer emitters, hence the same arithmetic.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -18,8 +17,10 @@ import onnx
 from onnx import ModelProto, TensorProto, helper
 from onnxruntime.capi import _pybind_state as C
 
+from streamfit._engine.checkplan import CheckPlan
 from streamfit._engine.graph import GraphBuilder, onnx_dtype
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.names import Names
 from streamfit._engine.running_stats import emit_running_stats
 from streamfit._engine.rewrites import (_shape_table, bias_grads_as_matmul, decompose_fused_matmul, propagate_matmul_shapes, float64_activation_grads,
                                        remove_noop_reshapes, replace_relu_grad, simplify_broadcast_gradients)
@@ -29,39 +30,11 @@ from streamfit.optim.base import Optimizer
 from streamfit.optim.sgd import SGD
 from streamfit.penalties import Penalty
 
-__all__ = ["Names", "GradientGraphs", "build_gradient_graphs", "build_fused", "build_loss_model",
+__all__ = ["Names", "CheckPlan", "GradientGraphs", "build_gradient_graphs", "build_fused", "build_loss_model",
            "build_update_model"]
 
 _OPSET = 17
 _IR = 8
-
-
-class Names:
-    """Names of the inputs and outputs streamfit adds to a graph."""
-
-    target = "sf_target"
-    loss_weight = "sf_loss_weight"  # per row: loss_factor * sample_weight / N
-    grad_weight = "sf_grad_weight"  # per row: scale * sample_weight / N (scale = lr in the fused SGD step)
-    decay = "sf_decay"  # 1 - lr * l2: the fused SGD step's weight decay factor
-    loss = "sf_loss"
-    check = "sf_check"  # one finiteness-check scalar; or several, sf_check_<i>, all of which must be finite
-    bound_in0 = "sf_bound0_"  # + i: sums of squares of the first operands of the bounded weights' gradient Gemms
-    bound_in1 = "sf_bound1_"  # + i: ... and of their second operands
-    #: model metadata: JSON of what the step checks itself: {"weights": [...], "alpha": max |alpha|} for the
-    #: weights checked by a bound, {"host": [...]} for the single-element weights it reads (emit_sgd_folded)
-    check_plan_key = "streamfit.checks"
-
-    @staticmethod
-    def scalar(name: str) -> str:
-        return f"sf_{name}"
-
-    @staticmethod
-    def slot(weight: str, slot: str) -> str:
-        return f"{weight}__{slot}"
-
-    @staticmethod
-    def new(name: str) -> str:
-        return f"{name}__new"
 
 
 @dataclass
@@ -206,7 +179,7 @@ def _scalar_outputs(b: GraphBuilder, terms: list[str], prefix: str, elem: int) -
 
 def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, grads: list[str],
                     penalty: Penalty | None, large_batch: bool, host_checks: bool = False
-                    ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], dict[str, Any]]:
+                    ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], CheckPlan]:
     """SGD on lr-scaled gradients: ``w_new = decay * w - g``, folded into the Gemm that makes ``g``.
 
     The backward already yields ``lr * g`` (dL/dY was scaled by lr/N), so a weight whose gradient is a
@@ -220,8 +193,8 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     :class:`~streamfit._engine.fused.FusedStep`) keeps a bound on those weights' magnitude, and checks
     them exactly whenever the bound does not prove them finite.  With ``host_checks`` (CPU, where the
     step can read the new values directly) a single-element weight gets no ReduceSum either: the step
-    reads its new value.  Returns the inputs, outputs and what the checks cover (``{"weights": [...],
-    "alpha": max |alpha|}`` for the bound, ``"host": [...]`` for the host-read weights; empty when none).
+    reads its new value.  Returns the inputs, outputs and what the step must check itself (the
+    :class:`~streamfit._engine.checkplan.CheckPlan`: bounded and host-read weights; empty when none).
     """
     elem = onnx_dtype(pm.dtype)
     producers = {out: node for node in graph.node for out in node.output}
@@ -266,12 +239,11 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         else:
             sums.append(b.op("ReduceSum", new, keepdims=0))
     outputs += _scalar_outputs(b, sums, Names.check + "_", elem)
-    info: dict[str, Any] = {"host": host} if host else {}
     if not bounded:
-        return inputs, outputs, info
+        return inputs, outputs, CheckPlan(host=tuple(host))
     for names, prefix in zip(operands, (Names.bound_in0, Names.bound_in1)):
         outputs += _scalar_outputs(b, [b.op("ReduceSumSquare", name, keepdims=0) for name in names], prefix, elem)
-    return inputs, outputs, {**info, "weights": bounded, "alpha": alpha_max}
+    return inputs, outputs, CheckPlan(bounded=tuple(bounded), alpha=alpha_max, host=tuple(host))
 
 
 def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
@@ -307,7 +279,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     existing = {i.name for i in graph.input}
     _rename_output(b, loss_out, Names.loss, existing)
     _rename_output(b, dy, dy_name, existing)
-    plan: dict[str, Any] = {}
+    plan = CheckPlan()
     if fold:
         upd_inputs, upd_outputs, plan = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch,
                                                          host_checks)
@@ -336,8 +308,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     del grad_model.opset_import[:]
     grad_model.opset_import.extend(_opsets(graphs.gradient))
     grad_model.ir_version = min(grad_model.ir_version or 10, 10)
-    if plan:  # the graph carries what the step that runs it must check itself
-        grad_model.metadata_props.append(onnx.StringStringEntryProto(key=Names.check_plan_key, value=json.dumps(plan)))
+    plan.attach(grad_model)  # the graph carries what the step that runs it must check itself
     return _toposort(grad_model)
 
 
@@ -346,13 +317,10 @@ def _batch_dim(pm: PreparedModel, shapes: dict[str, list]) -> "int | str | None"
     return dims[0] if dims else None
 
 
-def check_plan(model: ModelProto) -> dict[str, Any]:
+def check_plan(model: ModelProto) -> CheckPlan:
     """What the step running a fused graph checks itself: bounded and host-read weights (see
     :func:`emit_sgd_folded`); empty when the graph checks everything."""
-    for prop in model.metadata_props:
-        if prop.key == Names.check_plan_key:
-            return json.loads(prop.value)
-    return {}
+    return CheckPlan.of(model)
 
 
 def _toposort(model: ModelProto) -> ModelProto:
@@ -381,16 +349,16 @@ def _toposort(model: ModelProto) -> ModelProto:
 def build_loss_model(loss: Loss, dtype: np.dtype, y_rank: int) -> ModelProto:
     """The forward/backward strategy's loss graph: (Y, target, loss and grad weights) -> (loss, dL/dY)."""
     b = GraphBuilder(dtype, prefix="sf_l_")
-    y = "sf_y"
+    y = Names.y
     loss_out, dy = loss.graph(b, y, Names.target, Names.loss_weight, Names.grad_weight)
     _rename_output(b, loss_out, Names.loss, set())
-    _rename_output(b, dy, "sf_dy", set())
+    _rename_output(b, dy, Names.dy, set())
     elem = onnx_dtype(dtype)
     y_shape = ["N"] + [f"d{i}" for i in range(1, y_rank)]
     graph = helper.make_graph(
         b.nodes, "streamfit_loss",
         [_value_info(y, elem, y_shape), _label_input(loss, dtype, y_rank)] + _row_weight_inputs(dtype, y_rank),
-        [_value_info(Names.loss, elem, []), _value_info("sf_dy", elem, y_shape)], b.initializers)
+        [_value_info(Names.loss, elem, []), _value_info(Names.dy, elem, y_shape)], b.initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
 
 
@@ -398,7 +366,7 @@ def build_update_model(pm: PreparedModel, optimizer: Optimizer, penalty: Penalty
     """The forward/backward strategy's update graph: (weights, gradients, state, scalars) -> new ones."""
     b = GraphBuilder(pm.dtype, prefix="sf_u_")
     elem = onnx_dtype(pm.dtype)
-    grads = [f"{w}__grad" for w in pm.weights]
+    grads = [Names.grad(w) for w in pm.weights]
     base_inputs = []
     for w, g in zip(pm.weights, grads):
         shape = list(pm.initial[w].shape)

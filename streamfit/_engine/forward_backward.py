@@ -71,7 +71,7 @@ class ForwardBackwardStep:
         io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
         io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
         io.bind_ortvalue_output(Names.loss, self.outputs.values[Names.loss])
-        io.bind_output("sf_dy", self.device.ort_device())
+        io.bind_output(Names.dy, self.device.ort_device())
         return {"loss_io": io}
 
     # -- pieces -------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ class ForwardBackwardStep:
         io = C.SessionIOBinding(self.update_session._sess)
         src, dst = self.params.live(), self.params.spare()
         for w, g in zip(self.pm.weights, grads):
-            io.bind_ortvalue_input(f"{w}__grad", g)
+            io.bind_ortvalue_input(Names.grad(w), g)
         for name, value in self.scalars.values.items():
             if name in self._update_inputs:
                 io.bind_ortvalue_input(name, value)
@@ -136,7 +136,7 @@ class ForwardBackwardStep:
         y = self.forward(staging.x_values)
         np.copyto(staging.y, y.numpy())  # CUDA: a device-to-host copy, as the fused step's bound output
         io = staging.extra["loss_io"]
-        io.bind_ortvalue_input("sf_y", y)
+        io.bind_ortvalue_input(Names.y, y)
         self.loss_session._sess.run_with_iobinding(io, None)
         loss = float(self.outputs.arrays[Names.loss])
         if not np.isfinite(loss):

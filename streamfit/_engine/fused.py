@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -10,16 +11,38 @@ import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import GradientGraphs, Names, build_fused, check_plan, folds_lr_into_gradients
+from streamfit._engine.build import GradientGraphs, build_fused, folds_lr_into_gradients
+from streamfit._engine.checkplan import CheckPlan
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
-from streamfit._engine.rewrites import ONES
+from streamfit._engine.names import Names
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
 
-__all__ = ["FusedStep"]
+__all__ = ["FusedStep", "FusedRun", "MagnitudeBound"]
+
+
+@dataclass(frozen=True)
+class FusedRun:
+    """What the fused step runs for one batch shape (``staging.extra["run"]``), bound once.
+
+    Each pair is indexed by the weight set the run reads (``params.current``): 0 writes set 1, 1 writes 0.
+    """
+
+    #: the onnxruntime session (its C object, run with ``run_with_iobinding``)
+    session: Any
+    #: the IOBinding reading weight set 0, and the one reading set 1
+    io: tuple[Any, Any]
+    #: per set read: the 0-d arrays that must all be finite -- the graph's check outputs, then views of the
+    #: new values of the single-element weights the graph leaves to the host (``CheckPlan.host``)
+    checks: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]
+    #: the small-batch graph's sums of squares of the bounded Gemms' operands (``sf_bound0_*``, ``sf_bound1_*``)
+    #: for :class:`MagnitudeBound`; None when this graph bounds nothing
+    bound_sums: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
+    #: the large-batch graph checks the bounded weights exactly: after its run the bound is recomputed
+    forget_bound: bool = False
 
 
 class FusedStep:
@@ -59,7 +82,7 @@ class FusedStep:
         self.scalars = scalars
         self._scalar_outputs: dict[str, tuple[Any, np.ndarray]] = {}  # name -> (bound OrtValue, 0-d array)
         self._loss = self._scalar_output(Names.loss)
-        self._bound = MagnitudeBound(check_plan(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
+        self._bound = MagnitudeBound(CheckPlan.of(self.model), params, scalars.arrays.get(Names.decay), pm.dtype)
         #: the grad weights carry the learning rate (plain SGD: the update rides on the gradient GEMMs)
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
@@ -98,7 +121,7 @@ class FusedStep:
         scalars[Names.loss] = self._loss
         if self.sparse is not None:  # the blocks of touched table rows, their state and new values
             extra["sparse"] = self.sparse.staged(staging.xs)
-        if ONES in inputs:
+        if Names.ones in inputs:
             value, ones = self.device.staging((staging.n,), self.pm.dtype)
             ones.fill(1)
             extra["ones"] = (value, ones)  # kept alive with the staging buffers
@@ -116,7 +139,7 @@ class FusedStep:
             io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
             io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
             if "ones" in extra:
-                io.bind_ortvalue_input(ONES, extra["ones"][0])
+                io.bind_ortvalue_input(Names.ones, extra["ones"][0])
             for name, value in self.scalars.values.items():
                 if name in inputs:
                     io.bind_ortvalue_input(name, value)
@@ -130,31 +153,35 @@ class FusedStep:
         checks = tuple(a for name, a in scalars.items() if name.startswith(Names.check))
         # per direction (reading set 0 or 1): the check outputs, and 0-d views of the new values of the
         # single-element weights the graph leaves to the step
-        host = check_plan(self.model if session is self.session else self.large_model).get("host", ())
-        checks = tuple(checks + tuple(_host_view(self.params.sets[dst][w]) for w in host) for dst in (1, 0))
+        host = CheckPlan.of(self.model if session is self.session else self.large_model).host
+        per_set = (checks + tuple(_host_view(self.params.sets[1][w]) for w in host),
+                   checks + tuple(_host_view(self.params.sets[0][w]) for w in host))
         # the small-batch graph checks some weights by a bound; after a step of the large-batch graph
         # (which checks them exactly) the bound must be recomputed
-        bound: Any = None
-        if self._bound.weights:
-            bound = "forget" if session is not self.session else tuple(
-                tuple(a for name, a in scalars.items() if name.startswith(prefix))
-                for prefix in (Names.bound_in0, Names.bound_in1))
-        return {"run": (session._sess, bindings, checks, bound), **extra}
+        small = session is self.session
+        sums = None
+        if self._bound.weights and small:
+            s0, s1 = (tuple(a for name, a in scalars.items() if name.startswith(prefix))
+                      for prefix in (Names.bound_in0, Names.bound_in1))
+            sums = (s0, s1)
+        run = FusedRun(session._sess, (bindings[0], bindings[1]), per_set, sums,
+                       forget_bound=bool(self._bound.weights) and not small)
+        return {"run": run, **extra}
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         """One step on the batch already in ``staging``; swaps the weights only if all is finite."""
-        session, io, checks, bound = staging.extra["run"]
+        run: FusedRun = staging.extra["run"]
         current = self.params.current
-        session.run_with_iobinding(io[current], None)
+        run.session.run_with_iobinding(run.io[current], None)
         loss = float(self._loss)
         ok = math.isfinite(loss)
-        for check in checks[current]:
+        for check in run.checks[current]:
             ok = ok and math.isfinite(check)
-        if bound is not None and ok:
-            if bound == "forget":
+        if ok:
+            if run.forget_bound:
                 self._bound.forget()
-            else:
-                s0, s1 = bound
+            elif run.bound_sums is not None:
+                s0, s1 = run.bound_sums
                 ok = self._bound.accept(sum(map(float, s0)), sum(map(float, s1)))
         if ok and self.sparse is not None:  # the touched rows: updated, and written back if all is finite
             ok = self.sparse.update(staging.extra["sparse"])
@@ -182,9 +209,9 @@ class MagnitudeBound:
     new weights are checked exactly, so the answer is always the exact one.
     """
 
-    def __init__(self, info: dict[str, Any], params: PingPong, decay: np.ndarray | None, dtype: np.dtype) -> None:
-        self.weights: list[str] = list(info.get("weights", ()))
-        self.alpha = float(info.get("alpha", 1.0))
+    def __init__(self, plan: CheckPlan, params: PingPong, decay: np.ndarray | None, dtype: np.dtype) -> None:
+        self.weights: list[str] = list(plan.bounded)
+        self.alpha = plan.alpha
         self.params = params
         self._decay = decay
         self.limit = float(np.finfo(dtype).max) / 4

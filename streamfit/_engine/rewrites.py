@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import ModelProto, helper, numpy_helper
 
+from streamfit._engine.names import Names
+
 __all__ = ["decompose_fused_matmul", "replace_relu_grad", "float64_activation_grads"]
 
 
@@ -304,7 +306,7 @@ def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: se
     return count
 
 
-ONES = "sf_ones"
+ONES = Names.ones
 
 
 def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype, shapes: dict[str, list] | None = None,

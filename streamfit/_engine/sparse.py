@@ -99,7 +99,9 @@ def find_tables(pm: PreparedModel, optimizer: Optimizer | None = None, penalty: 
 
 
 def _suffix(table: str, what: str) -> str:
-    return f"{table}__{what}"
+    from streamfit._engine.names import Names
+
+    return Names.table(table, what)
 
 
 def training_model(pm: PreparedModel, tables: tuple[SparseTable, ...]) -> PreparedModel:

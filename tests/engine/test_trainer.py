@@ -263,7 +263,7 @@ def _no_bias_mlp(d=64, seed=0):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_bounded_check_trains_exactly_like_forward_backward(batch, dtype):
-    from streamfit._engine.build import check_plan
+    from streamfit._engine.checkplan import CheckPlan
 
     X, y = _stream(n=256, dtype=dtype)
     runs = {}
@@ -275,7 +275,7 @@ def test_bounded_check_trains_exactly_like_forward_backward(batch, dtype):
             trainer.step(X[i:i + batch], y[i:i + batch])
         runs[step] = trainer
     fused = runs["fused"]
-    assert check_plan(fused._strategy.model)["weights"] == ["W1"]  # 80x64: checked by the bound
+    assert CheckPlan.of(fused._strategy.model).bounded == ("W1",)  # 80x64: checked by the bound
     assert fused._strategy._bound.exact_checks == 0 and fused.n_skipped == 0
     for name, w in fused.get_weights().items():
         np.testing.assert_allclose(w, runs["forward_backward"].get_weights()[name], rtol=1e-4, atol=1e-5,
