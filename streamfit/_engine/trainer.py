@@ -53,6 +53,12 @@ class Trainer:
     to touched rows).  ``"auto"`` (default) does so only where that is exactly the dense step (SGD,
     AdaGrad, RowWiseAdaGrad, FTRL on unpenalized tables); ``False`` never.  See :mod:`streamfit._engine.sparse`.
 
+    ``inputs=`` maps model input names to Arrow columns, as the estimators' ``inputs=`` does (a column name,
+    a list of column names, or an encoder of :mod:`streamfit.features` such as ``Hashed``); :meth:`step`,
+    :meth:`predict` and :meth:`forward` then also take an Arrow Table/RecordBatch or a dict of columns.  The
+    mapping is checked against the model here (a :class:`~streamfit.exceptions.ModelError` naming the input),
+    each new schema once against it; encoder state (vocabularies) is in :meth:`state_dict`.
+
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
@@ -69,7 +75,7 @@ class Trainer:
                  penalty: Penalty | None = None, device: "str | Device" = "cpu", step: StepKind = "fused",
                  on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
                  spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
-                 sparse: "bool | Literal['auto']" = "auto") -> None:
+                 sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None) -> None:
         if step not in _STRATEGIES:
             raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
         if on_nonfinite not in ("raise", "skip"):
@@ -92,6 +98,18 @@ class Trainer:
         self._threads_given = threads is not None
         self._plan = InputPlan(self.prepared.inputs, self.prepared.input_name)
         self._single = self._plan.single
+        #: ``inputs=``: the column plan that turns Arrow tables (or dicts of columns) into the model's inputs
+        self.inputs = inputs
+        self._columns: Any = None
+        if inputs is not None:
+            from streamfit._stream.inputs import ColumnInputs
+
+            try:
+                self._columns = ColumnInputs(self.prepared.inputs, inputs)
+            except ValueError as exc:  # a malformed mapping: what the model cannot take is a ModelError already
+                if isinstance(exc, StreamfitError):
+                    raise
+                raise ModelError(str(exc)) from None
         # embedding tables (initializers read only by Gather) are trained row-sparsely: see _engine/sparse.py
         if sparse not in (True, False, "auto"):
             raise ValueError(f"sparse must be True, False or 'auto', got {sparse!r}")
@@ -165,6 +183,8 @@ class Trainer:
 
     def _checked(self, X: Any) -> tuple[np.ndarray, ...]:
         """``X`` as one checked array per model input (model order); raises a clear error on a mismatch."""
+        if self._columns is not None and self._columns.takes(X):
+            X = self._columns.arrays(X)
         arrays = self._plan.arrays(X)
         self._plan.check(arrays)
         return arrays
@@ -278,6 +298,8 @@ class Trainer:
             arrays: tuple[np.ndarray, ...] = (X,)
             key: tuple[Any, ...] = (X.shape, X.dtype.kind)
         else:
+            if self._columns is not None and self._columns.takes(X):
+                X = self._columns.arrays(X)
             arrays = self._plan.arrays(X)
             key = self._plan.signature(arrays)
         if type(y) is not np.ndarray:
@@ -391,6 +413,8 @@ class Trainer:
             arrays: tuple[np.ndarray, ...] = (X,)
             key: tuple[Any, ...] = (X.shape, X.dtype.kind)
         else:
+            if self._columns is not None and self._columns.takes(X):
+                X = self._columns.arrays(X, learn=False)  # a prediction teaches a vocabulary nothing
             arrays = self._plan.arrays(X)
             key = self._plan.signature(arrays)
         if key not in self._predict_checked:
@@ -439,10 +463,12 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: weights, optimizer state, schedule, counters."""
+        states = self._columns.plan.states if self._columns is not None else {}
         return {"weights": self.get_weights(), "optimizer": self.optimizer_state(),
                 "schedule": self.schedule.state_dict(), "n_steps": self.n_steps, "n_skipped": self.n_skipped,
                 "lr_scale": self.lr_scale,
-                **({"buffers": self.running_statistics()} if self.prepared.buffers else {})}
+                **({"buffers": self.running_statistics()} if self.prepared.buffers else {}),
+                **({"encoders": {k: v.to_dict() for k, v in states.items()}} if states else {})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.set_weights(state["weights"])
@@ -464,7 +490,22 @@ class Trainer:
         self.n_steps = int(state.get("n_steps", 0))
         self.n_skipped = int(state.get("n_skipped", 0))
         self.lr_scale = float(state.get("lr_scale", 1.0))
+        states = self._columns.plan.states if self._columns is not None else {}
+        saved = state.get("encoders", {})
+        if set(saved) != set(states):
+            raise KeyError(f"encoder state for inputs {sorted(saved)}, expected {sorted(states)} (inputs=)")
+        for name, value in saved.items():
+            states[name].load_dict(value)
 
     def to_onnx(self) -> ModelProto:
-        """The inference model with the trained weights; plain onnxruntime runs it."""
-        return self.prepared.inference_model({**self.get_weights(), **self.running_statistics()})
+        """The inference model with the trained weights; plain onnxruntime runs it.  With encoders in
+        ``inputs=`` it takes the raw columns (one input per source column) and encodes them in its graph."""
+        model = self.prepared.inference_model({**self.get_weights(), **self.running_statistics()})
+        columns = self._columns
+        if columns is None or not any(s.encoder is not None for s in columns.plan.sources):
+            return model
+        from streamfit.features._export import raw_column_model
+
+        plan = columns.plan
+        return raw_column_model(model, self.inputs, self.prepared.inputs, plan.states, plan.column_info,
+                                plan.row_shapes)

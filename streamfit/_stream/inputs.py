@@ -6,7 +6,8 @@ input it feeds (element kind, width, rank) once; :meth:`InputPlan.extract` then 
 ``{input name: array}`` with each input's declared dtype and per-row shape:
 
 * one scalar column -> ``[n]`` (or ``[n, 1]``); several scalar columns -> ``[n, k]`` reshaped to the
-  declared shape (``k`` = product of the per-row dims);
+  declared shape (``k`` = product of the per-row dims); into a ``[n, features]`` input, scalar and vector
+  columns are concatenated (as ``features=`` does);
 * a ``FixedSizeList`` or ``fixed_shape_tensor`` column -> ``[n, d]`` reshaped to the declared shape
   (a CNN's ``[n, 1, 8, 8]``), zero-copy when the values already have the input's dtype and no nulls;
 * a dictionary column of numbers is decoded (each dictionary value converted once);
@@ -28,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 
 from streamfit._stream.columns import ColumnProblem, _find, _type_name, schema_names
-from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, Padded, Mask
+from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, Mask, Padded, Vocabulary
 
-__all__ = ["InputSource", "InputPlan", "CompiledInputs", "normalize_inputs", "Check"]
+__all__ = ["InputSource", "InputPlan", "CompiledInputs", "ColumnInputs", "normalize_inputs", "Check"]
 
 _BLOCK = 4096  # rows per copy block (as the rebatcher's ring copies)
 
@@ -155,6 +156,8 @@ class InputPlan:
         self.sources += tuple(InputSource(m.name, (m.name,)) for m in model_inputs if m.name not in names)
         names = [s.input for s in self.sources]
         self.model_inputs = tuple(declared[n] for n in names)
+        for s, m in zip(self.sources, self.model_inputs):
+            _check_against_model(s, m)
         self.cast = bool(cast)
         self.states: dict[str, EncoderState] = {}
         for s in self.sources:
@@ -273,9 +276,10 @@ class InputPlan:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
                                                          + _hint(dtype.kind, kind))
                 parts.append(_Part(c, i, "scalar", 1, needs_cast))
-        if len(parts) > 1 and any(p.kind == "vector" for p in parts):
+        if len(parts) > 1 and any(p.kind == "vector" for p in parts) and len(self._declared_row_shape(m)) != 1:
             raise ColumnProblem("wrong_type", None, f"input {m.name!r} mixes vector and scalar columns "
-                                                    f"{list(s.columns)}; map it to one vector column or to scalar columns")
+                                                    f"{list(s.columns)}; map it to one vector column or to scalar columns "
+                                                    "(columns are concatenated only into a [N, features] input)")
         total = sum(p.width for p in parts)
         shape = self._fix_shape(m, total)
         zero_copy = (len(parts) == 1 and not parts[0].cast and parts[0].kind in ("vector", "scalar")
@@ -329,11 +333,12 @@ class InputPlan:
         return out, checks
 
     def encode(self, batch: pa.RecordBatch, compiled: CompiledInputs, rows: np.ndarray | None, *,
-               journal_at: int | None = None) -> dict[str, np.ndarray]:
+               journal_at: int | None = None, learn: bool = True) -> dict[str, np.ndarray]:
         """The encoder inputs of the good ``rows`` (all when None), as full-batch arrays (other rows 0).
 
-        Vocabularies learn from the good rows only, in order; ``journal_at`` (the stream's good-row number
-        of the first good row) journals their updates for :meth:`commit`."""
+        Vocabularies learn from the good rows only, in order (not at all with ``learn=False``: predictions);
+        ``journal_at`` (the stream's good-row number of the first good row) journals their updates for
+        :meth:`commit`."""
         out: dict[str, np.ndarray] = {}
         n = batch.num_rows
         for c in compiled.inputs:
@@ -346,7 +351,11 @@ class InputPlan:
                 arrays = [a.take(take) for a in arrays]
             length = c.row_shape[-1] if c.row_shape else None
             try:
-                ids = enc.encode(self.states.get(c.name), arrays, journal_at=journal_at, length=length)
+                state = self.states.get(c.name)
+                if not learn and isinstance(enc, Vocabulary):
+                    ids = enc.lookup(state, arrays)
+                else:
+                    ids = enc.encode(state, arrays, journal_at=journal_at, length=length)
             except EncodeProblem as p:
                 raise ColumnProblem("wrong_type", p.column, f"{p.message} (input {c.name!r})") from None
             ids = _cast_ids(ids, c.dtype, c.name)
@@ -368,6 +377,103 @@ class InputPlan:
                 commit(committed[s.input], self.states[s.input], rows)
             elif enc is not None and s.input in committed:
                 committed[s.input].kinds = list(self.states[s.input].kinds)
+
+
+def _check_against_model(s: InputSource, m: Any) -> None:
+    """What the mapping alone says about an input (before any schema): a :class:`ModelError` naming the
+    input when it cannot fit the model's declared element type or fixed per-row dims."""
+    from streamfit.exceptions import ModelError
+
+    dtype = np.dtype(m.dtype)
+    shape = tuple(m.shape)
+    dims = shape[1:] if shape else ()
+    fixed = all(isinstance(d, int) and d > 0 for d in dims)
+    where = f"model input {m.name!r} ({dtype}, shape {_shape_text(shape)})"
+    enc = s.encoder
+    if enc is not None:
+        if dtype.kind not in "iuf":
+            raise ModelError(f"inputs={{{m.name!r}: {enc!r}}}: the encoder gives numbers, but {where} expects "
+                             f"{dtype} values")
+        if isinstance(enc, (Padded, Mask)):
+            last = dims[-1] if dims and isinstance(dims[-1], int) and dims[-1] > 0 else None
+            if enc.length is None and last is None:
+                raise ModelError(f"inputs={{{m.name!r}: {enc!r}}}: no length given and {where} has no fixed last "
+                                 f"dimension; pass length=")
+            if enc.length is not None and last is not None and enc.length != last:
+                raise ModelError(f"inputs={{{m.name!r}: {enc!r}}}: rows of length {enc.length}, but {where} "
+                                 f"expects {last}")
+        elif fixed and math.prod(dims) != enc.width:
+            raise ModelError(f"inputs={{{m.name!r}: {enc!r}}}: {enc.width} value(s) per row, but {where} expects "
+                             f"{math.prod(dims)}")
+        return
+    if dtype.kind not in "iufb":
+        raise ModelError(f"{where} is not numeric: streamfit feeds numeric and bool inputs only")
+    if fixed and len(s.columns) > math.prod(dims):  # every column gives at least one value per row
+        raise ModelError(f"inputs={{{m.name!r}: {list(s.columns)!r}}}: {len(s.columns)} columns, but {where} "
+                         f"takes {math.prod(dims)} value(s) per row")
+
+
+def as_record_batch(X: Any) -> pa.RecordBatch:
+    """An Arrow Table (its chunks combined), RecordBatch or dict of columns as one record batch."""
+    if isinstance(X, pa.RecordBatch):
+        return X
+    if isinstance(X, pa.Table):
+        batches = X.combine_chunks().to_batches()
+        if len(batches) == 1:
+            return batches[0]
+        return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in X.schema], schema=X.schema)
+    if isinstance(X, Mapping):
+        try:
+            return pa.RecordBatch.from_pydict({k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
+                                               for k, v in X.items()})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            from streamfit.exceptions import BadInputError
+
+            raise BadInputError(f"a dict of columns must hold equally long 1-D columns: {exc}",
+                                reason="wrong_type") from None
+    raise TypeError(f"expected an Arrow Table/RecordBatch or a dict of columns, got {type(X).__name__}")
+
+
+class ColumnInputs:
+    """The column plan in memory: Arrow tables (or dicts of columns) -> ``{model input name: array}``.
+
+    What :class:`~streamfit.Trainer` and the estimators with ``inputs=`` use for in-memory batches (the
+    stream's rebatcher uses :class:`InputPlan` directly).  A schema is compiled once; a bad value raises
+    :class:`~streamfit.exceptions.BadInputError` naming the column, the row and the reason.
+    """
+
+    def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *, cast: bool = False,
+                 states: Mapping[str, EncoderState] | None = None) -> None:
+        self.plan = InputPlan(model_inputs, inputs, cast=cast, states=states)
+        self.names = frozenset(m.name for m in model_inputs)
+        self._compiled: dict[pa.Schema, CompiledInputs] = {}
+
+    def takes(self, X: Any) -> bool:
+        """Whether ``X`` is columns (an Arrow table, or a dict not keyed by exactly the model's input names)."""
+        if isinstance(X, (pa.Table, pa.RecordBatch)):
+            return True
+        return isinstance(X, Mapping) and set(X) != self.names
+
+    def arrays(self, X: Any, *, learn: bool = True) -> dict[str, np.ndarray]:
+        """The model inputs of the rows of ``X``; ``learn=False`` encodes without teaching a vocabulary."""
+        from streamfit.exceptions import BadInputError
+
+        batch = as_record_batch(X)
+        plan = self.plan
+        try:
+            compiled = self._compiled.get(batch.schema)
+            if compiled is None:
+                compiled = self._compiled.setdefault(batch.schema, plan.compile(batch.schema))
+            arrays, checks = plan.extract(batch, compiled)
+            if checks:
+                reason, column, mask, values = checks[0]
+                row = int(np.argmax(mask))
+                raise BadInputError(f"column '{column}' has a bad value at row {row} ({reason}: {values[row]!r})",
+                                    reason=reason, column=column)
+            arrays.update(plan.encode(batch, compiled, None, learn=learn))
+        except ColumnProblem as p:
+            raise BadInputError(p.message, reason=p.reason, column=p.column) from None
+        return arrays
 
 
 def _column_info(t: pa.DataType, row_shapes: Mapping[str, Any]) -> dict[str, Any]:

@@ -203,7 +203,11 @@ class OnnxEstimator(_SkBase):
         self._require_fitted()
         from streamfit.features._estimator import export_model
 
-        return export_model(self, self.trainer_.to_onnx())  # with encoders: raw columns in, encoded in the graph
+        return export_model(self, self._inference_graph())  # with encoders: raw columns in, encoded in the graph
+
+    def _inference_graph(self) -> Any:
+        """The trained model on the model's own inputs (a hook: the ready-made models prepend their scaling)."""
+        return self.trainer_.to_onnx()
 
     def _require_fitted(self) -> None:
         if not hasattr(self, "trainer_"):

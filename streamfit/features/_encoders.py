@@ -297,6 +297,20 @@ class Vocabulary(Encoder):
                 state.journal.append((journal_at + r, k, value, id_))
         return out
 
+    def lookup(self, state: EncoderState, arrays: Sequence[pa.Array]) -> np.ndarray:
+        """Ids of the rows as the vocabulary stands, learning nothing (predictions): unknown values, and
+        values not yet admitted, get the unknown id."""
+        assert isinstance(state, VocabularyState)
+        probe = EncoderState(len(self.columns))  # the kinds are checked, not fixed, by a prediction
+        probe.kinds = list(state.kinds)
+        cats = self._categoricals(probe, arrays)
+        n = len(cats[0].index) if cats else 0
+        out = np.empty((n, len(cats)), dtype=np.int64)
+        for k, cat in enumerate(cats):
+            table = np.array([state.ids[k].get(v, OOV_ID) for v in cat.uniques.tolist()] or [0], dtype=np.int64)
+            out[:, k] = np.where(cat.index >= 0, table[np.maximum(cat.index, 0)], NULL_ID)
+        return out
+
     def commit(self, committed: EncoderState, live: EncoderState, rows: int) -> None:
         """Apply to ``committed`` the live updates of the stream's first ``rows`` good rows."""
         assert isinstance(committed, VocabularyState) and isinstance(live, VocabularyState)

@@ -16,10 +16,13 @@ __all__ = ["model_inputs_of", "encoder_states", "arrow_inputs", "encoder_state_d
 
 def model_inputs_of(estimator: Any) -> tuple[Any, ...] | None:
     """The estimator's declared model inputs (``ModelInput``), before or after it is fitted; None when
-    they are not known before fitting (models built from the data)."""
+    they are not known before fitting (models built from the data that do not declare them)."""
     trainer = getattr(estimator, "trainer_", None)
     if trainer is not None:
         return tuple(trainer.model_inputs)
+    declared = getattr(estimator, "_declared_inputs", None)
+    if declared is not None:
+        return declared()
     model = getattr(estimator, "model", None)
     if model is None:
         return None
@@ -59,50 +62,30 @@ def note_plan(estimator: Any, plan: Any) -> None:
         shapes.setdefault(name, list(shape))
 
 
-def _plan(estimator: Any) -> Any:
-    from streamfit._stream.inputs import InputPlan
+def _columns(estimator: Any) -> Any:
+    """The estimator's in-memory column plan (:class:`~streamfit._stream.inputs.ColumnInputs`), rebuilt when
+    ``inputs`` or the fitted state changes."""
+    from streamfit._stream.inputs import ColumnInputs
 
-    plan = estimator.__dict__.get("_input_plan")
+    cached = estimator.__dict__.get("_input_plan")
     key = (id(estimator.inputs), getattr(estimator, "trainer_", None) is not None)
-    if plan is None or plan[0] != key:
+    if cached is None or cached[0] != key:
         model_inputs = model_inputs_of(estimator)
         if model_inputs is None:
             raise ValueError(f"{type(estimator).__name__} does not declare its model inputs before it is fitted: "
                              "inputs= needs an ONNX model")
-        plan = (key, InputPlan(model_inputs, estimator.inputs, states=encoder_states(estimator)), {})
-        estimator.__dict__["_input_plan"] = plan
-    return plan
+        cached = (key, ColumnInputs(model_inputs, estimator.inputs, states=encoder_states(estimator)))
+        estimator.__dict__["_input_plan"] = cached
+    return cached[1]
 
 
-def arrow_inputs(estimator: Any, table: "pa.Table | pa.RecordBatch") -> dict[str, np.ndarray]:
-    """``{model input name: array}`` of an Arrow table as the estimator's ``inputs=`` says (in memory: a
-    bad value raises :class:`~streamfit.exceptions.BadInputError` naming the column and the row; the
-    encoders learn from the table at once)."""
-    from streamfit._stream.columns import ColumnProblem
-    from streamfit.exceptions import BadInputError
-
-    if isinstance(table, pa.Table):
-        table = table.combine_chunks()
-        batches = table.to_batches()
-        batch = batches[0] if len(batches) == 1 else pa.RecordBatch.from_arrays(
-            [pa.array([], type=f.type) for f in table.schema], schema=table.schema)
-    else:
-        batch = table
-    _, plan, compiled_by_schema = _plan(estimator)
-    try:
-        compiled = compiled_by_schema.get(batch.schema)
-        if compiled is None:
-            compiled = compiled_by_schema.setdefault(batch.schema, plan.compile(batch.schema))
-            note_plan(estimator, plan)
-        arrays, checks = plan.extract(batch, compiled)
-        if checks:
-            reason, column, mask, values = checks[0]
-            row = int(np.argmax(mask))
-            raise BadInputError(f"column '{column}' has a bad value at row {row} ({reason}: {values[row]!r})",
-                                reason=reason, column=column)
-        arrays.update(plan.encode(batch, compiled, None))
-    except ColumnProblem as p:
-        raise BadInputError(p.message, reason=p.reason, column=p.column) from None
+def arrow_inputs(estimator: Any, table: Any, *, learn: bool = True) -> dict[str, np.ndarray]:
+    """``{model input name: array}`` of an Arrow table (or a dict of columns) as the estimator's ``inputs=``
+    says (in memory: a bad value raises :class:`~streamfit.exceptions.BadInputError` naming the column and
+    the row; the encoders learn from the table at once unless ``learn=False``)."""
+    columns = _columns(estimator)
+    arrays = columns.arrays(table, learn=learn)
+    note_plan(estimator, columns.plan)
     return arrays
 
 

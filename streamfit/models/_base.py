@@ -22,7 +22,7 @@ from onnx import ModelProto
 from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
 from streamfit.losses import Loss
-from streamfit.models._graphs import dense_model, destandardized, layers_of, standardized
+from streamfit.models._graphs import INPUT, dense_model, destandardized, layers_of, standardized
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler, scaler_from_state
 from streamfit.schedules import Schedule, as_schedule
@@ -91,12 +91,39 @@ class ReadyMade:
 
     # -- the one validation of X and sample weights (scikit-learn's rules), at the public methods ----------
     def _check_X(self, X: Any, reset: bool) -> np.ndarray:
+        if type(X) is not np.ndarray and getattr(self, "inputs", None) is not None:
+            X = self._feature_matrix(X)
         X = check_features(X)  # a finite float32 (rows, features) array
         self._check_width(X.shape[1], reset)  # type: ignore[attr-defined]
         return X
 
     def _sample_weight(self, sample_weight: Any, n: int, all_zero_ok: bool = True) -> np.ndarray | None:
         return check_sample_weight(sample_weight, n, all_zero_ok=all_zero_ok)
+
+    # -- inputs=: the one feature input from columns (the column plan of OnnxRegressor's inputs=) ----------
+    def _declared_inputs(self) -> tuple[Any, ...]:
+        """The model's one input ``X`` as declared (its width unknown until the first batch fixes it)."""
+        from streamfit._engine.model import ModelInput
+
+        width = self.__dict__.get("n_features_in_") if hasattr(self, "trainer_") else None
+        return (ModelInput(INPUT, np.dtype(np.float32), ("N", width if width is not None else "n_features")),)
+
+    def _feature_matrix(self, X: Any) -> Any:
+        """``X`` (an Arrow table, a dict of columns, or ``{"X": matrix}`` from the stream) as the feature matrix
+        ``inputs={"X": columns or an encoder}`` describes; other ``X`` as given."""
+        import pyarrow as pa
+
+        from streamfit._engine.inputs import NamedRows
+
+        if type(X) is NamedRows:
+            X = X.arrays
+        if isinstance(X, Mapping) and set(X) == {INPUT}:
+            return X[INPUT]
+        if isinstance(X, (pa.Table, pa.RecordBatch, Mapping)):
+            from streamfit.features._estimator import arrow_inputs
+
+            return arrow_inputs(self, X)[INPUT]
+        return X
 
     def _linear_in_raw_units(self) -> tuple[np.ndarray, np.ndarray]:
         """A linear model's ``(coef (features, outputs), intercept)`` with the scalers folded in: what it
@@ -161,9 +188,10 @@ class ReadyMade:
     def _inputs(self, X: np.ndarray) -> np.ndarray:
         return X if getattr(self, "scaler_", None) is None else self.scaler_.transform(X)
 
-    def to_onnx(self) -> ModelProto:
-        """The inference model with the trained weights; with ``standardize=True`` it scales its own inputs."""
-        model = super().to_onnx()  # type: ignore[misc]
+    def _inference_graph(self) -> ModelProto:
+        """The trained graph; with ``standardize=True`` it scales its own inputs (before any raw-column
+        encoding that ``to_onnx()`` puts in front of it)."""
+        model = self.trainer_.to_onnx()  # type: ignore[attr-defined]
         if getattr(self, "scaler_", None) is None:
             return model
         return standardized(model, self.scaler_.mean_, self.scaler_.scale_)

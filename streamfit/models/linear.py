@@ -41,6 +41,10 @@ class LinearRegressor(ReadyRegressor):
         whether ``fit`` continues from the current weights.
     device, step, on_nonfinite, threads
         As for :class:`~streamfit.Trainer`.
+    inputs
+        The feature input ``"X"`` from Arrow columns, as :class:`~streamfit.OnnxRegressor`'s ``inputs=``:
+        ``{"X": [column, ...]}`` (scalar and vector columns, concatenated) or ``{"X": encoder}``; ``X`` may
+        then be an Arrow Table/RecordBatch or a dict of columns (the same holds for the other ready-made models).
 
     Examples
     --------
@@ -60,7 +64,7 @@ class LinearRegressor(ReadyRegressor):
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
                  standardize: bool = True, standardize_target: bool = True, device: str = "cpu",
-                 step: str = "fused", on_nonfinite: str = "raise", threads: int | None = None) -> None:
+                 step: str = "fused", on_nonfinite: str = "raise", threads: int | None = None, inputs: Any = None) -> None:
         self.loss = loss
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -81,6 +85,7 @@ class LinearRegressor(ReadyRegressor):
         self.step = step
         self.on_nonfinite = on_nonfinite
         self.threads = threads
+        self.inputs = inputs
 
     @property
     def coef_(self) -> np.ndarray:

@@ -39,7 +39,7 @@ class LogisticRegression(ReadyClassifier):
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
                  standardize: bool = True, device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, inputs: Any = None) -> None:
         self.loss = loss
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -59,6 +59,7 @@ class LogisticRegression(ReadyClassifier):
         self.step = step
         self.on_nonfinite = on_nonfinite
         self.threads = threads
+        self.inputs = inputs
 
     @property
     def coef_(self) -> np.ndarray:

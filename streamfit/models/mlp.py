@@ -92,7 +92,7 @@ class MLPRegressor(_MLP, ReadyRegressor):
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 50, shuffle: bool = True,
                  random_state: Any = None, warm_start: bool = False, standardize: bool = True,
                  standardize_target: bool = True, device: str = "cpu", step: str = "fused",
-                 on_nonfinite: str = "raise", threads: int | None = None) -> None:
+                 on_nonfinite: str = "raise", threads: int | None = None, inputs: Any = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -115,6 +115,7 @@ class MLPRegressor(_MLP, ReadyRegressor):
         self.step = step
         self.on_nonfinite = on_nonfinite
         self.threads = threads
+        self.inputs = inputs
 
 
 class MLPClassifier(_MLP, ReadyClassifier):
@@ -140,7 +141,7 @@ class MLPClassifier(_MLP, ReadyClassifier):
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 50, shuffle: bool = True,
                  random_state: Any = None, warm_start: bool = False, standardize: bool = True,
                  device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, inputs: Any = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
         self.loss = loss
@@ -162,3 +163,4 @@ class MLPClassifier(_MLP, ReadyClassifier):
         self.step = step
         self.on_nonfinite = on_nonfinite
         self.threads = threads
+        self.inputs = inputs
