@@ -44,25 +44,14 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
     p.add_argument("--health-interval", type=float, help="seconds between health-file updates (default 1)")
-    p.add_argument("--no-guard", dest="guard", action="store_false", default=None, help="disable the divergence guard")
-    p.add_argument("--poison-after", dest="guard_max_rollbacks", type=int,
-                   help="rollbacks caused by one message before it is quarantined as poison (default 3)")
-    p.add_argument("--min-lr-scale", dest="guard_min_lr_scale", type=float,
-                   help="stop with DivergenceError when rollbacks would lower the learning-rate scale below this "
-                        "(default 1e-4)")
-    p.add_argument("--lr-recover-after", dest="guard_recover_after", type=int,
-                   help="good batches after which a lowered learning-rate scale doubles back towards 1 (default 100)")
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
-    ray = p.add_argument_group("scale-out on Ray (extra [ray])")
-    ray.add_argument("--workers", type=int, help="N learner actors, each on its share of the source")
-    ray.add_argument("--ray-address", help="an existing Ray cluster (default: a local instance on 127.0.0.1)")
-    sync = ray.add_mutually_exclusive_group()
-    sync.add_argument("--sync-every-batches", type=int, metavar="K", help="mix the learners' weights every K batches")
-    sync.add_argument("--sync-every-seconds", type=float, metavar="T", help="... or every T seconds")
     from streamfit._stream.options import add_option_flags
 
-    add_option_flags(p.add_argument_group("the stream (streamfit.StreamOptions; also the config file's keys)"))
+    what = "(streamfit.StreamOptions; also the config file's keys)"
+    add_option_flags(p, {"loop": p.add_argument_group(f"the stream {what}"),
+                         "daemon": p.add_argument_group(f"the divergence guard {what}"),
+                         "ray": p.add_argument_group(f"scale-out on Ray, extra [ray] {what}")})
 
 
 class _UsageError(Exception):
@@ -197,7 +186,6 @@ def _prepare(ns: argparse.Namespace, serve: bool) -> tuple[Any, Any]:
 def _runner(cfg: Any, serve: bool) -> Any:
     from streamfit.daemon import Runner
     from streamfit.daemon.config import build_estimator
-    from streamfit.daemon.guard import DivergenceGuard
     from streamfit.daemon.health import Metrics
     from streamfit.exceptions import ConfigError
 
@@ -217,13 +205,10 @@ def _runner(cfg: Any, serve: bool) -> Any:
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)
-    guard = DivergenceGuard(cfg.guard_factor, lr_factor=cfg.guard_lr_factor, max_rollbacks=cfg.guard_max_rollbacks,
-                            min_lr_scale=cfg.guard_min_lr_scale, recover_after=cfg.guard_recover_after) \
-        if cfg.guard else None
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
-                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish, guard=guard,
+                  keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
                   # the estimator holds the inputs (build_estimator gave it cfg.stream.inputs); serve draws no bar
                   options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve))

@@ -167,6 +167,7 @@ class StreamLoop:
         **option_kwargs: Any,
     ) -> None:
         opts = self.options = StreamOptions.build(options, **option_kwargs)
+        opts.check_scope("loop", where="the stream loop (StreamLoop, train_stream)")
         task, classes, inputs = opts.resolved_task, opts.classes, opts.inputs
         for name, hook in (("on_batch", on_batch), ("on_metrics", on_metrics)):
             if hook is not None and not callable(hook):

@@ -20,7 +20,7 @@ import numpy as np
 
 from streamfit.exceptions import OptionError
 
-__all__ = ["StreamOptions", "OptionError", "option_names", "add_option_flags", "options_from_flags"]
+__all__ = ["StreamOptions", "OptionError", "SCOPES", "option_names", "add_option_flags", "options_from_flags"]
 
 Check = Callable[[str, Any], Any]
 
@@ -37,6 +37,25 @@ def _int(minimum: int, optional: bool = False) -> Check:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
             raise _bad(name, value, f"{'None or ' if optional else ''}an int >= {minimum}")
         return int(value)
+    return check
+
+
+def _float(low: float, high: float | None = None, *, above: bool = False, below: bool = True,
+           optional: bool = False) -> Check:
+    """A number ``low <= x`` (``low < x`` with ``above``) and ``x < high`` (``x <= high`` without ``below``)."""
+    lo, hi = ("(" if above else "["), ("" if high is None else (")" if below else "]"))
+    shown = f"a number > {low:g}" if high is None and above else f"a number >= {low:g}" if high is None \
+        else f"a number in {lo}{low:g}, {high:g}{hi}"
+
+    def check(name: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        ok = (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+              and math.isfinite(value) and (value > low if above else value >= low)
+              and (high is None or (value < high if below else value <= high)))
+        if not ok:
+            raise _bad(name, value, ("None or " if optional else "") + shown)
+        return float(value)
     return check
 
 
@@ -166,14 +185,22 @@ def _inputs_from_text(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- fields
+#: what reads an option: the stream loop (every entry point), the daemon (``Runner``, ``streamfit train|serve``:
+#: the divergence guard), or scale-out on Ray (``streamfit train|serve --workers N``)
+SCOPES = ("loop", "daemon", "ray")
+
+
 def _option(default: Any, check: Check, help: str, *, flag: str | None = None, parse: Callable[[str], Any] | None
             = None, metavar: str | None = None, append: bool = False, choices: tuple[str, ...] | None = None,
-            text: Callable[[Any], Any] | None = None) -> Any:
+            text: Callable[[Any], Any] | None = None, scope: str = "loop", example: Any = None) -> Any:
     """A field of :class:`StreamOptions`: its default, check, help text and command-line form (``parse``: one
-    flag's string -> value; ``text``: the value of a TOML key or of the collected flags -> the option's)."""
+    flag's string -> value; ``text``: the value of a TOML key or of the collected flags -> the option's);
+    ``scope`` (:data:`SCOPES`) says what reads it; ``example``: a non-default value as a flag would spell it
+    (tests check that every option has a flag and a config key that agree)."""
+    assert scope in SCOPES, scope
     return field(default=default, metadata={"check": check, "help": help, "flag": flag, "parse": parse,
                                             "metavar": metavar, "append": append, "choices": choices,
-                                            "text": text})
+                                            "text": text, "scope": scope, "example": example})
 
 
 def _scalar(text: str) -> Any:
@@ -204,6 +231,11 @@ class StreamOptions:
     dead-letter sink is given; a run that trained no row because every row was skipped fails and says why.
     ``on_bad="raise"`` (``--on-bad raise``) stops at the first bad batch instead, naming column and position.
 
+    Each field has a scope (:data:`SCOPES`): the loop's options apply everywhere; ``guard`` ...
+    ``lr_recover_after`` describe the daemon's divergence guard (``Runner``, ``streamfit train|serve``), and
+    ``workers`` ... ``checkpoint_every_rounds`` scale-out on Ray.  An entry point given an option it does not
+    read (``poison_after`` to ``train_stream``) refuses it rather than ignoring it.
+
     >>> opts = StreamOptions(features="x", batch_size=64)
     >>> opts.features, opts.batch_size, opts.on_bad, opts.resolved_task
     (('x',), 64, 'skip', 'regression')
@@ -220,40 +252,74 @@ class StreamOptions:
     features: tuple[str, ...] | None = _option(
         None, _columns, "feature columns, comma-separated (default: every column but label and weight of the "
         "first valid batch; a FixedSizeList or fixed_shape_tensor column is taken zero-copy)",
-        parse=_split, metavar="COL[,COL...]")
+        parse=_split, metavar="COL[,COL...]", example="a,b")
     inputs: Mapping[str, Any] | None = _option(
         None, _inputs, "feed model input NAME from columns, or an encoder: NAME=hashed:COL:BUCKETS, "
         "NAME=vocabulary:COL[:MIN_COUNT], NAME=padded:COL[:LENGTH[:PAD]] (repeatable; default: the estimator's "
-        "inputs)", flag="--input", metavar="NAME=COL[,COL...]", append=True, text=_inputs_from_text)
+        "inputs)", flag="--input", metavar="NAME=COL[,COL...]", append=True, text=_inputs_from_text,
+        example="ids=hashed:city:100")
     label: str | tuple[str, ...] = _option("y", _label, "label column (or several, comma-separated: "
                                            "multi-output regression)", parse=lambda s: s if "," not in s
-                                           else _split(s), metavar="COL[,COL...]")
-    weight: str | None = _option(None, _str(True), "sample-weight column (default: none)")
+                                           else _split(s), metavar="COL[,COL...]", example="t")
+    weight: str | None = _option(None, _str(True), "sample-weight column (default: none)", example="w")
     task: str | None = _option(None, _choice(None, "regression", "classification"),
                                "regression or classification (default: classification iff classes are given)",
-                               choices=("regression", "classification"))
+                               choices=("regression", "classification"), example="classification")
     classes: tuple[Any, ...] | None = _option(
         None, _classes, "all class labels, comma-separated (default: a fitted estimator's classes_, else those "
         "of the first batch); a label outside them is a bad row", parse=lambda s: [_scalar(c) for c in _split(s)],
-        metavar="A,B,...")
-    batch_size: int = _option(256, _int(1), "rows per partial_fit call", parse=int)
+        metavar="A,B,...", example="0,1,two")
+    batch_size: int = _option(256, _int(1), "rows per partial_fit call", parse=int, example="8")
     max_rows: int | None = _option(None, _int(0, optional=True),
                                    "stop after training this many rows (the daemon counts them over resumes)",
-                                   parse=int)
+                                   parse=int, example="100")
     on_bad: str = _option("skip", _choice("raise", "skip"),
                           "bad input: raise (an error naming column and position) or skip (counted by reason)",
-                          choices=("raise", "skip"))
-    cast: bool = _option(False, _bool, "accept integer, bool and decimal feature columns by explicit conversion")
+                          choices=("raise", "skip"), example="raise")
+    cast: bool = _option(False, _bool, "accept integer, bool and decimal feature columns by explicit conversion",
+                         example=True)
     dtype: str = _option("float32", _dtype, "float type of the features (and of a regression label)",
-                         choices=("float32", "float64"))
-    drop_last: bool = _option(False, _bool, "drop a last batch smaller than batch_size")
+                         choices=("float32", "float64"), example="float64")
+    drop_last: bool = _option(False, _bool, "drop a last batch smaller than batch_size", example=True)
     queue_size: int = _option(4, _int(1), "training batches that may wait for the trainer (backpressure)",
-                              parse=int)
-    window: int = _option(1000, _int(1), "rows in the recent-metrics window", parse=int)
-    evaluate: bool = _option(True, _bool, "progressive validation: predict each batch before training on it")
-    progress: bool = _option(False, _bool, "show a progress bar (rows, rows/s, recent loss) on stderr")
+                              parse=int, example="2")
+    window: int = _option(1000, _int(1), "rows in the recent-metrics window", parse=int, example="50")
+    evaluate: bool = _option(True, _bool, "progressive validation: predict each batch before training on it",
+                             example=False)
+    progress: bool = _option(False, _bool, "show a progress bar (rows, rows/s, recent loss) on stderr",
+                             example=True)
     dead_letter: Any = _option(None, _dead_letter, "keep skipped input and poison messages here: a JSON-lines "
-                               "file, or kafka://HOST:PORT/topic (default: counted only)", metavar="PATH|URI")
+                               "file, or kafka://HOST:PORT/topic (default: counted only)", metavar="PATH|URI",
+                               example="dead.jsonl")
+    # -- the daemon's divergence guard (Runner, streamfit train|serve)
+    guard: bool = _option(True, _bool, "divergence guard: a batch whose loss turns non-finite or exceeds "
+                          "guard_factor x its running mean is rolled back and retried at a lower learning rate",
+                          scope="daemon", example=False)
+    guard_factor: float = _option(100.0, _float(1.0, above=True), "a loss above this many times its running mean "
+                                  "is a divergence", parse=float, metavar="X", scope="daemon", example="50")
+    guard_lr_factor: float = _option(0.1, _float(0.0, 1.0, above=True), "a rollback multiplies the learning-rate "
+                                     "scale by this", parse=float, metavar="X", scope="daemon", example="0.5")
+    poison_after: int = _option(3, _int(1), "rollbacks caused by one message before it is quarantined as poison "
+                                "(skipped, dead-lettered)", parse=int, scope="daemon", example="2")
+    min_lr_scale: float = _option(1e-4, _float(0.0, 1.0, above=True), "stop with DivergenceError when rollbacks "
+                                  "would lower the learning-rate scale below this", parse=float, metavar="X",
+                                  scope="daemon", example="0.01")
+    lr_recover_after: int = _option(100, _int(1), "good batches after which a lowered learning-rate scale doubles "
+                                    "back towards 1", parse=int, scope="daemon", example="10")
+    # -- scale-out on Ray (streamfit train|serve --workers N)
+    workers: int | None = _option(None, _int(1, optional=True), "N learner actors on a Ray cluster, each on its "
+                                  "share of the source (extra [ray])", parse=int, scope="ray", example="2")
+    ray_address: str | None = _option(None, _str(True), "an existing Ray cluster (default: a local instance on "
+                                      "127.0.0.1)", metavar="HOST:PORT", scope="ray", example="127.0.0.1:6380")
+    sync_every_batches: int | None = _option(None, _int(1, optional=True), "mix the learners' weights every K "
+                                             "batches", parse=int, metavar="K", scope="ray", example="16")
+    sync_every_seconds: float | None = _option(None, _float(0.0, above=True, optional=True), "... or every T "
+                                               "seconds", parse=float, metavar="T", scope="ray", example="0.5")
+    sync_optimizer: bool = _option(True, _bool, "mix the optimizer state (Adam's moments) with the weights",
+                                   scope="ray", example=False)
+    checkpoint_every_rounds: int | None = _option(None, _int(1, optional=True), "a global checkpoint every R "
+                                                  "synchronization rounds", parse=int, metavar="R", scope="ray",
+                                                  example="4")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "StreamOptions":
         if args:
@@ -267,6 +333,33 @@ class StreamOptions:
         if self.task == "regression" and self.classes is not None:
             raise OptionError(f"Invalid classes: {list(self.classes)!r} with task='regression' (classes are for "
                               f"classification)", option="classes")
+        if self.sync_every_batches is not None and self.sync_every_seconds is not None:
+            raise OptionError("give one of sync_every_batches and sync_every_seconds (--sync-every-batches K or "
+                              "--sync-every-seconds T), not both", option="sync_every_seconds")
+
+    # ------------------------------------------------------------------------------------ scopes
+    def loop_options(self) -> dict[str, Any]:
+        """The options the stream loop reads (scope ``"loop"``), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["scope"] == "loop"}
+
+    def check_scope(self, *scopes: str, where: str) -> None:
+        """Refuse an option set away from its default that ``where`` does not read (nothing is ignored
+        silently): e.g. ``poison_after`` given to ``train_stream``, which has no divergence guard."""
+        for f in fields(self):
+            if f.metadata["scope"] not in scopes and getattr(self, f.name) != f.default:
+                reader = {"daemon": "the daemon (Runner, streamfit train/serve)",
+                          "ray": "scale-out on Ray (streamfit train/serve --workers N)"}.get(f.metadata["scope"], "")
+                raise OptionError(f"{f.name}={getattr(self, f.name)!r} is an option of {reader}, which {where} is "
+                                  "not", option=f.name)
+
+    def divergence_guard(self) -> Any:
+        """The daemon's :class:`~streamfit.daemon.guard.DivergenceGuard` these options describe (None: off)."""
+        if not self.guard:
+            return None
+        from streamfit.daemon.guard import DivergenceGuard
+
+        return DivergenceGuard(self.guard_factor, lr_factor=self.guard_lr_factor, max_rollbacks=self.poison_after,
+                               min_lr_scale=self.min_lr_scale, recover_after=self.lr_recover_after)
 
     # ------------------------------------------------------------------------------------ derived
     @property
@@ -379,13 +472,15 @@ def _flag(f: Field) -> str:
     return f.metadata["flag"] or "--" + f.name.replace("_", "-")
 
 
-def add_option_flags(parser: Any) -> None:
+def add_option_flags(parser: Any, groups: Mapping[str, Any] | None = None) -> None:
     """One command-line flag per option (``--batch-size``, ``--on-bad``, ``--cast/--no-cast``, ...), each
-    with ``default=None`` so that a flag not given leaves the config file's value (or the default)."""
+    with ``default=None`` so that a flag not given leaves the config file's value (or the default);
+    ``groups`` (scope -> argument group) sorts them in ``--help``."""
     import argparse
 
     for f in fields(StreamOptions):
         meta = f.metadata
+        target = (groups or {}).get(meta["scope"], parser)
         default = "" if f.default is None else f" (default {_shown(f.default)})"
         kw: dict[str, Any] = {"dest": f.name, "default": None, "help": meta["help"] + default}
         if f.type in ("bool",):
@@ -399,7 +494,7 @@ def add_option_flags(parser: Any) -> None:
                 kw["type"] = meta["parse"]
             if meta["choices"]:
                 kw["choices"] = list(meta["choices"])
-        parser.add_argument(_flag(f), **kw)
+        target.add_argument(_flag(f), **kw)
 
 
 def _shown(value: Any) -> str:

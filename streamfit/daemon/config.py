@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,15 +21,19 @@ __all__ = ["RunConfig", "load_config", "build_estimator", "config_keys"]
 
 
 _STREAM_NAMES = frozenset(option_names())
+#: config-file keys of earlier versions -> the option's name now (read with a warning)
+RENAMED = {"guard_max_rollbacks": "poison_after", "guard_min_lr_scale": "min_lr_scale",
+           "guard_recover_after": "lr_recover_after"}
 
 
 @dataclass
 class RunConfig:
     """Everything ``streamfit train`` / ``serve`` needs; field names are the TOML keys and flag names.
 
-    The stream's options (features, label, batch_size, on_bad, ...) are one :class:`~streamfit.StreamOptions`
-    in ``stream``, their TOML keys and flags derived from it; they read as attributes too (``cfg.batch_size``),
-    and ``cfg.task`` is the resolved task (classification iff classes are given, unless set).
+    The stream's options (features, label, batch_size, on_bad, ..., the divergence guard's and Ray's) are one
+    :class:`~streamfit.StreamOptions` in ``stream``, their TOML keys and flags derived from it; they read as
+    attributes too (``cfg.batch_size``), and ``cfg.task`` is the resolved task (classification iff classes are
+    given, unless set).
     """
 
     source: str | None = None
@@ -55,19 +60,7 @@ class RunConfig:
     metrics_port: int | None = None
     health_file: str | None = None
     health_interval: float = 1.0
-    guard: bool = True
-    guard_factor: float = 100.0
-    guard_lr_factor: float = 0.1
-    guard_max_rollbacks: int = 3
-    guard_min_lr_scale: float = 1e-4
-    guard_recover_after: int = 100
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
-    workers: int | None = None               # learners on a Ray cluster (streamfit.distributed)
-    ray_address: str | None = None
-    sync_every_batches: int | None = None
-    sync_every_seconds: float | None = None
-    sync_optimizer: bool = True
-    checkpoint_every_rounds: int | None = None
     source_options: dict[str, Any] = field(default_factory=dict)
     stream: StreamOptions = field(default_factory=StreamOptions)
 
@@ -137,6 +130,13 @@ def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
         keys = config_keys()
+        for old, new in RENAMED.items():
+            if old in data:
+                if new in data:
+                    raise ConfigError(f"{path}: {old!r} is the former name of {new!r}; give only {new!r}")
+                warnings.warn(f"{path}: the config key {old!r} is now {new!r} (the CLI flag's name)",
+                              DeprecationWarning, stacklevel=2)
+                data[new] = data.pop(old)
         for key in sorted(data):
             if key not in known and key not in _STREAM_NAMES:
                 near = nearest(key, keys)

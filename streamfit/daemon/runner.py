@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -94,12 +94,18 @@ class _KeepOpen(Source):
         self._closed = True
 
 
+#: the loop reads no daemon option: it gets them at their defaults (the Runner applies them)
+_DAEMON_DEFAULTS = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
+
+
 class Runner:
     """Train ``estimator`` from ``source`` with checkpoints, exact resume and a divergence guard.
 
     ``source`` is a URI/path (re-opened at a position on resume or rollback) or a callable returning a
     fresh :class:`~streamfit.sources.Source`.  ``options`` (a :class:`~streamfit.StreamOptions`, or its
-    fields as keyword arguments) go to the streaming loop, except that ``max_rows`` counts the rows to
+    fields as keyword arguments) go to the streaming loop and describe the divergence guard (``guard``,
+    ``guard_factor``, ``poison_after``, ...: on by default, as in ``streamfit serve``; ``guard=`` may also be a
+    :class:`~streamfit.daemon.guard.DivergenceGuard`), except that ``max_rows`` counts the rows to
     train in all, over resumes (a resumed run trains what the checkpoint's row counter leaves).  ``dead_letter`` (a sink,
     a JSON-lines path or ``kafka://HOST:PORT/topic``) keeps skipped input and quarantined poison messages;
     it is synced before every checkpoint that moves past them.
@@ -108,12 +114,17 @@ class Runner:
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
                  checkpoint_dir: "str | Path | None" = None, every_batches: int | None = None,
                  every_seconds: float | None = None, keep: int = 3, resume: bool = False,
-                 publish_path: "str | Path | None" = None, guard: DivergenceGuard | None = None,
+                 publish_path: "str | Path | None" = None,
                  health_path: "str | Path | None" = None, health_interval: float = 1.0,
                  metrics: Metrics | None = None,
                  source_options: Mapping[str, Any] | None = None,
                  options: "StreamOptions | Mapping[str, Any] | None" = None, **loop_options: Any) -> None:
+        # guard=: the option (True/False: the guard the options' parameters describe), or a DivergenceGuard
+        guard_given = loop_options.pop("guard", None) if isinstance(loop_options.get("guard"), DivergenceGuard) \
+            else None
         self.options = StreamOptions.build(options, **loop_options)
+        self.options.check_scope("loop", "daemon", where="Runner (scale-out is streamfit.distributed's)")
+        guard = guard_given if guard_given is not None else self.options.divergence_guard()
         if every_batches is not None and every_batches < 1:
             raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
         if every_seconds is not None and not every_seconds > 0:
@@ -536,7 +547,8 @@ class Runner:
         self._rollback_reason = None
         self._current_layout()  # the previous loop's (before a rollback)
         self._loop = StreamLoop(self.estimator, _KeepOpen(self._source),
-                                replace(self.options, max_rows=self._rows_left(), dead_letter=self.dead_letter),
+                                replace(self.options, max_rows=self._rows_left(), dead_letter=self.dead_letter,
+                                        **_DAEMON_DEFAULTS),
                                 on_batch=self._on_batch, stop_event=stop_event, layout=self._layout,
                                 quarantine=self._quarantine if self.guard is not None else None)
         self._loop_running = True

@@ -25,17 +25,23 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
         raise ConfigError("--workers needs --sync-every-batches K or --sync-every-seconds T")
     if cfg.follow:
         raise ConfigError("--workers: a followed Parquet directory cannot be shared among learners (drop --follow)")
-    if cfg.max_rows is not None:
+    opts = cfg.stream
+    if opts.max_rows is not None:
         raise ConfigError("--workers: --max-rows is not supported (each learner trains its whole share)")
+    if opts.dead_letter is not None:
+        raise ConfigError("--workers: --dead-letter is not supported yet (learners would share one sink)")
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
+    # every loop option goes to the learners' loops as given (the estimator holds the inputs mapping; the
+    # learners draw no progress bar); the task resolved as the estimator was built
+    loop = {k: v for k, v in opts.loop_options().items() if k not in ("inputs", "progress", "max_rows", "dead_letter")}
+    loop["task"] = opts.resolved_task
     return DistributedTrainer(
-        build_estimator(cfg), cfg.source, workers=cfg.workers, sync_every_batches=cfg.sync_every_batches,
-        sync_every_seconds=cfg.sync_every_seconds, sync_optimizer=cfg.sync_optimizer, finite=not serve,
-        checkpoint_dir=cfg.checkpoint_dir, checkpoint_every_rounds=cfg.checkpoint_every_rounds,
+        build_estimator(cfg), cfg.source, workers=opts.workers, sync_every_batches=opts.sync_every_batches,
+        sync_every_seconds=opts.sync_every_seconds, sync_optimizer=opts.sync_optimizer, finite=not serve,
+        checkpoint_dir=cfg.checkpoint_dir, checkpoint_every_rounds=opts.checkpoint_every_rounds,
         checkpoint_every_seconds=cfg.checkpoint_every_seconds, keep=cfg.keep, resume=cfg.resume,
-        ray_address=cfg.ray_address, health_path=cfg.health_file, metrics=metrics,
-        source_options=dict(cfg.source_options), features=cfg.features, label=cfg.label, weight=cfg.weight,
-        batch_size=cfg.batch_size, on_bad=cfg.on_bad, classes=cfg.classes, task=cfg.task)
+        ray_address=opts.ray_address, health_path=cfg.health_file, metrics=metrics,
+        source_options=dict(cfg.source_options), **loop)
 
 
 def run_distributed(cfg: Any, serve: bool, preflight: Any = None) -> DistributedSummary:

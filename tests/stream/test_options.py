@@ -123,6 +123,92 @@ def test_every_option_is_a_cli_flag_and_a_config_key():
         evaluate=False, progress=True, dead_letter="dead.jsonl").as_dict()
 
 
+def test_every_field_has_a_flag_and_a_toml_key_that_agree_and_the_same_default(tmp_path):
+    """Generic over the fields: a field added without a flag, a config key, an example value or with a
+    default that its consumer (the loop, the divergence guard, the Ray trainer) does not share fails here."""
+    import tomllib
+
+    from streamfit._stream.options import SCOPES, _flag
+
+    parser = _parser()
+    serve = next(a for a in parser._actions if hasattr(a, "choices") and a.choices).choices["serve"]
+    dests = {a.dest: a for a in serve._actions}
+    for f in fields(StreamOptions):
+        meta = f.metadata
+        assert meta["scope"] in SCOPES, f.name
+        assert meta["example"] is not None, f"{f.name}: no example value (the form a flag takes)"
+        action = dests.get(f.name)
+        assert action is not None and _flag(f) in action.option_strings, f"{f.name}: no --flag"
+        assert action.default is None, f"{f.name}: a flag not given must leave the config file's value"
+        # the flag and the config key give the same value, and it is not the default
+        example = meta["example"]
+        if isinstance(example, bool):
+            argv = [_flag(f) if example else "--no-" + _flag(f)[2:]]
+            key = f"{f.name} = {'true' if example else 'false'}"
+        else:
+            argv = [_flag(f), example]
+            value = example if meta["parse"] in (int, float) else repr(example)
+            if meta["append"]:
+                name, spec = example.split("=", 1)
+                value = f'{{ {name} = "{spec}" }}'
+            elif meta["parse"] is not None and meta["parse"] not in (int, float) and "," in example:
+                value = "[" + ", ".join(repr(v) if not v.isdigit() else v for v in example.split(",")) + "]"
+            key = f"{f.name} = {value}"
+        extra = ["--sync-every-batches", "3"] if f.name == "workers" else []  # workers needs a sync period
+        if f.name == "sync_every_seconds":
+            extra = []
+        ns = parser.parse_args(["serve", *argv, *extra])
+        from_flag = load_config(None, vars(ns)).stream
+        path = tmp_path / f"{f.name}.toml"
+        path.write_text(key + "\n" + ("sync_every_batches = 3\n" if extra else ""))
+        tomllib.loads(path.read_text())
+        from_toml = load_config(str(path), {}).stream
+        assert getattr(from_flag, f.name) == getattr(from_toml, f.name) != f.default, f.name
+    # the consumers' own defaults are the options' defaults
+    from streamfit.daemon.guard import DivergenceGuard
+
+    opts = StreamOptions()
+    assert opts.divergence_guard() == DivergenceGuard()
+    for param, name in (("factor", "guard_factor"), ("lr_factor", "guard_lr_factor"),
+                        ("max_rollbacks", "poison_after"), ("min_lr_scale", "min_lr_scale"),
+                        ("recover_after", "lr_recover_after")):
+        assert getattr(DivergenceGuard(), param) == getattr(opts, name), name
+    from streamfit.distributed._coordinator import DistributedTrainer
+
+    ray = _signature_defaults(DistributedTrainer.__init__)
+    for name in ("sync_every_batches", "sync_every_seconds", "sync_optimizer", "checkpoint_every_rounds",
+                 "ray_address"):
+        assert ray[name] == getattr(opts, name), name
+
+
+def test_options_outside_an_entry_points_scope_are_refused_not_ignored():
+    est = SGDRegressor()
+    with pytest.raises(OptionError, match="poison_after=2 is an option of the daemon"):
+        StreamLoop(est, MemorySource(_table()), poison_after=2)
+    with pytest.raises(OptionError, match="workers=2 is an option of scale-out on Ray"):
+        Runner(est, lambda: MemorySource(_table()), workers=2, sync_every_batches=4)
+    with pytest.raises(OptionError, match="give one of sync_every_batches and sync_every_seconds"):
+        StreamOptions(sync_every_batches=2, sync_every_seconds=1.0)
+    with pytest.raises(OptionError, match="Invalid guard_lr_factor: 1.5, expected a number in \\(0, 1\\)"):
+        StreamOptions(guard_lr_factor=1.5)
+    # the Runner's guard follows the options (on by default, as in streamfit serve)
+    from streamfit.daemon.guard import DivergenceGuard
+
+    assert Runner(est, lambda: MemorySource(_table())).guard == DivergenceGuard()
+    assert Runner(est, lambda: MemorySource(_table()), guard=False).guard is None
+    assert Runner(est, lambda: MemorySource(_table()), poison_after=7).guard.max_rollbacks == 7
+    given = DivergenceGuard(factor=5)
+    assert Runner(est, lambda: MemorySource(_table()), guard=given).guard is given
+
+
+def test_a_config_file_with_the_former_guard_keys_still_loads(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text("guard_max_rollbacks = 5\nguard_min_lr_scale = 0.001\nguard_recover_after = 7\n")
+    with pytest.warns(DeprecationWarning, match="'guard_max_rollbacks' is now 'poison_after'"):
+        cfg = load_config(str(path), {})
+    assert (cfg.poison_after, cfg.min_lr_scale, cfg.lr_recover_after) == (5, 0.001, 7)
+
+
 # ------------------------------------------------------------------------------------------ TOML
 def test_round_trip_options_toml_options(tmp_path):
     opts = StreamOptions(features=["a", "b"], inputs={"x": ["a", "b"], "z": "c"}, label=["y0", "y1"], weight="w",
