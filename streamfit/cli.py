@@ -166,7 +166,7 @@ def _check(ns: argparse.Namespace) -> int:
     print(result.message() + (" (cached)" if result.cached else ""))
     for note in result.notes:
         print(f"  {note}")
-    return 0 if result.ok else 1
+    return 0 if result.ok else 2  # a refused model is bad input, as train/serve report it (ModelError)
 
 
 def _prepare(ns: argparse.Namespace, serve: bool) -> tuple[Any, Any]:

@@ -84,8 +84,12 @@ def test_check_command(tmp_path, capsys):
     assert "preflight passed" in capsys.readouterr().out
     assert main(["check", str(model)]) == 0
     assert "(cached)" in capsys.readouterr().out
-    assert main(["check", str(_crashing_model(tmp_path / "crash.onnx"))]) == 1
+    crash = str(_crashing_model(tmp_path / "crash.onnx"))
+    assert main(["check", crash]) == 2  # bad input, as train and serve say of the same model
     assert "refused" in capsys.readouterr().out
+    data, _ = write_stream(tmp_path, files=1, rows=16)
+    assert main(["train", "--source", f"parquet:{data}", "--model", crash, "--no-progress"]) == 2
+    assert "refused" in capsys.readouterr().err
     # a classifier on logits: the loss is picked by output width, as OnnxClassifier does
     assert main(["check", str(ZOO / "classifier_logits.dynamo.onnx"), "--task", "classification"]) == 0
     assert "preflight passed" in capsys.readouterr().out
