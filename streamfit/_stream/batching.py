@@ -33,9 +33,9 @@ import pyarrow as pa
 
 from streamfit.exceptions import BadInputError
 from streamfit.sources._base import Position, SourceBatch, Unit
-from streamfit._stream.columns import (ColumnLayout, ColumnPlan, ColumnProblem, LabelPlan, make_plan, plan_label,
-                                       schema_names, _scalar_float)
-from streamfit._stream.inputs import CompiledInputs, InputPlan
+from streamfit._stream.columns import ColumnLayout, ColumnProblem, LabelPlan, plan_label, schema_names, _scalar_float
+from streamfit._stream.inputs import (ColumnPlan, CompiledInputs, InputPlan, _Part, column_values, finite_checks,
+                                      make_plan)
 from streamfit._stream.skips import SkipLedger, Skipped
 
 __all__ = ["TrainingBatch", "Rebatcher", "Span", "Quarantine", "IN_FLIGHT_EXTRA", "ROW_REASONS",
@@ -257,7 +257,7 @@ class Rebatcher:
         self.max_rows = max_rows
         self.ring_size = ring_size
         if layout is not None:
-            described = None if self._inputs is None else self._inputs.described()
+            described = None if self._inputs is None else self._inputs.matching()
             layout.check_matches(features=None if self._inputs is not None else features, label=label, weight=weight,
                                  dtype=self.dtype.name, task=task, inputs=described)
             if expected_width is not None and layout.n_features != expected_width:
@@ -580,15 +580,14 @@ class Rebatcher:
         else:
             feats = []
             for col in plan.features:
-                values, null = _float_values(batch.column(col.index), col.name, col.cast,
-                                             col.width if col.vector else 0)
+                values, null = column_values(batch.column(col.index), col.part)
                 feats.append(values)
-                _finite_checks(checks, col.name, values, null)
+                finite_checks(checks, col.name, values, null)
         y = self._labels_of(batch, plan.label, checks)
         w = None
         if plan.weight_index is not None:
             w, null = _float_values(batch.column(plan.weight_index), self.weight, plan.weight_cast, 0)
-            _finite_checks(checks, self.weight, w, null)
+            finite_checks(checks, self.weight, w, null)
             with np.errstate(invalid="ignore"):
                 neg = w < 0  # NaN (nulls included) compares False
             if neg.any():
@@ -600,16 +599,16 @@ class Rebatcher:
             return self._class_labels(batch.column(lp.indices[0]), lp, checks)
         if lp.kind == "vector":
             y, null = _float_values(batch.column(lp.indices[0]), lp.columns[0], lp.cast, lp.width)
-            _finite_checks(checks, lp.columns[0], y, null)
+            finite_checks(checks, lp.columns[0], y, null)
             return y
         if len(lp.indices) == 1:
             y, null = _float_values(batch.column(lp.indices[0]), lp.columns[0], lp.cast, 0)
-            _finite_checks(checks, lp.columns[0], y, null)
+            finite_checks(checks, lp.columns[0], y, null)
             return y
         y = np.empty((batch.num_rows, len(lp.indices)), dtype=self.dtype)
         for j, (i, name) in enumerate(zip(lp.indices, lp.columns)):
             values, null = _float_values(batch.column(i), name, lp.cast, 0)
-            _finite_checks(checks, name, values, null)
+            finite_checks(checks, name, values, null)
             y[:, j] = values
         return y
 
@@ -798,45 +797,6 @@ def _null_mask(arr: pa.Array) -> np.ndarray | None:
 
 
 def _float_values(arr: pa.Array, name: str, cast: bool, width: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """Values of a float column (1-D) or vector column (2-D, ``width`` > 0), and its null-row mask."""
-    try:
-        if width:
-            storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
-            # ``.values`` ignores a slice's offset: slice it explicitly; null list slots still hold values.
-            values = storage.values.slice(storage.offset * width, len(storage) * width)
-            null = _null_mask(storage)
-            if values.null_count:
-                child = values.is_null().to_numpy(zero_copy_only=False).reshape(-1, width).any(axis=1)
-                null = child if null is None else null | child
-            if cast:
-                values = values.cast(pa.float64())
-            return values.to_numpy(zero_copy_only=False).reshape(-1, width), null
-        null = _null_mask(arr)
-        if cast:
-            arr = arr.cast(pa.float64())
-        return arr.to_numpy(zero_copy_only=False), null
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ColumnProblem("wrong_type", name, f"column '{name}' is {arr.type} and cannot be converted: {exc}") from exc
-
-
-def _finite_checks(checks: list, name: str, values: np.ndarray, null: np.ndarray | None) -> None:
-    """Append ("null", ...) and ("non_finite", ...) checks for ``values``; cheap when all is well."""
-    if null is not None:
-        checks.append(("null", name, null, values))
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(values.sum()):  # NaN/inf anywhere (or an overflow) makes the sum non-finite
-            return
-    bad = ~np.isfinite(values)
-    if bad.ndim == 2:
-        bad = bad.any(axis=1)
-    if null is not None:
-        bad &= ~null
-    if bad.any():
-        shown = values if values.ndim == 1 else _first_non_finite(values)
-        checks.append(("non_finite", name, bad, shown))
-
-
-def _first_non_finite(values: np.ndarray) -> np.ndarray:
-    """Per row of a 2-D array, its first non-finite value (or the first value) for error messages."""
-    idx = np.argmax(~np.isfinite(values), axis=1)
-    return values[np.arange(len(values)), idx]
+    """Values of a float label/weight column (1-D) or vector label column (2-D, ``width`` > 0), and its
+    null-row mask (the column plan's conversion)."""
+    return column_values(arr, _Part(name, -1, "vector" if width else "scalar", width or 1, cast))

@@ -1,39 +1,50 @@
-"""Column plan: which Arrow columns feed ``X``, ``y`` and the weights, checked against each schema.
+"""What the column plan shares: schema checks, element kinds, labels and weights, and the run's layout.
+
+The plan itself (:mod:`streamfit._stream.inputs`) turns columns into model inputs; the feature matrix of
+``features=`` is its single-input case.  This module holds what every plan needs per schema and the
+state a run keeps:
+
+* finding a column by name (:func:`find_column`: missing, duplicated, non-UTF-8 names refused), one
+  element-kind classification (:func:`kind`) and how a type is named in messages;
+* the label (:func:`plan_label`) and the weight column;
+* :class:`ColumnLayout`, the run's column plan as state, saved in checkpoints.
 
 Type policy (nothing is coerced silently):
 
 * features, a regression label and weights must be floating columns (float16/32/64); they are converted
   to the training ``dtype`` (a change of float precision, not of kind).  Integer, bool and decimal
   columns are refused ("column 'x3' is int64, expected float32") unless ``cast=True`` is given.
-* a feature may also be one vector column: ``FixedSizeList<float, d>`` or ``fixed_shape_tensor``
-  (width = product of the shape); it is taken zero-copy when a training batch lies inside one record batch.
+* a feature may also be a vector column: ``FixedSizeList<float, d>`` or ``fixed_shape_tensor``
+  (width = product of the shape); it is taken zero-copy when a training batch lies inside one record batch;
+  a dictionary column of numbers is decoded.
 * a classification label is an integer, string, large_string, dictionary or bool column, mapped through
   the classes (given, or learned from the first batch as ``partial_fit(classes=)`` takes them): a label not
   among them is a bad row (``unknown_class``).  With ``cast=True`` float columns are accepted; float rows
   that are not whole numbers are bad rows (``non_integer_label``).
 * a regression label is one float column, several (multi-output ``[n, k]``) or one ``FixedSizeList`` /
   ``fixed_shape_tensor`` column (``[n, d]``).
-* strings, nested lists, timestamps... are always refused (``wrong_type``), even with ``cast=True``.
+* strings, nested lists, timestamps... are refused as features (``wrong_type``), even with ``cast=True``:
+  strings need an encoder (:mod:`streamfit.features`).
 
 Schema policy: columns are read by name (extra columns are ignored, reordered ones read where they are);
 a schema with a name that is not valid UTF-8 (``invalid_name``) or with a column the plan reads present
 twice (``duplicate_column``) is refused as a whole, never read as "first wins".
 
-The run's column plan is state (:class:`ColumnLayout`): the feature order and widths, label, weight and
-dtype fixed once, saved in checkpoints and enforced on resume, so a message with extra or reordered
-columns never changes what the model is fed.
+The run's column plan is state (:class:`ColumnLayout`): the feature order and widths (or the model inputs'
+mapping), label, weight and dtype fixed once, saved in checkpoints and enforced on resume, so a message with
+extra or reordered columns never changes what the model is fed.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ColumnProblem", "FeatureColumn", "ColumnPlan", "ColumnLayout", "LabelPlan", "make_plan", "plan_label",
-           "schema_names"]
+__all__ = ["ColumnProblem", "ColumnLayout", "LabelPlan", "plan_label", "schema_names", "kind", "find_column"]
 
 
 class ColumnProblem(Exception):
@@ -46,30 +57,13 @@ class ColumnProblem(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class FeatureColumn:
-    name: str
-    index: int          # index in the record batch
-    width: int          # 1 for a scalar column, d for a vector column
-    offset: int         # first column of X it fills
-    vector: bool
-    cast: bool          # needs an explicit (cast=True) conversion to float64 first
+def kind(t: pa.DataType) -> str:
+    """The element kind of a column type: ``float``, ``int``, ``bool``, ``decimal``, ``vector`` (a
+    FixedSizeList or fixed_shape_tensor) or ``other``.
 
-
-@dataclass(frozen=True)
-class ColumnPlan:
-    """How one schema maps to ``X`` (n, n_features), ``y`` and ``sample_weight``."""
-
-    features: tuple[FeatureColumn, ...]
-    label: "LabelPlan"
-    weight_index: int | None
-    weight_cast: bool
-    n_features: int
-    #: one vector column whose values already have the training dtype: X can be a view of Arrow memory.
-    zero_copy: bool
-
-
-def _kind(t: pa.DataType) -> str:
+    >>> kind(pa.float32()), kind(pa.list_(pa.int64(), 3)), kind(pa.string())
+    ('float', 'vector', 'other')
+    """
     if isinstance(t, pa.BaseExtensionType):
         t = t.storage_type
     if pa.types.is_floating(t):
@@ -113,7 +107,9 @@ class ColumnLayout:
     weight: str | None
     dtype: str
     task: str
-    #: with named model inputs: (input name, what feeds it) in model order
+    #: with named model inputs: (input name, what feeds it as canonical JSON) in model order; checkpoints
+    #: hold the JSON objects (``{"columns": [...]}``, ``{"encoder": "Hashed", "columns": [...], ...}``).
+    #: Checkpoints written before held ``repr`` strings: such an entry is kept as that string (legacy).
     inputs: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -130,7 +126,7 @@ class ColumnLayout:
         return {"features": list(self.features), "widths": list(self.widths),
                 "label": self.label if isinstance(self.label, str) else list(self.label),
                 "weight": self.weight, "dtype": self.dtype, "task": self.task,
-                **({"inputs": dict(self.inputs)} if self.inputs else {})}
+                **({"inputs": {k: v if _legacy(v) else json.loads(v) for k, v in self.inputs}} if self.inputs else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ColumnLayout":
@@ -144,10 +140,13 @@ class ColumnLayout:
             if isinstance(label, list) and label and all(isinstance(v, str) for v in label):
                 label = tuple(label)
             inputs = data.get("inputs") or {}
-            if not isinstance(inputs, dict) or not all(isinstance(v, str) for v in inputs.values()):
-                raise TypeError("inputs must map input names to descriptions")
+            if not isinstance(inputs, dict) or not all(isinstance(v, (str, dict)) for v in inputs.values()):
+                raise TypeError("inputs must map input names to what feeds them")
+            if not all(isinstance(v, str) or isinstance(v.get("columns"), list) or isinstance(v.get("column"), str)
+                       for v in inputs.values()):
+                raise TypeError("an input's source names no columns")
             layout = cls(features, widths, label, data.get("weight"), data["dtype"], data["task"],
-                         tuple((str(k), v) for k, v in inputs.items()))
+                         tuple((str(k), v if isinstance(v, str) else canonical_json(v)) for k, v in inputs.items()))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed column layout {dict(data)!r}: {exc!r}") from None
         if (len(features) != len(widths) or not all(isinstance(f, str) for f in features)
@@ -159,11 +158,17 @@ class ColumnLayout:
 
     def check_matches(self, *, features: Sequence[str] | None, label: "str | Sequence[str]", weight: str | None,
                       dtype: str, task: str, what: str = "the saved column plan",
-                      inputs: "Sequence[tuple[str, str]] | None" = None) -> None:
-        """``ValueError`` naming every difference between this layout and a configuration."""
+                      inputs: "Sequence[tuple[str, str, str]] | None" = None) -> None:
+        """``ValueError`` naming every difference between this layout and a configuration.
+
+        ``inputs``: the configured mapping as (input name, canonical JSON, legacy ``repr``) triples (a layout
+        read from an older checkpoint compares its ``repr`` strings)."""
         diffs = []
-        if inputs is not None and self.inputs and dict(inputs) != dict(self.inputs):
-            diffs.append(f"inputs {dict(self.inputs)} (configured: {dict(inputs)})")
+        if inputs is not None and self.inputs:
+            given = {name: legacy if _legacy(dict(self.inputs).get(name, "{")) else spec
+                     for name, spec, legacy in inputs}
+            if given != dict(self.inputs):
+                diffs.append(f"inputs {dict(self.inputs)} (configured: {given})")
         label = label if isinstance(label, str) else tuple(label)
         if features is not None and tuple(features) != self.features:
             diffs.append(f"features {list(self.features)} (configured: {list(features)})")
@@ -174,6 +179,30 @@ class ColumnLayout:
         if diffs:
             raise ValueError(f"{what} has " + "; ".join(diffs)
                              + ": a run keeps its columns (configure the same ones, or start a new run)")
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling of a JSON value: sorted keys, no spaces, whole floats as integers (``pad=0`` and
+    ``pad=0.0`` are the same padding).
+
+    >>> canonical_json({"pad": 0.0, "column": "t"})
+    '{"column":"t","pad":0}'
+    """
+    def norm(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, dict):
+            return {str(k): norm(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [norm(x) for x in v]
+        return v
+
+    return json.dumps(norm(value), sort_keys=True, separators=(",", ":"))
+
+
+def _legacy(spec: str) -> bool:
+    """A mapping entry saved as a ``repr`` string (checkpoints before the typed form) rather than JSON."""
+    return not spec.startswith("{")
 
 
 def schema_names(schema: pa.Schema) -> list[str]:
@@ -191,7 +220,8 @@ def schema_names(schema: pa.Schema) -> list[str]:
         raise  # pragma: no cover - names failed but no single field did
 
 
-def _find(schema: pa.Schema, name: str, role: str, expected: str) -> int:
+def find_column(schema: pa.Schema, name: str, role: str, expected: str) -> int:
+    """The index of column ``name``; :class:`ColumnProblem` if it is missing or present twice."""
     idx = schema.get_all_field_indices(name)
     if not idx:
         names = schema_names(schema)
@@ -208,79 +238,17 @@ def _find(schema: pa.Schema, name: str, role: str, expected: str) -> int:
 
 
 def _scalar_float(schema: pa.Schema, name: str, role: str, expected: str, cast: bool) -> tuple[int, bool]:
-    i = _find(schema, name, role, expected)
+    i = find_column(schema, name, role, expected)
     t = schema.field(i).type
-    kind = _kind(t)
-    if kind == "float":
+    k = kind(t)
+    if k == "float":
         return i, False
-    if kind in ("int", "bool", "decimal"):
+    if k in ("int", "bool", "decimal"):
         if cast:
             return i, True
         raise ColumnProblem("wrong_type", name, f"{role}column '{name}' is {_type_name(t)}, expected {expected} "
-                                                f"(pass cast=True to convert {kind} columns)")
+                                                f"(pass cast=True to convert {k} columns)")
     raise ColumnProblem("wrong_type", name, f"{role}column '{name}' is {_type_name(t)}, expected {expected}")
-
-
-def make_plan(
-    schema: pa.Schema,
-    *,
-    features: Sequence[str],
-    widths: Sequence[int] | None,
-    label: "str | Sequence[str]",
-    weight: str | None,
-    task: str,
-    dtype: np.dtype,
-    cast: bool,
-) -> ColumnPlan:
-    """Check ``schema`` against the spec; ``widths`` are the feature widths fixed by the first batch.
-
-    Raises :class:`ColumnProblem` (reason ``missing_column`` or ``wrong_type``).
-    """
-    schema_names(schema)  # a name that is not valid UTF-8 makes the whole schema unreadable
-    fname = dtype.name
-    cols: list[FeatureColumn] = []
-    offset = 0
-    for j, name in enumerate(features):
-        i = _find(schema, name, "", fname)
-        t = schema.field(i).type
-        kind = _kind(t)
-        if kind == "vector":
-            st = vector_storage_type(t)
-            vkind = _kind(st.value_type)
-            width = st.list_size
-            if isinstance(t, pa.FixedShapeTensorType):
-                width = int(np.prod(t.shape))
-            expected = f"fixed_size_list<{fname}>[{width if widths is None else widths[j]}]"
-            if vkind not in ("float", "int", "bool", "decimal") or (vkind != "float" and not cast):
-                hint = " (pass cast=True to convert integer values)" if vkind in ("int", "bool", "decimal") else ""
-                raise ColumnProblem("wrong_type", name, f"column '{name}' is {_type_name(t)}, expected {expected}{hint}")
-            if widths is not None and width != widths[j]:
-                raise ColumnProblem("wrong_type", name, f"column '{name}' is {_type_name(t)}, expected {expected}")
-            needs_cast = vkind != "float"
-            cols.append(FeatureColumn(name, i, width, offset, True, needs_cast))
-        else:
-            i, needs_cast = _scalar_float(schema, name, "", fname, cast)
-            width = 1
-            if widths is not None and widths[j] != 1:
-                raise ColumnProblem("wrong_type", name, f"column '{name}' is {_type_name(t)}, "
-                                                        f"expected fixed_size_list<{fname}>[{widths[j]}]")
-            cols.append(FeatureColumn(name, i, 1, offset, False, needs_cast))
-        offset += width
-    if not cols:
-        raise ColumnProblem("missing_column", None,
-                            f"no feature columns: the batch has only the label/weight columns {schema.names}")
-
-    lp = plan_label(schema, label, task=task, dtype=dtype, cast=cast)
-
-    wi, weight_cast = (None, False)
-    if weight is not None:
-        wi, weight_cast = _scalar_float(schema, weight, "weight ", fname, cast)
-
-    zero_copy = False
-    if len(cols) == 1 and cols[0].vector and not cols[0].cast:
-        vt = vector_storage_type(schema.field(cols[0].index).type).value_type
-        zero_copy = vt.to_pandas_dtype() == dtype
-    return ColumnPlan(tuple(cols), lp, wi, weight_cast, offset, zero_copy)
 
 
 @dataclass(frozen=True)
@@ -313,10 +281,10 @@ def plan_label(schema: pa.Schema, label: "str | Sequence[str]", *, task: str, dt
         if len(names) != 1:
             raise ColumnProblem("wrong_type", names[0], f"a classifier takes one label column, got {list(names)}")
         (name,) = names
-        li = _find(schema, name, "label ", "class labels")
+        li = find_column(schema, name, "label ", "class labels")
         lt = schema.field(li).type
         value_type = lt.value_type if pa.types.is_dictionary(lt) else lt
-        lkind = _kind(value_type)
+        lkind = kind(value_type)
         text = pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
         if text or lkind == "bool" or (pa.types.is_dictionary(lt) and lkind == "int"):
             return LabelPlan(names, (li,), "class", 1, False)
@@ -331,11 +299,11 @@ def plan_label(schema: pa.Schema, label: "str | Sequence[str]", *, task: str, dt
         raise ColumnProblem("wrong_type", name, f"label column '{name}' is {_type_name(lt)}, expected integer, "
                                                 "string, dictionary or bool class labels")
     if len(names) == 1:
-        i = _find(schema, names[0], "label ", fname)
+        i = find_column(schema, names[0], "label ", fname)
         t = schema.field(i).type
-        if _kind(t) == "vector":
+        if kind(t) == "vector":
             st = vector_storage_type(t)
-            vkind = _kind(st.value_type)
+            vkind = kind(st.value_type)
             width = int(np.prod(t.shape)) if isinstance(t, pa.FixedShapeTensorType) else st.list_size
             if vkind != "float" and not (cast and vkind in ("int", "bool", "decimal")):
                 raise ColumnProblem("wrong_type", names[0], f"label column '{names[0]}' is {_type_name(t)}, "

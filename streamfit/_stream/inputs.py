@@ -1,8 +1,11 @@
-"""The column plan for models with named inputs: Arrow record batches -> one array per model input.
+"""The column plan: Arrow record batches -> one array per model input; the feature matrix is its
+single-input case.
 
 ``inputs`` maps each model input name to a column name, a list of column names or an encoder
-(:mod:`streamfit.features`); an input it does not name reads the column of its name.  Per schema, :meth:`InputPlan.compile` checks every column against the
-input it feeds (element kind, width, rank) once; :meth:`InputPlan.extract` then turns a record batch into
+(:mod:`streamfit.features`); an input it does not name reads the column of its name.  ``features=`` (one
+``X``) is the same plan for one float input ``[n, n_features]`` fed by the feature columns
+(:func:`make_plan`).  Per schema, :meth:`InputPlan.compile` checks every column against the input it feeds
+(element kind, width, rank) once; :meth:`InputPlan.extract` then turns a record batch into
 ``{input name: array}`` with each input's declared dtype and per-row shape:
 
 * one scalar column -> ``[n]`` (or ``[n, 1]``); several scalar columns -> ``[n, k]`` reshaped to the
@@ -13,7 +16,7 @@ input it feeds (element kind, width, rank) once; :meth:`InputPlan.extract` then 
 * a dictionary column of numbers is decoded (each dictionary value converted once);
 * an encoder's ids (int64) are cast to the input's integer dtype.
 
-Type policy as for ``features=`` (see :mod:`streamfit._stream.columns`): float inputs take float columns
+Type policy (see :mod:`streamfit._stream.columns`): float inputs take float columns
 (integer/bool/decimal ones with ``cast=True``); integer inputs take integer and bool columns (values
 outside the input's range are bad rows, ``out_of_range``); bool inputs take bool columns; strings need an
 encoder.  Nulls and non-finite floats are bad rows (``null``, ``non_finite``).
@@ -28,10 +31,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from streamfit._stream.columns import ColumnProblem, _find, _type_name, schema_names
+from streamfit._stream.columns import (ColumnProblem, LabelPlan, _scalar_float, _type_name, canonical_json, find_column,
+                                       kind, plan_label, schema_names)
 from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, Mask, Padded, Vocabulary
 
-__all__ = ["InputSource", "InputPlan", "CompiledInputs", "ColumnInputs", "normalize_inputs", "Check"]
+__all__ = ["InputSource", "InputPlan", "CompiledInputs", "ColumnInputs", "normalize_inputs", "Check", "FeatureColumn",
+           "ColumnPlan", "make_plan", "FEATURES", "column_values", "finite_checks"]
+
+#: the one input of the feature matrix (``features=``)
+FEATURES = "X"
 
 _BLOCK = 4096  # rows per copy block (as the rebatcher's ring copies)
 
@@ -48,9 +56,22 @@ class InputSource:
     encoder: Encoder | None = None
 
     def describe(self) -> str:
+        """The ``repr`` form (how checkpoints before the typed form named it; messages)."""
         if self.encoder is not None:
             return repr(self.encoder)
         return repr(self.columns[0]) if len(self.columns) == 1 else repr(list(self.columns))
+
+    def spec(self) -> dict[str, Any]:
+        """What feeds the input as a typed JSON object: ``{"columns": [...]}`` or ``{"encoder": "Hashed",
+        "columns": [...], "buckets": ..., "seed": ...}`` (an encoder's parameters by name).
+
+        >>> InputSource("x", ("a", "b")).spec()
+        {'columns': ['a', 'b']}
+        """
+        if self.encoder is None:
+            return {"columns": list(self.columns)}
+        params = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self.encoder).items()}
+        return {"encoder": type(self.encoder).__name__, **params}
 
 
 def normalize_inputs(inputs: Mapping[str, Any]) -> tuple[InputSource, ...]:
@@ -108,18 +129,6 @@ class CompiledInputs:
         return any(c.encoder is not None for c in self.inputs)
 
 
-def _elem_kind(t: pa.DataType) -> str:
-    if pa.types.is_floating(t):
-        return "float"
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_decimal(t):
-        return "decimal"
-    return "other"
-
-
 def _accepts(input_kind: str, col_kind: str, cast: bool) -> tuple[bool, bool]:
     """(accepted, needs an explicit cast) for a column element kind feeding an input element kind."""
     if input_kind == "f":
@@ -142,7 +151,11 @@ class InputPlan:
     """
 
     def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *, cast: bool = False,
-                 states: Mapping[str, EncoderState] | None = None) -> None:
+                 states: Mapping[str, EncoderState] | None = None,
+                 feature_widths: "Sequence[int] | None | bool" = False) -> None:
+        #: the feature matrix (``features=``): False, else the widths of its columns once fixed (None before)
+        self._features = feature_widths is not False
+        self._widths = None if feature_widths is False or feature_widths is None else list(feature_widths)
         self.sources = normalize_inputs(inputs)
         declared = {m.name: m for m in model_inputs}
         names = [s.input for s in self.sources]
@@ -172,8 +185,14 @@ class InputPlan:
         self._rows_encoded = 0
 
     def described(self) -> tuple[tuple[str, str], ...]:
-        """(input name, what feeds it) in model order: the mapping as a run's state (checkpoints)."""
-        return tuple((s.input, s.describe()) for s in self.sources)
+        """(input name, what feeds it as canonical JSON) in model order: the mapping as a run's state
+        (:class:`~streamfit._stream.columns.ColumnLayout`, checkpoints)."""
+        return tuple((s.input, canonical_json(s.spec())) for s in self.sources)
+
+    def matching(self) -> tuple[tuple[str, str, str], ...]:
+        """(input name, canonical JSON, ``repr`` form): what a saved layout is checked against (layouts of
+        older checkpoints hold the ``repr`` form)."""
+        return tuple((s.input, canonical_json(s.spec()), s.describe()) for s in self.sources)
 
     @property
     def columns(self) -> list[str]:
@@ -226,9 +245,9 @@ class InputPlan:
 
     def _compile_one(self, schema: pa.Schema, s: InputSource, m: Any) -> _CompiledInput:
         dtype = np.dtype(m.dtype)
-        where = f" (input {m.name!r}, {dtype}, shape {_shape_text(m.shape)})"
+        where = "" if self._features else f" (input {m.name!r}, {dtype}, shape {_shape_text(m.shape)})"
         if s.encoder is not None:
-            indices = [_find(schema, c, "", f"a column for {type(s.encoder).__name__}") for c in s.columns]
+            indices = [find_column(schema, c, "", f"a column for {type(s.encoder).__name__}") for c in s.columns]
             if dtype.kind not in "iuf":
                 raise ColumnProblem("wrong_type", s.columns[0], f"{type(s.encoder).__name__} gives integer ids but "
                                                                 f"input {m.name!r} is {dtype}")
@@ -247,20 +266,30 @@ class InputPlan:
             parts = tuple(_Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices))
             return _CompiledInput(m.name, dtype, self.row_shapes[m.name], parts, enc, False)
         parts = []
-        for c in s.columns:
-            i = _find(schema, c, "", f"{dtype}{where}")
+        for j, c in enumerate(s.columns):
+            i = find_column(schema, c, "", f"{dtype}{where}")
             t = schema.field(i).type
             storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
+            fixed = None if self._widths is None else self._widths[j]  # the feature matrix's, once fixed
             if pa.types.is_fixed_size_list(storage):
-                vkind = _elem_kind(storage.value_type)
+                vkind = kind(storage.value_type)
                 ok, needs_cast = _accepts(dtype.kind, vkind, self.cast)
                 width = int(np.prod(t.shape)) if isinstance(t, pa.FixedShapeTensorType) else storage.list_size
-                if not ok:
+                if self._features:
+                    expected = f"fixed_size_list<{dtype}>[{width if fixed is None else fixed}]"
+                    if not ok:
+                        hint = " (pass cast=True to convert integer values)" if vkind in ("int", "bool", "decimal") \
+                            else ""
+                        raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {expected}{hint}")
+                    if fixed is not None and width != fixed:
+                        raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {expected}")
+                elif not ok:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected values of "
                                                          f"{dtype}{where}" + _hint(dtype.kind, vkind))
                 parts.append(_Part(c, i, "vector", width, needs_cast))
-            elif pa.types.is_dictionary(t):
-                vkind = _elem_kind(t.value_type)
+                continue
+            if pa.types.is_dictionary(t):
+                vkind = kind(t.value_type)
                 ok, needs_cast = _accepts(dtype.kind, vkind, self.cast)
                 if not ok:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
@@ -270,12 +299,15 @@ class InputPlan:
                 raise ColumnProblem("wrong_type", c, f"column '{c}' is {t} (variable length), expected {dtype}{where}: "
                                                      f"use streamfit.features.Padded('{c}', pad=...) for this input")
             else:
-                kind = _elem_kind(t)
-                ok, needs_cast = _accepts(dtype.kind, kind, self.cast)
+                k = kind(t)
+                ok, needs_cast = _accepts(dtype.kind, k, self.cast)
                 if not ok:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
-                                                         + _hint(dtype.kind, kind))
+                                                         + _hint(dtype.kind, k))
                 parts.append(_Part(c, i, "scalar", 1, needs_cast))
+            if fixed is not None and fixed != 1:
+                raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected "
+                                                     f"fixed_size_list<{dtype}>[{fixed}]")
         if len(parts) > 1 and any(p.kind == "vector" for p in parts) and len(self._declared_row_shape(m)) != 1:
             raise ColumnProblem("wrong_type", None, f"input {m.name!r} mixes vector and scalar columns "
                                                     f"{list(s.columns)}; map it to one vector column or to scalar columns "
@@ -301,7 +333,7 @@ class InputPlan:
                 values = _values(batch.column(c.parts[0].index), c.parts[0], c.dtype)
                 values = values.reshape((n, *c.row_shape))
                 if c.dtype.kind == "f":
-                    _finite_checks(checks, c.parts[0].column, values.reshape(n, -1), None)
+                    finite_checks(checks, c.parts[0].column, values.reshape(n, -1), None)
                 out[c.name] = values
                 continue
             buf = np.empty((n, sum(p.width for p in c.parts)), dtype=c.dtype)
@@ -328,7 +360,7 @@ class InputPlan:
                     clean = np.isfinite(buf.sum())
                 for p, offset, null in nulls:
                     if null is not None or not clean:
-                        _finite_checks(checks, p.column, buf[:, offset:offset + p.width], null)
+                        finite_checks(checks, p.column, buf[:, offset:offset + p.width], null)
             out[c.name] = buf.reshape((n, *c.row_shape))
         return out, checks
 
@@ -377,6 +409,80 @@ class InputPlan:
                 commit(committed[s.input], self.states[s.input], rows)
             elif enc is not None and s.input in committed:
                 committed[s.input].kinds = list(self.states[s.input].kinds)
+
+
+# ------------------------------------------------------------------------------- the feature matrix
+@dataclass(frozen=True)
+class _Declared:
+    """An input as a model declares it (``name``, ``dtype``, ``shape``): the feature matrix's one input."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class FeatureColumn:
+    """One column of the feature matrix: where it is in the record batch, which columns of ``X`` it fills."""
+
+    name: str
+    index: int          # index in the record batch
+    width: int          # 1 for a scalar column, d for a vector column
+    offset: int         # first column of X it fills
+    vector: bool
+    cast: bool          # needs an explicit (cast=True) conversion to float64 first
+    kind: str = "scalar"  # "scalar" | "vector" | "dict" (a dictionary of numbers, decoded)
+
+    @property
+    def part(self) -> "_Part":
+        return _Part(self.name, self.index, self.kind, self.width, self.cast)
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How one schema maps to ``X`` (n, n_features), ``y`` and ``sample_weight``: the plan's single-input
+    case (one float input fed by the feature columns), with the label and the weight."""
+
+    features: tuple[FeatureColumn, ...]
+    label: LabelPlan
+    weight_index: int | None
+    weight_cast: bool
+    n_features: int
+    #: one vector column whose values already have the training dtype: X can be a view of Arrow memory.
+    zero_copy: bool
+
+
+def make_plan(schema: pa.Schema, *, features: Sequence[str], widths: Sequence[int] | None,
+              label: "str | Sequence[str]", weight: str | None, task: str, dtype: np.dtype,
+              cast: bool) -> ColumnPlan:
+    """Check ``schema`` for the feature matrix of ``features`` (``widths``: the feature widths fixed by the
+    first batch), the label and the weight; :class:`ColumnProblem` naming the column."""
+    schema_names(schema)  # a name that is not valid UTF-8 makes the whole schema unreadable
+    if not features:
+        raise ColumnProblem("missing_column", None,
+                            f"no feature columns: the batch has only the label/weight columns {schema.names}")
+    dtype = np.dtype(dtype)
+    for name in sorted({n for n in features if list(features).count(n) > 1}):  # names read off a schema that
+        find_column(schema, name, "", dtype.name)  # has a column twice: duplicate_column, never "first wins"
+    plan = InputPlan([_Declared(FEATURES, dtype, ("N", "n_features"))], {FEATURES: list(features)}, cast=cast,
+                     feature_widths=None if widths is None else list(widths))
+    (compiled,) = plan.compile(schema).inputs
+    cols, offset = [], 0
+    for p in compiled.parts:
+        cols.append(FeatureColumn(p.column, p.index, p.width, offset, p.kind == "vector", p.cast, p.kind))
+        offset += p.width
+    lp = plan_label(schema, label, task=task, dtype=dtype, cast=cast)
+    wi, weight_cast = (None, False)
+    if weight is not None:
+        wi, weight_cast = _scalar_float(schema, weight, "weight ", dtype.name, cast)
+    zero_copy = compiled.zero_copy and len(cols) == 1 and cols[0].vector
+    return ColumnPlan(tuple(cols), lp, wi, weight_cast, offset, zero_copy)
+
+
+def column_values(arr: pa.Array, part: "_Part", dtype: np.dtype | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A column's values (``[n]``, or ``[n, width]`` for a vector column) and its null-row mask (None: no
+    nulls); null rows hold arbitrary values."""
+    return _values(arr, part, dtype), _null_rows(arr, part)
 
 
 def _check_against_model(s: InputSource, m: Any) -> None:
@@ -558,7 +664,8 @@ def _values(arr: pa.Array, p: _Part, dtype: np.dtype | None) -> np.ndarray:
                                                     f"converted: {exc}") from exc
 
 
-def _finite_checks(checks: list, name: str, values: np.ndarray, null: np.ndarray | None) -> None:
+def finite_checks(checks: list, name: str, values: np.ndarray, null: np.ndarray | None) -> None:
+    """Append ``("null", ...)`` and ``("non_finite", ...)`` checks for ``values``; one pass when all is well."""
     if null is not None:
         checks.append(("null", name, null, values[:, 0] if values.ndim == 2 else values))
     with np.errstate(over="ignore", invalid="ignore"):

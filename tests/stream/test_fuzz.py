@@ -131,7 +131,8 @@ def _expected_rows(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray] | Non
         if names.count(name) != 1:
             return None
         arr = batch.column(name)
-        if not pa.types.is_floating(arr.type):
+        decoded = name != "y" and pa.types.is_dictionary(arr.type) and pa.types.is_floating(arr.type.value_type)
+        if not pa.types.is_floating(arr.type) and not decoded:  # dictionary<float> features are decoded
             return None
         cols.append(np.array([np.nan if v is None else v for v in arr.to_pylist()], dtype=np.float64))
     M = np.column_stack(cols) if cols else np.empty((0, 4))

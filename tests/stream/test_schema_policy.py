@@ -129,10 +129,20 @@ def test_a_saved_layout_of_named_inputs_refuses_another_mapping():
     batch = make_batches([6], d=3)[0].set_column(2, "x2", pa.array(np.arange(6)))
     list(rb.push(SourceBatch(batch, lambda r: {"row": r})))
     saved = ColumnLayout.from_json(rb.layout.to_json())
-    assert saved == rb.layout and dict(saved.inputs)["ids"].startswith("Hashed(")
+    assert saved == rb.layout
+    # the mapping is saved as typed JSON objects, not repr strings
+    assert rb.layout.to_json()["inputs"] == {"x": {"columns": ["x0", "x1"]},
+                                             "ids": {"encoder": "Hashed", "columns": ["x2"], "buckets": 8, "seed": 0}}
     Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 8)}, model_inputs=mis, layout=saved)
     with pytest.raises(ValueError, match="inputs"):
         Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 16)}, model_inputs=mis, layout=saved)
+    # a checkpoint written before the typed form (repr strings) is still read, and still enforced
+    old = {**rb.layout.to_json(), "inputs": {"x": "['x0', 'x1']", "ids": "Hashed(columns=('x2',), buckets=8, seed=0)"}}
+    legacy = ColumnLayout.from_json(old)
+    Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 8)}, model_inputs=mis, layout=legacy)
+    with pytest.raises(ValueError, match="inputs"):
+        Rebatcher(4, inputs={"x": ["x0", "x1"], "ids": Hashed("x2", 16)}, model_inputs=mis, layout=legacy)
+    assert ColumnLayout.from_json(legacy.to_json()) == legacy
 
 
 def _schema_only_bytes(schema: pa.Schema, *batches: pa.RecordBatch) -> bytes:
@@ -186,3 +196,21 @@ def test_tcp_schema_only_connections_and_empty_batches_are_counted():
         return rows, dict(rb.skipped_messages)
 
     assert anyio.run(main) == (10, {"empty_batch": 2})
+
+
+def test_features_are_the_single_input_case_of_the_column_plan():
+    """features= reads columns as a named input does: a dictionary<float> column is decoded (it was refused),
+    scalar and vector columns are concatenated, the per-column widths of the first batch are kept."""
+    batches = make_batches([10, 10], d=3, seed=7)
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(20, dtype=np.float32)), 2)
+    first = batches[0].set_column(1, "x1", batches[0].column("x1").dictionary_encode()).append_column("emb", emb)
+    rb = Rebatcher(5, features=["x0", "x1", "emb"])
+    X = np.concatenate([t.X for t in push_all(rb, [first])])
+    ref = np.column_stack([batches[0].column("x0").to_numpy(), batches[0].column("x1").to_numpy(),
+                           np.arange(20, dtype=np.float32).reshape(10, 2)])
+    np.testing.assert_array_equal(X, ref)
+    assert rb.layout.widths == (1, 1, 2)
+    wider = batches[1].append_column("emb", pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(30, np.float32)), 3))
+    with pytest.raises(BadInputError, match=r"column 'emb' is fixed_size_list<item: float>\[3\], expected "
+                                            r"fixed_size_list<float32>\[2\]"):
+        push_all(rb, [wider])
