@@ -110,6 +110,26 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--loss", help="default: squared_error, or by output width for classification")
     check.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"])
     check.add_argument("--no-cache", action="store_true", help="check again even if the result is cached")
+    comp = sub.add_parser("compile", help="build a model's step graphs into a training artifact that any "
+                          "onnxruntime >= 1.19 trains (needs a gradient builder: onnxruntime-training, Python <= 3.12, "
+                          "or a ready-made model's ops)")
+    comp.add_argument("model", help="ONNX model file")
+    comp.add_argument("-o", "--output", required=True, help="the artifact to write (e.g. model.train.onnx)")
+    comp.add_argument("--loss", default="squared_error")
+    comp.add_argument("--optimizer", default="sgd",
+                      choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "rowwise_adagrad", "ftrl"])
+    comp.add_argument("--momentum", type=float, help="momentum of --optimizer momentum/nesterov")
+    comp.add_argument("--penalty", choices=["l2", "l1", "elasticnet", "none"], default="none")
+    comp.add_argument("--alpha", type=float, default=1e-4, help="penalty strength (default 1e-4)")
+    comp.add_argument("--l1-ratio", type=float, default=0.15, help="elasticnet mix (default 0.15)")
+    comp.add_argument("--batch-classes", default="small,large",
+                      help="step graphs to build: small (< 64 rows), large, or both (default small,large); "
+                           "one class alone serves every batch size")
+    comp.add_argument("--weights", help="comma-separated initializers to train (default: every float weight)")
+    comp.add_argument("--input-name")
+    comp.add_argument("--output-name")
+    comp.add_argument("--device", default="cpu", help="cpu or cuda[:N]: the device the artifact will train on")
+    comp.add_argument("--freeze-batchnorm", action="store_true")
     inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
     inspect.add_argument("checkpoint")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -167,6 +187,35 @@ def _check(ns: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"  {note}")
     return 0 if result.ok else 2  # a refused model is bad input, as train/serve report it (ModelError)
+
+
+def _compile(ns: argparse.Namespace) -> int:
+    from streamfit._engine.artifact import compile_artifact, read_artifact, save_artifact
+    from streamfit.exceptions import ConfigError
+    from streamfit.penalties import get_penalty
+
+    if not os.path.exists(ns.model):
+        raise ConfigError(f"model file {ns.model!r} not found")
+    classes = [c.strip() for c in ns.batch_classes.split(",") if c.strip()]
+    opt_params = {"momentum": ns.momentum} if ns.momentum is not None else {}
+    if opt_params and ns.optimizer not in ("momentum", "nesterov"):
+        raise ConfigError(f"--momentum applies to --optimizer momentum or nesterov, not {ns.optimizer}")
+    try:
+        from streamfit.optim import get_optimizer
+
+        optimizer = get_optimizer(ns.optimizer, **opt_params)
+        penalty = get_penalty(None if ns.penalty == "none" else ns.penalty, ns.alpha, ns.l1_ratio)
+        artifact = compile_artifact(ns.model, loss=ns.loss, optimizer=optimizer, penalty=penalty,
+                                    batch_classes=classes, device=ns.device, freeze_batchnorm=ns.freeze_batchnorm,
+                                    weights=ns.weights.split(",") if ns.weights else None,
+                                    input_name=ns.input_name, output_name=ns.output_name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    save_artifact(artifact, ns.output)
+    info = read_artifact(artifact).info
+    print(f"wrote {ns.output}: {len(info.weights)} trained weights, step graphs for "
+          f"{', '.join(g.batch_class for g in info.graphs)} batches; {info.describe_training()}")
+    return 0
 
 
 def _prepare(ns: argparse.Namespace, serve: bool) -> tuple[Any, Any]:
@@ -415,7 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     global _logging_json
     _logging_json = None
     args = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect, "check": _check}
+    commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect, "check": _check,
+                "compile": _compile}
     ns: argparse.Namespace | None = None
     try:
         ns = _parser().parse_args(args)

@@ -51,3 +51,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if "slow" not in item.keywords]
+
+
+def _has_ort_training() -> bool:
+    from onnxruntime.capi import _pybind_state
+
+    return hasattr(_pybind_state, "OrtModuleGraphBuilder")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``needs_ort_training`` skip where onnxruntime has no training build (Python 3.13+)."""
+    if _has_ort_training():
+        return
+    skip = pytest.mark.skip(reason="needs onnxruntime-training at train time (Python <= 3.12); this onnxruntime "
+                                   "is an inference build")
+    for item in items:
+        if "needs_ort_training" in item.keywords:
+            item.add_marker(skip)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import onnxruntime as ort
+from onnx import ModelProto
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
@@ -56,19 +57,24 @@ class FusedStep:
     #: (5.9M) and gained 36 % at 128 rows (11.8M); a linear model (101 weights) gains nothing below ~10M.
     parallel_min_work = 1 << 23
 
-    def __init__(self, pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer: Optimizer,
+    def __init__(self, pm: PreparedModel, graphs: GradientGraphs | None, loss: Loss, optimizer: Optimizer,
                  penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
                  params: PingPong, scalars: HostScalars,
                  small_batch_options: ort.SessionOptions | None = None, light_large_batches: bool = False,
-                 sparse: Any = None) -> None:
+                 sparse: Any = None, compiled: Mapping[str, ModelProto] | None = None) -> None:
         self.pm = pm
         #: the tables trained row-sparsely (:class:`~streamfit._engine.sparse.SparseTables`), or None
         self.sparse = sparse
         host_checks = device.kind == "cpu"  # the step reads single-element new weights itself
-        self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, host_checks=host_checks)
         self.large_model: Any = None  # built with its session on the first large batch
-        self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True,
-                                                host_checks=host_checks)
+        if compiled is not None:  # a training artifact's graphs ("small"/"large"; one class serves all batches)
+            small, large = compiled.get("small"), compiled.get("large")
+            self.model = small if small is not None else large
+            self._build_large: Callable[[], ModelProto] = lambda: large if large is not None else small
+        else:
+            self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, host_checks=host_checks)
+            self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True,
+                                                    host_checks=host_checks)
         # batches below large_batch_rows may run with their own options (the Trainer gives them one thread)
         self._light_options = small_batch_options or options
         self.session = make_session(self.model.SerializeToString(), self._light_options, device, pm.dtype)

@@ -254,15 +254,16 @@ def _is_trainable_use(use: tuple[str, int]) -> bool:
 
 def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights: Sequence[str] | None = None,
                   input_name: str | None = None, output_name: str | None = None, *,
-                  freeze_batchnorm: bool = False, seed: int = 0) -> PreparedModel:
+                  freeze_batchnorm: bool = False, seed: int = 0, owned: bool = False) -> PreparedModel:
     """Load ``model`` and decide what to train.
 
     ``weights=None`` trains every float initializer that feeds computation (not ones used as shapes,
     axes, indices, bounds or normalization statistics, nor inputs of non-differentiable ML-domain ops);
-    an explicit list is taken in the caller's order.  Other initializers stay frozen.
+    an explicit list is taken in the caller's order.  Other initializers stay frozen.  ``owned``: ``model``
+    is a ModelProto nobody else holds, used (and changed) in place instead of copied.
     """
     notes: list[str] = []
-    proto = _make_loadable(load_model(model), notes)
+    proto = _make_loadable(model if owned and isinstance(model, ModelProto) else load_model(model), notes)
     graph = proto.graph
     inits = {init.name: init for init in graph.initializer}
     init_names = set(inits)

@@ -14,13 +14,14 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from onnx import ModelProto
 
+from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
 from streamfit._engine.device import Device, make_session, parse_device, session_options
 from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
 from streamfit._engine.inputs import InputPlan
-from streamfit._engine.model import ModelInput, prepare_model
+from streamfit._engine.model import ModelInput, load_model, prepare_model
 from streamfit._engine.predict import Predictor
 from streamfit._engine.sparse import SparseTables, find_tables, training_model
 from streamfit._engine.staging import Staging
@@ -70,8 +71,8 @@ class Trainer:
     """
 
     def __init__(self, model: "str | os.PathLike[str] | bytes | ModelProto", *, weights: Sequence[str] | None = None,
-                 input_name: str | None = None, output_name: str | None = None, loss: "str | Loss" = "squared_error",
-                 optimizer: "str | Optimizer" = "sgd", learning_rate: "float | Schedule" = 0.01,
+                 input_name: str | None = None, output_name: str | None = None, loss: "str | Loss | None" = None,
+                 optimizer: "str | Optimizer | None" = None, learning_rate: "float | Schedule" = 0.01,
                  penalty: Penalty | None = None, device: "str | Device" = "cpu", step: StepKind = "fused",
                  on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
                  spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
@@ -81,10 +82,21 @@ class Trainer:
         if on_nonfinite not in ("raise", "skip"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.device = parse_device(device)
-        self.prepared = prepare_model(model, weights, input_name, output_name, freeze_batchnorm=freeze_batchnorm,
-                                      seed=seed)
-        self.loss = get_loss(loss)
-        self.optimizer = get_optimizer(optimizer)
+        source = model if isinstance(model, ModelProto) else load_model(model)  # the caller's: not changed here
+        owned = source is not model
+        #: the training artifact this trainer runs (``streamfit compile``), or None: graphs built here
+        self.artifact: Artifact | None = read_artifact(source) if is_artifact(source) else None
+        if self.artifact is not None:
+            info = self.artifact.info
+            loss, optimizer, penalty = check_compiled(info, loss, optimizer, penalty, step, self.device.kind,
+                                                      weights, input_name, output_name)
+            weights, input_name, output_name = info.weight_names, info.input_name, info.output_name
+            freeze_batchnorm, seed, sparse = info.freeze_batchnorm, info.seed, False
+            source, owned = self.artifact.model, True
+        self.prepared = prepare_model(source, weights, input_name, output_name, freeze_batchnorm=freeze_batchnorm,
+                                      seed=seed, owned=owned)
+        self.loss = get_loss("squared_error" if loss is None else loss)
+        self.optimizer = get_optimizer("sgd" if optimizer is None else optimizer)
         self.penalty = penalty
         self.schedule = (as_schedule(learning_rate) if not isinstance(learning_rate, Schedule)
                          else learning_rate)
@@ -123,7 +135,9 @@ class Trainer:
             self._train_pm = training_model(self.prepared, tables)
             self._sparse = SparseTables(tables, self.prepared, self.optimizer, penalty, self.device, self.scalars,
                                         self.small_batch_options)
-        self.graphs = build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else ())
+        #: the gradient graphs the step graphs are built from (None for an artifact: its graphs are built)
+        self.graphs = None if self.artifact is not None else \
+            build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else ())
         if self._sparse is not None:
             self._sparse.set_grad_names(self.graphs.input_grad_names)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
@@ -201,6 +215,15 @@ class Trainer:
         cls = _STRATEGIES[self.step_kind]
         extra = {"small_batch_options": self.small_batch_options,
                  "light_large_batches": not self._threads_given, "sparse": self._sparse} if cls is FusedStep else {}
+        if self.artifact is not None:
+            if y_rank != self.artifact.info.y_rank:
+                raise ModelError(f"the training artifact was compiled for an output of rank {self.artifact.info.y_rank}, "
+                                 f"but the model gives rank {y_rank}")
+            extra["compiled"] = self.artifact.steps  # no fallback: the artifact is all there is
+            strategy = FusedStep(self._train_pm, None, self.loss, self.optimizer, self.penalty, self.device,
+                                 self.options, y_rank, self.params, self.scalars, **extra)
+            self._lr_in_grad_weights = strategy.lr_in_grad_weights
+            return strategy
         try:
             strategy = cls(self._train_pm, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
                            self.options, y_rank, self.params, self.scalars, **extra)
@@ -214,6 +237,8 @@ class Trainer:
 
     def _fall_back(self, exc: Exception, what: str) -> None:
         """The fused graph failed: switch to the forward/backward step once, loudly (weights are kept)."""
+        if self.artifact is not None:
+            raise ModelError(f"the training artifact's step graph could not be {what}: {type(exc).__name__}: {exc}") from exc
         if self._sparse is not None:  # the tables live outside the graphs the other step would train
             raise ModelError(f"the fused step could not be {what}, and a model with row-sparse tables "
                              f"({sorted(self._sparse.arrays)}) cannot fall back (pass sparse=False to train "
