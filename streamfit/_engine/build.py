@@ -52,9 +52,31 @@ class GradientGraphs:
 
 
 
-def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = ()) -> GradientGraphs:
+#: gradient builders: onnxruntime-training's ``OrtModuleGraphBuilder`` (any op it knows; Python <= 3.12) and
+#: streamfit's own (:mod:`streamfit._engine.autodiff`: the ready-made models' ops, standard ops only)
+GRADIENT_BUILDERS = ("auto", "onnxruntime", "streamfit")
+
+
+def has_ort_training() -> bool:
+    """True when this onnxruntime is a training build (it has ``OrtModuleGraphBuilder``)."""
+    return hasattr(C, "OrtModuleGraphBuilder")
+
+
+def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), builder: str = "auto") -> GradientGraphs:
     """Forward and gradient graphs of ``pm`` with respect to its trained weights (and the inputs
-    ``input_grads``: the gradient graph then also outputs theirs)."""
+    ``input_grads``: the gradient graph then also outputs theirs).
+
+    ``builder="auto"`` uses onnxruntime-training's where it is installed, else streamfit's own (which says
+    clearly when a model's ops need onnxruntime-training)."""
+    if builder not in GRADIENT_BUILDERS:
+        raise ValueError(f"gradient builder must be one of {GRADIENT_BUILDERS}, got {builder!r}")
+    if builder == "streamfit" or (builder == "auto" and not has_ort_training()):
+        from streamfit._engine.autodiff import build_own_gradient
+
+        return build_own_gradient(pm, input_grads)
+    if not has_ort_training():
+        raise ModelError("the onnxruntime gradient builder needs onnxruntime-training at train time (Python <= 3.12); "
+                         f"this onnxruntime is an inference build")
     config = C.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = list(pm.weights)
     config.initializer_names_to_train = list(pm.weights)

@@ -16,7 +16,7 @@ from onnx import ModelProto
 
 from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
+from streamfit._engine.build import Names, build_gradient_graphs, has_ort_training, sample_weight_shape
 from streamfit._engine.device import Device, make_session, parse_device, session_options
 from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
@@ -60,6 +60,11 @@ class Trainer:
     mapping is checked against the model here (a :class:`~streamfit.exceptions.ModelError` naming the input),
     each new schema once against it; encoder state (vocabularies) is in :meth:`state_dict`.
 
+    The gradient graph comes from ``gradient``: ``"onnxruntime"`` (onnxruntime-training's builder, any op it
+    knows; Python <= 3.12), ``"streamfit"`` (:mod:`streamfit._engine.autodiff`: the ready-made models' ops,
+    standard ONNX ops only, so any onnxruntime runs it), ``"auto"`` the first where installed, else the second.
+    A model given as a training artifact (``streamfit compile``) needs neither.
+
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
@@ -76,9 +81,13 @@ class Trainer:
                  penalty: Penalty | None = None, device: "str | Device" = "cpu", step: StepKind = "fused",
                  on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
                  spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
-                 sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None) -> None:
+                 sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None,
+                 gradient: Literal["auto", "onnxruntime", "streamfit"] = "auto") -> None:
         if step not in _STRATEGIES:
             raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
+        if step == "forward_backward" and not has_ort_training():
+            raise ModelError("step='forward_backward' runs onnxruntime's TrainingAgent: it needs onnxruntime-training "
+                             "at train time (Python <= 3.12); step='fused' needs only onnxruntime")
         if on_nonfinite not in ("raise", "skip"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.device = parse_device(device)
@@ -137,7 +146,7 @@ class Trainer:
                                         self.small_batch_options)
         #: the gradient graphs the step graphs are built from (None for an artifact: its graphs are built)
         self.graphs = None if self.artifact is not None else \
-            build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else ())
+            build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else (), gradient)
         if self._sparse is not None:
             self._sparse.set_grad_names(self.graphs.input_grad_names)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
@@ -239,6 +248,9 @@ class Trainer:
         """The fused graph failed: switch to the forward/backward step once, loudly (weights are kept)."""
         if self.artifact is not None:
             raise ModelError(f"the training artifact's step graph could not be {what}: {type(exc).__name__}: {exc}") from exc
+        if not has_ort_training():
+            raise ModelError(f"the fused step could not be {what} ({type(exc).__name__}: {str(exc)[:500]}), and the "
+                             "forward/backward fallback needs onnxruntime-training at train time (Python <= 3.12)") from exc
         if self._sparse is not None:  # the tables live outside the graphs the other step would train
             raise ModelError(f"the fused step could not be {what}, and a model with row-sparse tables "
                              f"({sorted(self._sparse.arrays)}) cannot fall back (pass sparse=False to train "
