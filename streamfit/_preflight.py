@@ -48,7 +48,8 @@ class PreflightResult:
 
     def message(self) -> str:
         if self.ok:
-            return f"model {self.model_sha256[:12]}: preflight passed (both step strategies, 1/7/64 rows)"
+            what = "the fused step" if any("fused step" in n for n in self.notes) else "both step strategies"
+            return f"model {self.model_sha256[:12]}: preflight passed ({what}, 1/7/64 rows)"
         where = f" in op {self.op}" if self.op else ""
         crash = " (a crash inside onnxruntime-training: it would kill a training process)" if self.signal else ""
         return (f"model {self.model_sha256[:12]} refused: {self.stage}: {self.error}{where}{crash}. "
@@ -213,9 +214,30 @@ def _synthetic(trainer: Any, rows: int) -> tuple[Any, Any]:
     return X, np.zeros((rows, *trainer.predict(first).shape[1:]), trainer.dtype)
 
 
+def _is_artifact(path: str) -> bool:
+    import onnx
+
+    from streamfit._engine.artifact import is_artifact
+
+    return is_artifact(onnx.load(path, load_external_data=False))
+
+
+def _kinds(spec: dict[str, Any]) -> tuple[set[str], str | None]:
+    """The step strategies a preflight can run here, and a note on what it skips."""
+    from streamfit._engine.build import has_ort_training
+
+    if _is_artifact(spec["model"]):
+        return {"fused"}, "a training artifact: its fused step graphs only (no forward/backward stage)"
+    if not has_ort_training():
+        return {"fused"}, "no onnxruntime-training here: the fused step only (no forward/backward stage)"
+    return {"fused", "forward_backward"}, None
+
+
 def _make(spec: dict[str, Any], kind: str) -> Any:
     from streamfit._engine.trainer import Trainer
 
+    if _is_artifact(spec["model"]):  # its loss and optimizer are compiled in (a trainer given others says so)
+        return Trainer(spec["model"], step=kind, learning_rate=1e-3)
     loss = spec["loss"]
     if loss == "auto":  # as OnnxClassifier: one output column is binary
         probe = Trainer(spec["model"])
@@ -245,7 +267,9 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
         from streamfit._engine.fused import FusedStep
 
         pm = getattr(trainer, "_train_pm", trainer.prepared)  # without the row-sparse tables, as the step runs it
-        model = build_fused(pm, trainer.graphs, trainer.loss, trainer.optimizer, trainer.penalty, y_rank,
+        large = rows >= FusedStep.large_batch_rows
+        model = (trainer.artifact.steps.get("large" if large else "small") or
+                 next(iter(trainer.artifact.steps.values()))) if trainer.artifact is not None else build_fused(pm, trainer.graphs, trainer.loss, trainer.optimizer, trainer.penalty, y_rank,
                             large_batch=rows >= FusedStep.large_batch_rows, host_checks=True)
     else:
         model = trainer.graphs.gradient
@@ -283,7 +307,12 @@ def _run_child(spec: dict[str, Any]) -> None:
         _emit(event="notes", notes=prepare_model(spec["model"]).notes)
         trainers = {}
         first: dict[str, dict[str, Any]] = {}  # each strategy's update from the initial weights (first stage)
+        kinds, skipped = _kinds(spec)
+        if skipped:
+            _emit(event="notes", notes=[skipped])
         for kind, rows in STAGES:
+            if kind not in kinds:
+                continue
             if kind not in trainers:
                 stage = f"{kind}, building the gradient"
                 _emit(event="start", stage=stage)

@@ -130,6 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--output-name")
     comp.add_argument("--device", default="cpu", help="cpu or cuda[:N]: the device the artifact will train on")
     comp.add_argument("--freeze-batchnorm", action="store_true")
+    comp.add_argument("--gradient", choices=["auto", "onnxruntime", "streamfit"], default="auto",
+                      help="gradient builder: onnxruntime-training's (any op it knows), streamfit's own (the ready-made "
+                           "models' ops), auto: the first where installed")
     inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
     inspect.add_argument("checkpoint")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -208,7 +211,7 @@ def _compile(ns: argparse.Namespace) -> int:
         artifact = compile_artifact(ns.model, loss=ns.loss, optimizer=optimizer, penalty=penalty,
                                     batch_classes=classes, device=ns.device, freeze_batchnorm=ns.freeze_batchnorm,
                                     weights=ns.weights.split(",") if ns.weights else None,
-                                    input_name=ns.input_name, output_name=ns.output_name)
+                                    input_name=ns.input_name, output_name=ns.output_name, gradient=ns.gradient)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     save_artifact(artifact, ns.output)

@@ -160,18 +160,22 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
                      optimizer: Any = "sgd", penalty: Any = None, batch_classes: Sequence[str] = BATCH_CLASSES,
                      weights: Sequence[str] | None = None, input_name: str | None = None,
                      output_name: str | None = None, device: str = "cpu", freeze_batchnorm: bool = False,
-                     seed: int = 0) -> ModelProto:
+                     seed: int = 0, gradient: str = "auto") -> ModelProto:
     """Build the fused step graphs of ``model`` for ``loss``/``optimizer``/``penalty`` and return the artifact.
 
-    Needs a gradient builder for the model (onnxruntime-training, or streamfit's own for the ops of the
-    ready-made models).  The learning rate and its schedule stay free: they are inputs of the graphs.
+    Needs a gradient builder for the model (``gradient``, as :class:`~streamfit.Trainer` takes it:
+    onnxruntime-training's, or streamfit's own for the ops of the ready-made models).  The learning rate and
+    its schedule stay free: they are inputs of the graphs.  Row-sparse tables are compiled as dense weights.
     """
     import onnxruntime
 
     from streamfit import __version__
-    from streamfit._engine.build import build_fused
+    from streamfit._engine.build import Names, build_fused
+    from streamfit._engine.fused import FusedStep
     from streamfit._engine.model import load_model
     from streamfit._engine.trainer import Trainer
+    from streamfit.losses import get_loss
+    from streamfit.optim import get_optimizer
 
     classes = tuple(dict.fromkeys(batch_classes))
     if not classes or any(c not in BATCH_CLASSES for c in classes):
@@ -181,11 +185,8 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
         raise ModelError("this model is already a training artifact; compile the original model")
     trainer = Trainer(source, weights=weights, input_name=input_name, output_name=output_name, loss=loss,
                       optimizer=optimizer, penalty=penalty, device=device, step="fused", sparse=False,
-                      freeze_batchnorm=freeze_batchnorm, seed=seed)
+                      freeze_batchnorm=freeze_batchnorm, seed=seed, gradient=gradient)  # type: ignore[arg-type]
     pm, opt, pen = trainer.prepared, trainer.optimizer, trainer.penalty
-    from streamfit.losses import get_loss
-    from streamfit.optim import get_optimizer
-
     for kind, obj, rebuild in (("loss", trainer.loss, get_loss), ("optimizer", opt, get_optimizer)):
         try:
             same = rebuild(obj.name, **obj.get_params())
@@ -199,12 +200,8 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
     host_checks = trainer.device.kind == "cpu"
     steps = {c: build_fused(pm, trainer.graphs, trainer.loss, opt, pen, y_rank, large_batch=c == "large",
                             host_checks=host_checks) for c in classes}
-    state = []
-    for w in pm.weights:
-        for slot, arr in opt.init_state(pm.initial[w]).items():
-            from streamfit._engine.build import Names
-            state.append(_tensor(Names.slot(w, slot), arr.dtype, arr.shape))
-    from streamfit._engine.fused import FusedStep
+    state = [_tensor(Names.slot(w, slot), arr.dtype, arr.shape)
+             for w in pm.weights for slot, arr in opt.init_state(pm.initial[w]).items()]
 
     info = ArtifactInfo(
         FORMAT_VERSION, pm.dtype.name, pm.input_name, pm.output_name, y_rank,
@@ -285,7 +282,7 @@ def _loads(text: str) -> ArtifactInfo:
 
 def _digest(info: ArtifactInfo, model: ModelProto) -> str:
     """sha256 over the description (checksum field empty), the model without its description, and the graphs."""
-    h = hashlib.sha256(_dumps(ArtifactInfo(**{**asdict_shallow(info), "checksum": ""})).encode())
+    h = hashlib.sha256(_dumps(ArtifactInfo(**{**_fields(info), "checksum": ""})).encode())
     bare = ModelProto()
     bare.CopyFrom(model)
     entries = list(bare.training_info)
@@ -299,12 +296,12 @@ def _digest(info: ArtifactInfo, model: ModelProto) -> str:
     return h.hexdigest()
 
 
-def asdict_shallow(info: ArtifactInfo) -> dict[str, Any]:
+def _fields(info: ArtifactInfo) -> dict[str, Any]:
     return {f: getattr(info, f) for f in info.__dataclass_fields__}
 
 
 def _with_checksum(info: ArtifactInfo, model: ModelProto) -> ArtifactInfo:
-    return ArtifactInfo(**{**asdict_shallow(info), "checksum": _digest(info, model)})
+    return ArtifactInfo(**{**_fields(info), "checksum": _digest(info, model)})
 
 
 # -- reading ---------------------------------------------------------------------------------------------

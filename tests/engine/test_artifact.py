@@ -57,8 +57,10 @@ def test_loading_an_artifact_needs_no_gradient_builder(tmp_path, monkeypatch) ->
         last = trainer.step(X, y)
     assert last < first
     assert trainer.graphs is None and trainer.artifact is not None
-    with pytest.raises(AttributeError):  # the trainer of a raw model does need it
-        Trainer(linear_model(4))
+    from streamfit._engine.testing import cnn_model
+
+    with pytest.raises(ModelError, match="needs onnxruntime-training at train time"):  # a raw model of other ops does
+        Trainer(cnn_model())
 
 
 def test_artifact_file_is_onnx_with_typed_json_metadata(tmp_path) -> None:
@@ -132,3 +134,13 @@ def test_cli_compile(tmp_path, capsys) -> None:
     assert [g.batch_class for g in info.graphs] == ["small"]
     assert main(["compile", str(src), "-o", str(out), "--batch-classes", "tiny"]) == 2
     assert main(["compile", str(tmp_path / "missing.onnx"), "-o", str(out)]) == 2
+
+
+def test_preflight_checks_an_artifacts_own_graphs(tmp_path) -> None:
+    from streamfit._preflight import check_model
+
+    path = tmp_path / "m.train.onnx"
+    save_artifact(compile_artifact(mlp_model([4, 6, 1], seed=0), optimizer="adam"), path)
+    result = check_model(path, use_cache=False)
+    assert result.ok, result.message()
+    assert "the fused step" in result.message() and any("training artifact" in n for n in result.notes)
