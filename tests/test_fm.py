@@ -31,6 +31,7 @@ def _numpy_fm(w, ids, x):
     return np.array(rows)
 
 
+@pytest.mark.needs_ort_training  # forward()/backward() run onnxruntime's TrainingAgent
 def test_fm_graph_is_rendles_model_and_its_gradients_match_finite_differences():
     rng = np.random.default_rng(0)
     model = fm_model(3, 2, buckets=7, n_factors=4, rng=rng, init_scale=0.5, dtype=np.float64)

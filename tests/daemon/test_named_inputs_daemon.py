@@ -86,7 +86,7 @@ def test_checkpoints_hold_the_vocabulary_of_exactly_the_trained_rows(tmp_path):
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+@pytest.mark.parametrize("step", ["fused", pytest.param("forward_backward", marks=pytest.mark.needs_ort_training)])
 def test_two_input_model_from_kafka(kafka_broker, step):
     tables = [_table(300, 3), _table(300, 4)]
     batches = [b for t in tables for b in t.to_batches(max_chunksize=60)]

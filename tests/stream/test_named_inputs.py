@@ -17,7 +17,7 @@ from streamfit.exceptions import BadInputError
 from streamfit.features import Hashed, Mask, Padded, Vocabulary
 from streamfit.sources._base import SourceBatch
 
-STEPS = ["fused", "forward_backward"]
+STEPS = ["fused", pytest.param("forward_backward", marks=pytest.mark.needs_ort_training)]
 CITIES = np.array(["paris", "oslo", "rome", "lima", "kyiv", "baku"])
 COMMON = dict(optimizer="adam", learning_rate="constant", eta0=0.01, penalty=None, threads=1)
 
@@ -110,6 +110,7 @@ def _tensor_table(n: int, seed: int, tensor: bool = True) -> pa.Table:
     return pa.table({"img": col, "y": (img[:, :8].sum(axis=1) - img[:, 60]).astype(np.float32)})
 
 
+@pytest.mark.needs_ort_training  # Conv's gradient: onnxruntime-training's builder
 @pytest.mark.parametrize("step", STEPS)
 def test_cnn_from_a_fixed_shape_tensor_column_zero_copy(tmp_path, step):
     tables = [_tensor_table(300, 1), _tensor_table(200, 2)]
