@@ -26,9 +26,10 @@ import numpy as np
 import onnx
 from onnx import ModelProto, helper
 
+from streamfit._engine.checkplan import CheckPlan
 from streamfit.exceptions import ModelError
 
-__all__ = ["KEY", "FORMAT_VERSION", "BATCH_CLASSES", "Artifact", "ArtifactInfo", "CheckPlanSpec", "OptimizerSpec",
+__all__ = ["KEY", "FORMAT_VERSION", "BATCH_CLASSES", "Artifact", "ArtifactInfo", "OptimizerSpec",
            "StepGraphSpec", "TensorSpec", "compile_artifact", "read_artifact", "save_artifact", "is_artifact"]
 
 #: metadata key of the artifact's description (its presence makes a model an artifact)
@@ -58,16 +59,6 @@ class OptimizerSpec:
 
 
 @dataclass(frozen=True)
-class CheckPlanSpec:
-    """What the step running a graph checks itself (see ``build.emit_sgd_folded``): weights proven finite
-    by a magnitude bound (``alpha`` its largest |alpha|) and single-element weights read on the host."""
-
-    bounded: tuple[str, ...] = ()
-    alpha: float = 1.0
-    host: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class StepGraphSpec:
     """One compiled fused step graph: its batch class, model header and graph interface."""
 
@@ -77,7 +68,8 @@ class StepGraphSpec:
     metadata: tuple[tuple[str, str], ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    check_plan: CheckPlanSpec
+    #: what the step running this graph checks itself (the plan its metadata holds)
+    check_plan: CheckPlan
 
 
 @dataclass(frozen=True)
@@ -133,17 +125,13 @@ def _tensor(name: str, dtype: Any, shape: Sequence[Any]) -> TensorSpec:
                                                          for d in shape))
 
 
-def _plan_spec(plan: Mapping[str, Any]) -> CheckPlanSpec:
-    return CheckPlanSpec(tuple(plan.get("weights", ())), float(plan.get("alpha", 1.0)), tuple(plan.get("host", ())))
-
-
 def _graph_spec(batch_class: str, model: ModelProto) -> StepGraphSpec:
     from streamfit._engine.build import check_plan
 
     return StepGraphSpec(batch_class, int(model.ir_version), tuple((o.domain, int(o.version)) for o in model.opset_import),
                          tuple((p.key, p.value) for p in model.metadata_props),
                          tuple(i.name for i in model.graph.input), tuple(o.name for o in model.graph.output),
-                         _plan_spec(check_plan(model)))
+                         check_plan(model))
 
 
 def _probe_rank(trainer: Any) -> int:
@@ -263,8 +251,8 @@ def _loads(text: str) -> ArtifactInfo:
         graphs = tuple(StepGraphSpec(str(g["batch_class"]), int(g["ir_version"]), tuple((str(a), int(b)) for a, b in g["opsets"]),
                                      tuple((str(a), str(b)) for a, b in g["metadata"]), tuple(map(str, g["inputs"])),
                                      tuple(map(str, g["outputs"])),
-                                     CheckPlanSpec(tuple(g["check_plan"]["bounded"]), float(g["check_plan"]["alpha"]),
-                                                   tuple(g["check_plan"]["host"])))
+                                     CheckPlan(tuple(g["check_plan"]["bounded"]), float(g["check_plan"]["alpha"]),
+                                               tuple(g["check_plan"]["host"])))
                        for g in d["graphs"])
         pen = d["penalty"]
         return ArtifactInfo(

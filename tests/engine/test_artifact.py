@@ -84,6 +84,17 @@ def test_artifact_file_is_onnx_with_typed_json_metadata(tmp_path) -> None:
     assert trainer.n_steps == 2
 
 
+def test_artifact_keeps_the_check_plan_of_its_graphs() -> None:
+    from streamfit._engine.checkplan import CheckPlan
+
+    art = compile_artifact(mlp_model([64, 80, 1], seed=0))  # SGD: the 64x80 weight is checked by a bound
+    a = read_artifact(art)
+    small = a.info.graphs[0]
+    assert small.batch_class == "small" and small.check_plan.bounded == ("W0",)
+    assert CheckPlan.of(a.steps["small"]) == small.check_plan
+    assert CheckPlan.of(a.steps["large"]) == a.info.graphs[1].check_plan
+
+
 def test_damaged_or_mismatched_artifacts_are_refused(tmp_path) -> None:
     art = compile_artifact(linear_model(3, seed=2))
     edited = onnx.ModelProto()
