@@ -123,14 +123,10 @@ class Trainer:
         self.inputs = inputs
         self._columns: Any = None
         if inputs is not None:
-            from streamfit._stream.inputs import ColumnInputs
+            from streamfit._stream.inputs import ColumnInputs, check_inputs
 
-            try:
-                self._columns = ColumnInputs(self.prepared.inputs, inputs)
-            except ValueError as exc:  # a malformed mapping: what the model cannot take is a ModelError already
-                if isinstance(exc, StreamfitError):
-                    raise
-                raise ModelError(str(exc)) from None
+            check_inputs(self.prepared.inputs, inputs)  # a ModelError naming the input
+            self._columns = ColumnInputs(self.prepared.inputs, inputs)
         # embedding tables (initializers read only by Gather) are trained row-sparsely: see _engine/sparse.py
         if sparse not in (True, False, "auto"):
             raise ValueError(f"sparse must be True, False or 'auto', got {sparse!r}")

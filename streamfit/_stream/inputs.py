@@ -35,7 +35,7 @@ from streamfit._stream.columns import (ColumnProblem, LabelPlan, _scalar_float, 
                                        kind, plan_label, schema_names)
 from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, Mask, Padded, Vocabulary
 
-__all__ = ["InputSource", "InputPlan", "CompiledInputs", "ColumnInputs", "normalize_inputs", "Check", "FeatureColumn",
+__all__ = ["InputSource", "InputPlan", "CompiledInputs", "ColumnInputs", "normalize_inputs", "check_inputs", "Check", "FeatureColumn",
            "ColumnPlan", "make_plan", "FEATURES", "column_values", "finite_checks"]
 
 #: the one input of the feature matrix (``features=``)
@@ -517,6 +517,20 @@ def _check_against_model(s: InputSource, m: Any) -> None:
     if fixed and len(s.columns) > math.prod(dims):  # every column gives at least one value per row
         raise ModelError(f"inputs={{{m.name!r}: {list(s.columns)!r}}}: {len(s.columns)} columns, but {where} "
                          f"takes {math.prod(dims)} value(s) per row")
+
+
+def check_inputs(model_inputs: Sequence[Any], inputs: Mapping[str, Any]) -> None:
+    """Check an ``inputs=`` mapping against the model's declared inputs, before any data: a
+    :class:`~streamfit.exceptions.ModelError` naming the input (a name the model lacks, more columns than a
+    fixed-width input takes, an encoder's width or length that does not fit, a malformed mapping)."""
+    from streamfit.exceptions import ModelError, StreamfitError
+
+    try:
+        InputPlan(model_inputs, inputs)
+    except ValueError as exc:
+        if isinstance(exc, StreamfitError):
+            raise
+        raise ModelError(str(exc)) from None
 
 
 def as_record_batch(X: Any) -> pa.RecordBatch:

@@ -90,7 +90,12 @@ class OnnxEstimator(_SkBase):
                           step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads,
                           freeze_batchnorm=bool(getattr(self, "freeze_batchnorm", False)),
                           seed=self._dropout_seed(), sparse=self._sparse_tables)
-        check_mapping(getattr(self, "inputs", None), trainer.model_inputs)
+        inputs = getattr(self, "inputs", None)
+        check_mapping(inputs, trainer.model_inputs)
+        if inputs is not None:  # widths, lengths, encoders against the declared inputs, before any data
+            from streamfit._stream.inputs import check_inputs
+
+            check_inputs(trainer.model_inputs, inputs)
         return trainer
 
     def _dropout_seed(self) -> int:

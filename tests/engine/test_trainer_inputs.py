@@ -106,3 +106,11 @@ def test_a_column_of_the_wrong_type_is_bad_input_naming_column_and_input():
     tr = Trainer(two_input_model(3, 16), inputs={"x": ["a", "b", "price"], "ids": "city"})
     with pytest.raises(BadInputError, match="column 'city' is string, expected int64 \\(input 'ids'"):
         tr.step(_table(4, 0), np.zeros(4, np.float32))
+
+
+def test_an_estimator_checks_its_mapping_against_the_model_when_it_builds_the_trainer():
+    from streamfit import OnnxRegressor
+
+    est = OnnxRegressor(two_input_model(3, 16), inputs={"x": ["a", "b", "price", "q"], "ids": Hashed("city", 16)})
+    with pytest.raises(ModelError, match="4 columns, but model input 'x' \\(float32, shape \\[N, 3\\]\\) takes 3"):
+        est.partial_fit({"x": np.zeros((2, 3), np.float32), "ids": np.zeros(2, np.int64)}, np.zeros(2))
