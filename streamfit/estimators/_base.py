@@ -108,13 +108,14 @@ class OnnxEstimator(_SkBase):
         return getattr(self, "output_name", None)
 
     # -- data --------------------------------------------------------------------------------------
-    def _check_X(self, X: Any, reset: bool) -> "np.ndarray | NamedRows":
+    def _check_X(self, X: Any, reset: bool, learn: bool = True) -> "np.ndarray | NamedRows":
         """``X`` as the trainer takes it: an ndarray, or :class:`NamedRows` for a dict or an Arrow table
-        mapped by ``inputs``.  Element types and shapes are checked against the model by the trainer, once
+        mapped by ``inputs`` (``learn=False``, predictions: encoders learn nothing from it).  Element types
+        and shapes are checked against the model by the trainer, once
         per batch signature; here only the number of features of an array input."""
         if isinstance(X, (pa.Table, pa.RecordBatch)):
             if getattr(self, "inputs", None) is not None:
-                X = self._arrow_inputs(X)
+                X = self._arrow_inputs(X, learn=learn)
             else:
                 trainer = self.__dict__.get("trainer_")
                 # the declared float type; float64 before the trainer exists (first call) or for a non-float
@@ -148,7 +149,7 @@ class OnnxEstimator(_SkBase):
         elif "n_features_in_" not in self.__dict__:
             self.n_features_in_ = width
 
-    def _arrow_inputs(self, table: "pa.Table | pa.RecordBatch") -> dict[str, np.ndarray]:
+    def _arrow_inputs(self, table: "pa.Table | pa.RecordBatch", learn: bool = True) -> dict[str, np.ndarray]:
         """The model inputs ``{input name: array}`` from an Arrow table, as the ``inputs`` mapping says.
 
         The hook of the column plan (``inputs`` maps a model input to a column name, a list of column
@@ -156,7 +157,7 @@ class OnnxEstimator(_SkBase):
         """
         from streamfit.features._estimator import arrow_inputs
 
-        return arrow_inputs(self, table)
+        return arrow_inputs(self, table, learn=learn)
 
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         """Features as the trainer sees them when training, after updating any statistics of the inputs.

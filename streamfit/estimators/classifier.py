@@ -224,7 +224,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     def _scores(self, X: Any, copy: bool) -> np.ndarray:
         """Scores of ``X``; ``copy=False`` may return a reused buffer (valid until the next prediction)."""
         self._require_fitted()
-        out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False)), copy)
+        out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False, learn=False)), copy)
         return out.reshape(len(out)) if self.binary_ else out.reshape(len(out), -1)
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -246,7 +246,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         if hasattr(self, "trainer_") and self.binary_:
-            out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False)), False)
+            out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False, learn=False)), False)
             if out.size == 1:  # one row (a per-event stream): no array arithmetic
                 return self.classes_[1:2].copy() if out.item(0) > 0 else self.classes_[:1].copy()
             return self.classes_[(out.reshape(len(out)) > 0).astype(np.int64)]

@@ -150,7 +150,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     def _predict(self, X: Any, dtype: Any) -> np.ndarray:
         """Predictions as a new array of ``dtype``; one output column is returned as shape (rows,)."""
         self._require_fitted()
-        out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False)), False)
+        out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False, learn=False)), False)
         if out.size == 1 and out.ndim == 2:  # one row, one output (a per-event stream): one numpy call
             return np.array((out.item(0),), dtype=dtype)
         out = out.reshape(len(out)) if out.ndim == 2 and out.shape[1] == 1 else out

@@ -90,9 +90,9 @@ class ReadyMade:
         return layers_of(self.trainer_.get_weights())  # type: ignore[attr-defined]
 
     # -- the one validation of X and sample weights (scikit-learn's rules), at the public methods ----------
-    def _check_X(self, X: Any, reset: bool) -> np.ndarray:
+    def _check_X(self, X: Any, reset: bool, learn: bool = True) -> np.ndarray:
         if type(X) is not np.ndarray and getattr(self, "inputs", None) is not None:
-            X = self._feature_matrix(X)
+            X = self._feature_matrix(X, learn)
         X = check_features(X)  # a finite float32 (rows, features) array
         self._check_width(X.shape[1], reset)  # type: ignore[attr-defined]
         return X
@@ -108,7 +108,7 @@ class ReadyMade:
         width = self.__dict__.get("n_features_in_") if hasattr(self, "trainer_") else None
         return (ModelInput(INPUT, np.dtype(np.float32), ("N", width if width is not None else "n_features")),)
 
-    def _feature_matrix(self, X: Any) -> Any:
+    def _feature_matrix(self, X: Any, learn: bool = True) -> Any:
         """``X`` (an Arrow table, a dict of columns, or ``{"X": matrix}`` from the stream) as the feature matrix
         ``inputs={"X": columns or an encoder}`` describes; other ``X`` as given."""
         import pyarrow as pa
@@ -122,7 +122,7 @@ class ReadyMade:
         if isinstance(X, (pa.Table, pa.RecordBatch, Mapping)):
             from streamfit.features._estimator import arrow_inputs
 
-            return arrow_inputs(self, X)[INPUT]
+            return arrow_inputs(self, X, learn=learn)[INPUT]
         return X
 
     def _linear_in_raw_units(self) -> tuple[np.ndarray, np.ndarray]:

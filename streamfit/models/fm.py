@@ -79,7 +79,7 @@ class _HashedModel:
     def _n_outputs(self) -> int:
         return 1
 
-    def _check_X(self, X: Any, reset: bool) -> Any:
+    def _check_X(self, X: Any, reset: bool, learn: bool = True) -> Any:
         from streamfit._engine.inputs import NamedRows
 
         if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
@@ -87,7 +87,7 @@ class _HashedModel:
         if not isinstance(X, (pa.Table, pa.RecordBatch, Mapping, NamedRows)):
             raise TypeError(f"{type(self).__name__} takes an Arrow Table/RecordBatch or a dict of columns "
                             f"(categorical {list(self.categorical)}, dense {list(self.dense)}), got {type(X).__name__}")
-        return super()._check_X(X, reset)  # type: ignore[misc]
+        return super()._check_X(X, reset, learn)  # type: ignore[misc]
 
 
 _DOC_PARAMS = """

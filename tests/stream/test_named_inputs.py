@@ -247,3 +247,20 @@ def test_mismatched_columns_are_bad_input_naming_the_input():
 
     with pytest.raises(ModelError, match="inputs= names \\['idz'\\], which the model does not have"):
         Rebatcher(4, inputs={"x": "a", "idz": "b"}, model_inputs=mis)
+
+
+def test_predictions_teach_a_vocabulary_nothing():
+    est = OnnxRegressor(two_input_model(3, 16), inputs={"x": ["a", "b", "price"], "ids": Vocabulary("city")},
+                        batch_size=50, **COMMON)
+    table = _table(100, 6)
+    est.partial_fit(table.drop_columns(["y"]), table.column("y").to_numpy())
+    before = {k: dict(v) for k, v in enumerate(est.encoder_states_["ids"].ids)}
+    unseen = table.slice(0, 10).set_column(3, "city", pa.array(["tokyo"] * 10)).drop_columns(["y"])
+    out = est.predict(unseen)
+    assert {k: dict(v) for k, v in enumerate(est.encoder_states_["ids"].ids)} == before
+    # unknown values predict as the unknown id, as the exported model does
+    sess = ort.InferenceSession(est.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {"a": unseen.column("a").to_numpy(), "b": unseen.column("b").to_numpy(),
+            "price": np.asarray(unseen.column("price").to_pylist(), np.float32),
+            "city": np.asarray(unseen.column("city").to_pylist(), dtype=object)}
+    np.testing.assert_allclose(sess.run(None, feed)[0].ravel(), out.ravel(), rtol=1e-5, atol=1e-6)
