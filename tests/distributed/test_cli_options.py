@@ -1,0 +1,28 @@
+"""streamfit train|serve --workers N: every loop option reaches the learners' loops (no Ray needed to build)."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from streamfit._engine.testing import linear_model
+from streamfit._stream.options import StreamOptions
+from streamfit.daemon.config import load_config
+from streamfit.distributed._cli import _trainer
+from streamfit.exceptions import ConfigError
+
+
+def test_the_learners_get_every_loop_option_and_the_ray_options(tmp_path):
+    onnx.save(linear_model(3), tmp_path / "m.onnx")
+    flags = {"source": "parquet:/x", "model": str(tmp_path / "m.onnx"), "workers": 3, "sync_every_seconds": 0.5,
+             "sync_optimizer": False, "checkpoint_every_rounds": 2, "features": ["a", "b", "c"], "cast": True,
+             "dtype": "float64", "window": 50, "queue_size": 2, "drop_last": True, "evaluate": False,
+             "batch_size": 8, "on_bad": "raise"}
+    trainer = _trainer(load_config(None, flags), serve=False)
+    loop = StreamOptions(**trainer.loop_options)  # what each learner's StreamLoop is built with
+    given = StreamOptions(**{k: v for k, v in flags.items() if k not in ("source", "model")})
+    for name in ("features", "cast", "dtype", "window", "queue_size", "drop_last", "evaluate", "batch_size", "on_bad"):
+        assert getattr(loop, name) == getattr(given, name) != getattr(StreamOptions(), name), name
+    assert (trainer.workers, trainer.sync_every_seconds, trainer.sync_optimizer) == (3, 0.5, False)
+    with pytest.raises(ConfigError, match="--dead-letter is not supported"):
+        _trainer(load_config(None, {**flags, "dead_letter": str(tmp_path / "d.jsonl")}), serve=False)
