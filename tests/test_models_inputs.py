@@ -73,7 +73,7 @@ def test_fit_epochs_and_export_take_the_raw_columns():
                                rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+@pytest.mark.parametrize("step", ["fused", pytest.param("forward_backward", marks=pytest.mark.needs_ort_training)])
 def test_a_stream_trains_as_partial_fit(tmp_path, step):
     X, y, table = _data(2)
     d = tmp_path / "data"

@@ -12,6 +12,8 @@ from streamfit._engine.testing import cnn_model, two_input_model
 from streamfit.exceptions import BadInputError, ModelError
 from streamfit.features import Hashed, Padded, Vocabulary
 
+pytestmark = pytest.mark.needs_ort_training  # Trainer builds these models' gradients with onnxruntime-training
+
 CITIES = np.array(["paris", "oslo", "rome", "lima"])
 
 

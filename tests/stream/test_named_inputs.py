@@ -249,6 +249,7 @@ def test_mismatched_columns_are_bad_input_naming_the_input():
         Rebatcher(4, inputs={"x": "a", "idz": "b"}, model_inputs=mis)
 
 
+@pytest.mark.needs_ort_training  # an OnnxRegressor over a Gather model: onnxruntime-training's gradient
 def test_predictions_teach_a_vocabulary_nothing():
     est = OnnxRegressor(two_input_model(3, 16), inputs={"x": ["a", "b", "price"], "ids": Vocabulary("city")},
                         batch_size=50, **COMMON)
