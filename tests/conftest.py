@@ -43,16 +43,6 @@ def _preflight_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]
         os.environ["STREAMFIT_CACHE_DIR"] = old
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` run only when asked for (``-m slow``, or any ``-m`` expression naming it)."""
-    if "slow" in (config.getoption("-m") or ""):
-        return
-    slow = [item for item in items if "slow" in item.keywords]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if "slow" not in item.keywords]
-
-
 def _has_ort_training() -> bool:
     from onnxruntime.capi import _pybind_state
 
@@ -60,7 +50,13 @@ def _has_ort_training() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``needs_ort_training`` skip where onnxruntime has no training build (Python 3.13+)."""
+    """Tests marked ``slow`` run only when asked for (``-m slow``, or any ``-m`` expression naming it); tests
+    marked ``needs_ort_training`` skip where onnxruntime has no training build (Python 3.13+)."""
+    if "slow" not in (config.getoption("-m") or ""):
+        slow = [item for item in items if "slow" in item.keywords]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if "slow" not in item.keywords]
     if _has_ort_training():
         return
     skip = pytest.mark.skip(reason="needs onnxruntime-training at train time (Python <= 3.12); this onnxruntime "
