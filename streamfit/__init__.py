@@ -33,14 +33,20 @@ _LAZY = {
     "StreamSummary": "streamfit._stream",
     "StreamLoop": "streamfit._stream",
     "StreamOptions": "streamfit._stream",
+    "LoopState": "streamfit._stream",
+    "BatchEvent": "streamfit._stream",
+    "MetricsEvent": "streamfit._stream",
+    "Skipped": "streamfit._stream",
+    "Span": "streamfit._stream",
     "open_source": "streamfit.sources",
     "Runner": "streamfit.daemon",
-    "DeadLetter": "streamfit._stream.deadletter",
-    "DeadLetterSink": "streamfit._stream.deadletter",
-    "open_dead_letter": "streamfit._stream.deadletter",
-    "read_dead_letters": "streamfit._stream.deadletter",
+    "DeadLetter": "streamfit._stream",
+    "DeadLetterSink": "streamfit._stream",
+    "open_dead_letter": "streamfit._stream",
+    "read_dead_letters": "streamfit._stream",
 }
-_SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon", "estimators", "models"}
+_SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon", "estimators", "models", "graph",
+               "testing", "features", "penalties"}
 
 __all__ = [
     "__version__", *_LAZY, *sorted(_SUBMODULES),
@@ -50,14 +56,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    # not cached in globals(): doctest would then find the re-exported classes here too and run their
+    # examples twice (they are collected in their defining modules, see streamfit._public)
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f"streamfit.{name}")
-    else:
-        raise AttributeError(f"module 'streamfit' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"streamfit.{name}")
+    raise AttributeError(f"module 'streamfit' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
@@ -65,11 +70,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from streamfit import checkpoint, daemon, estimators, losses, models, optim, schedules, sources
+    from streamfit import (checkpoint, daemon, estimators, features, graph, losses, models, optim, penalties, schedules,
+                           sources, testing)
     from streamfit._engine.trainer import Trainer
     from streamfit._sklearn import from_sklearn
-    from streamfit._stream import StreamLoop, StreamOptions, StreamSummary, train_stream, train_stream_sync
-    from streamfit._stream.deadletter import DeadLetter, DeadLetterSink, open_dead_letter, read_dead_letters
+    from streamfit._stream import (BatchEvent, DeadLetter, DeadLetterSink, LoopState, MetricsEvent, Skipped, Span,
+                                   StreamLoop, StreamOptions, StreamSummary, open_dead_letter, read_dead_letters,
+                                   train_stream, train_stream_sync)
     from streamfit.daemon import Runner
     from streamfit.estimators import OnnxClassifier, OnnxRegressor
     from streamfit.models import (FMClassifier, FMRegressor, LinearRegressor, LogisticRegression, MLPClassifier,

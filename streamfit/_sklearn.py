@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from streamfit._public import reexport
 from streamfit._engine.build import Names
 from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
 from streamfit.models._base import ReadyClassifier, ReadyMade
@@ -307,3 +308,6 @@ def _continue_state(out: ReadyMade, extra: dict[str, Any]) -> None:
                         state["optimizer"][key].shape)
     trainer.load_state_dict(state)
     out.t_ = trainer.n_steps  # type: ignore[attr-defined]
+
+
+reexport("streamfit", globals(), ["from_sklearn"])  # streamfit.from_sklearn

@@ -21,6 +21,14 @@ __all__ = ["Penalty", "get_penalty"]
 class Penalty:
     """Elastic-net penalty ``alpha * (l1_ratio * |w|_1 + (1 - l1_ratio) / 2 * |w|_2^2)``.
 
+    What it emits: for each penalized weight the engine calls ``gradient(b, w, g)`` before the optimizer
+    (names in, the penalized gradient's name out) and ``proximal(b, w_new, lr)`` on the optimizer's new
+    weight (``lr`` the name of the learning-rate input), through the :class:`~streamfit.graph.GraphBuilder`
+    ``b``.  A subclass may override both, with their numpy twins :meth:`numpy_gradient` and
+    :meth:`numpy_proximal`; it has no state (its parameters are :meth:`get_params`).  With plain SGD and no
+    L1 part, the fused step applies the L2 part itself as a decay ``w * (1 - lr * l2)`` folded into the
+    update (see :meth:`folds_into_decay`).
+
     >>> import numpy as np
     >>> p = Penalty(alpha=0.1, l1_ratio=0.0)
     >>> p.numpy_gradient(np.array([2.0]), np.array([0.0]))
@@ -53,6 +61,12 @@ class Penalty:
             return w
         shrunk = b.op("Relu", b.op("Sub", b.op("Abs", w), b.op("Mul", lr, b.const(self.l1))))
         return b.op("Mul", b.op("Sign", w), shrunk)
+
+    def folds_into_decay(self) -> bool:
+        """True when the penalty is exactly the weight decay ``w * (1 - lr * l2)`` after an SGD step: no L1
+        part, and :meth:`gradient`/:meth:`proximal` as defined here (a subclass that changes them is emitted)."""
+        cls = type(self)
+        return self.l1 == 0 and cls.gradient is Penalty.gradient and cls.proximal is Penalty.proximal
 
     def numpy_gradient(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
         return g + self.l2 * w

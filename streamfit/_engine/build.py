@@ -27,7 +27,6 @@ from streamfit._engine.rewrites import (_shape_table, bias_grads_as_matmul, deco
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
-from streamfit.optim.sgd import SGD
 from streamfit.penalties import Penalty
 
 __all__ = ["Names", "CheckPlan", "GradientGraphs", "build_gradient_graphs", "build_fused", "build_loss_model",
@@ -176,9 +175,11 @@ def _row_weight_inputs(dtype: np.dtype, y_rank: int) -> list[onnx.ValueInfoProto
 
 
 def folds_lr_into_gradients(optimizer: Optimizer, penalty: Penalty | None) -> bool:
-    """Plain SGD with at most an L2 penalty: the fused step backpropagates lr-scaled gradients (the
-    grad weights carry the lr) and its update rides on the gradient GEMMs."""
-    return optimizer.name == "sgd" and type(optimizer).update is SGD.update and (penalty is None or penalty.l1 == 0)
+    """Plain SGD with at most an L2 penalty, as the optimizer and the penalty declare it
+    (:meth:`~streamfit.optim.Optimizer.folds_into_gradients`, :meth:`~streamfit.Penalty.folds_into_decay`):
+    the fused step backpropagates lr-scaled gradients (the grad weights carry the lr) and its update rides on
+    the gradient GEMMs."""
+    return optimizer.folds_into_gradients() and (penalty is None or penalty.folds_into_decay())
 
 
 #: Weights at least this large are checked by a bound in the small-batch graph (a ReduceSum over them

@@ -25,6 +25,7 @@ from streamfit._engine.model import ModelInput, load_model, prepare_model
 from streamfit._engine.predict import Predictor
 from streamfit._engine.sparse import SparseTables, find_tables, training_model
 from streamfit._engine.staging import Staging
+from streamfit._public import reexport
 from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
 from streamfit.optim import Optimizer, get_optimizer
@@ -542,3 +543,6 @@ class Trainer:
         plan = columns.plan
         return raw_column_model(model, self.inputs, self.prepared.inputs, plan.states, plan.column_info,
                                 plan.row_shapes)
+
+
+reexport("streamfit", globals(), ["Trainer"])  # streamfit.Trainer

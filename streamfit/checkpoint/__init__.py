@@ -4,6 +4,7 @@ The format knows nothing of the training engine: it stores what it is given, ref
 survives a crash at any instant (see :class:`CheckpointStore`).
 """
 
+from streamfit._public import reexport
 from streamfit.checkpoint._async import AsyncCheckpointWriter, WriteResult
 from streamfit.checkpoint._format import FORMAT_VERSION, Checkpoint
 from streamfit.checkpoint._fs import publish
@@ -18,3 +19,5 @@ __all__ = [
     "WriteResult",
     "publish",
 ]
+
+reexport(__name__, globals(), __all__)

@@ -5,6 +5,7 @@ loop on its share, and every K batches or T seconds the learners' weights (optio
 mixed through Ray's object store.  See :class:`DistributedTrainer`.  Ray is imported only when a run starts.
 """
 
+from streamfit._public import reexport
 from streamfit.distributed._averaging import mix, synced_names
 from streamfit.distributed._cluster import LocalRayCluster
 from streamfit.distributed._coordinator import DistributedSummary, DistributedTrainer, LearnerLostError, RoundStats
@@ -12,3 +13,5 @@ from streamfit.distributed._shares import Share, plan_shares
 
 __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats", "LearnerLostError", "LocalRayCluster",
            "Share", "plan_shares", "mix", "synced_names"]
+
+reexport(__name__, globals(), __all__)

@@ -5,6 +5,7 @@ the stream loop, ``--input NAME=COL`` in the CLI).  The exported model (``to_onn
 columns and encodes them in its graph.
 """
 
+from streamfit._public import reexport
 from streamfit.features._encoders import NULL_ID, OOV_ID, Encoder, Hashed, Lengths, Mask, Padded, Vocabulary
 
 __all__ = ["Encoder", "Hashed", "Vocabulary", "Padded", "Lengths", "Mask", "NULL_ID", "OOV_ID", "parse_input"]
@@ -40,3 +41,5 @@ def parse_input(text: str) -> tuple[str, object]:
     except (IndexError, ValueError) as exc:
         raise ValueError(f"--input {text!r}: {exc}") from None
     raise ValueError(f"--input {text!r}: unknown encoder {kind!r} (hashed, vocabulary, padded, lengths, mask)")
+
+reexport(__name__, globals(), __all__)

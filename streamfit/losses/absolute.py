@@ -7,6 +7,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["AbsoluteError"]
+
 
 class AbsoluteError(Loss):
     """Absolute error, averaged over rows.
@@ -18,10 +20,10 @@ class AbsoluteError(Loss):
 
     name = "absolute_error"
 
-    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)
         return b.op("Abs", r), b.op("Sign", r)
 
-    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = y - t
         return np.abs(r), np.sign(r)

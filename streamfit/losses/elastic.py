@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["ElasticError"]
+
 
 class ElasticError(Loss):
     """``l1 * |y - t| + l2 * (y - t)**2``; dL/dY = l1 * sign(r) + 2 * l2 * r.
@@ -29,7 +31,7 @@ class ElasticError(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"l1": self.l1, "l2": self.l2}
 
-    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)
         loss = b.op("Add", b.op("Mul", b.op("Abs", r), b.const(self.l1)),
                     b.op("Mul", b.op("Mul", r, r), b.const(self.l2)))
@@ -37,6 +39,6 @@ class ElasticError(Loss):
                     b.op("Mul", r, b.const(2.0 * self.l2)))
         return loss, grad
 
-    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = y - t
         return self.l1 * np.abs(r) + self.l2 * r * r, self.l1 * np.sign(r) + 2 * self.l2 * r

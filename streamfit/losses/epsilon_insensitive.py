@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["EpsilonInsensitive"]
+
 
 class EpsilonInsensitive(Loss):
     """``max(0, |r| - epsilon)``; dL/dY = sign(r) outside the tube ``|r| > epsilon``, 0 inside.
@@ -29,13 +31,13 @@ class EpsilonInsensitive(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}
 
-    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)
         excess = b.op("Sub", b.op("Abs", r), b.const(self.epsilon))
         outside = b.op("Cast", b.op("Greater", excess, b.const(0.0)), to=b.elem)
         return b.op("Relu", excess), b.op("Mul", b.op("Sign", r), outside)
 
-    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = y - t
         excess = np.abs(r) - self.epsilon
         return np.maximum(excess, 0.0), np.sign(r) * (excess > 0)

@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["Hinge"]
+
 
 def signed(b: GraphBuilder, t: str) -> str:
     """``2 t - 1``: labels 0/1 as -1/+1 (shared by the margin losses)."""
@@ -37,13 +39,13 @@ class Hinge(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"threshold": self.threshold}
 
-    def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         y = signed(b, t)
         gap = b.op("Sub", b.const(self.threshold), b.op("Mul", y, z))
         active = b.op("Cast", b.op("Not", b.op("Less", gap, b.const(0.0))), to=b.elem)  # gap >= 0
         return b.op("Relu", gap), b.op("Neg", b.op("Mul", y, active))
 
-    def _np_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         y = 2.0 * t - 1.0
         gap = self.threshold - y * z
         return np.maximum(gap, 0.0), -y * (gap >= 0)

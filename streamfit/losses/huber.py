@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["Huber"]
+
 
 class Huber(Loss):
     """``0.5 r**2`` for ``|r| <= delta``, else ``delta * (|r| - delta / 2)``; dL/dY = clip(r, -delta, delta).
@@ -28,14 +30,14 @@ class Huber(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"delta": self.delta}
 
-    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)
         grad = b.op("Clip", r, b.const(-self.delta), b.const(self.delta))
         # loss = grad * (r - grad / 2): 0.5 r^2 inside, delta (|r| - delta/2) outside
         loss = b.op("Mul", grad, b.op("Sub", r, b.op("Mul", grad, b.const(0.5))))
         return loss, grad
 
-    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = y - t
         grad = np.clip(r, -self.delta, self.delta)
         return grad * (r - grad / 2), grad

@@ -7,6 +7,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["BinaryLogLoss"]
+
 
 class BinaryLogLoss(Loss):
     """``log(1 + exp(z)) - t * z`` computed stably; dL/dz = sigmoid(z) - t.
@@ -18,12 +20,12 @@ class BinaryLogLoss(Loss):
 
     name = "log_loss"
 
-    def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         # softplus(z) = max(z, 0) + log(1 + exp(-|z|)), stable for any z
         softplus = b.op("Add", b.op("Relu", z),
                         b.op("Log", b.op("Add", b.const(1.0), b.op("Exp", b.op("Neg", b.op("Abs", z))))))
         return b.op("Sub", softplus, b.op("Mul", t, z)), b.op("Sub", b.op("Sigmoid", z), t)
 
-    def _np_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         softplus = np.maximum(z, 0) + np.log1p(np.exp(-np.abs(z)))
         return softplus - t * z, 1.0 / (1.0 + np.exp(-z)) - t

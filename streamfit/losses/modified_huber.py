@@ -8,6 +8,8 @@ from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 from streamfit.losses.hinge import signed
 
+__all__ = ["ModifiedHuber"]
+
 
 class ModifiedHuber(Loss):
     """With ``m = y z``: ``max(0, 1 - m)**2`` for ``m >= -1``, else ``-4 m`` (scikit-learn's SGDClassifier loss).
@@ -22,7 +24,7 @@ class ModifiedHuber(Loss):
 
     name = "modified_huber"
 
-    def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         y = signed(b, t)
         m = b.op("Mul", y, z)
         # clip(1 - m, 0, 2) is the quadratic part's slope/2 and equals 2 beyond m = -1
@@ -32,7 +34,7 @@ class ModifiedHuber(Loss):
         loss = b.op("Add", b.op("Mul", gap, gap), b.op("Mul", excess, b.const(4.0)))
         return loss, b.op("Mul", b.op("Mul", y, gap), b.const(-2.0))
 
-    def _np_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         y = 2.0 * t - 1.0
         m = y * z
         gap = np.clip(1.0 - m, 0.0, 2.0)

@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["ProbabilityLogLoss"]
+
 
 class ProbabilityLogLoss(Loss):
     """``-log(max(p[t], eps))`` per row; dL/dp = -1 / max(p[t], eps) on the label's column, 0 elsewhere.
@@ -34,7 +36,7 @@ class ProbabilityLogLoss(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"eps": self.eps}
 
-    def _terms(self, b: GraphBuilder, p: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, p: str, t: str) -> tuple[str, str]:
         depth = b.op("Gather", b.op("Shape", p), b.const(1, np.int64))  # Shape(start=) needs opset 15
         classes = b.op("Range", b.const(0, np.int64), depth, b.const(1, np.int64))
         onehot = b.op("Cast", b.op("Equal", b.op("Unsqueeze", t, b.const([1], np.int64)), classes), to=b.elem)
@@ -42,7 +44,7 @@ class ProbabilityLogLoss(Loss):
         p_t = b.op("Max", p_t, b.const(self.eps))
         return b.op("Neg", b.op("Log", p_t)), b.op("Neg", b.op("Div", onehot, p_t))
 
-    def _np_terms(self, p: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, p: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.asarray(t).astype(np.int64).reshape(-1)
         onehot = np.zeros_like(p)
         onehot[np.arange(p.shape[0]), t] = 1.0

@@ -7,6 +7,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["SoftmaxCrossEntropy"]
+
 
 class SoftmaxCrossEntropy(Loss):
     """``-log softmax(z)[t]`` per row; dL/dz = softmax(z) - onehot(t).  Labels are int64 class indices.
@@ -19,7 +21,7 @@ class SoftmaxCrossEntropy(Loss):
     name = "softmax_cross_entropy"
     integer_labels = True
 
-    def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         # onehot(t) = (arange(k) == t[:, None]); ORT's CPU OneHot has no float64 kernel, this works for both
         depth = b.op("Gather", b.op("Shape", z), b.const(1, np.int64))  # Shape(start=) needs opset 15
         classes = b.op("Range", b.const(0, np.int64), depth, b.const(1, np.int64))
@@ -29,7 +31,7 @@ class SoftmaxCrossEntropy(Loss):
         per_row = b.op("Neg", b.op("ReduceSum", b.op("Mul", onehot, logp), b.const([1], np.int64), keepdims=1))
         return per_row, b.op("Sub", b.op("Softmax", z, axis=-1), onehot)
 
-    def _np_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.asarray(t).astype(np.int64).reshape(-1)
         zmax = z.max(axis=1, keepdims=True)
         logp = z - zmax - np.log(np.exp(z - zmax).sum(axis=1, keepdims=True))

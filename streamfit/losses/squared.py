@@ -7,6 +7,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["SquaredError"]
+
 
 class SquaredError(Loss):
     """Half squared error, summed over outputs, averaged over rows.
@@ -19,10 +21,10 @@ class SquaredError(Loss):
     name = "squared_error"
     loss_factor = 0.5  # carried by the loss weights: one node fewer per step
 
-    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)
         return b.op("Mul", r, r), r
 
-    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = y - t
         return 0.5 * r * r, r

@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 
+__all__ = ["SquaredEpsilonInsensitive"]
+
 
 class SquaredEpsilonInsensitive(Loss):
     """``max(0, |r| - epsilon)**2``; dL/dY = 2 sign(r) max(0, |r| - epsilon).
@@ -28,12 +30,12 @@ class SquaredEpsilonInsensitive(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}
 
-    def _terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)
         excess = b.op("Relu", b.op("Sub", b.op("Abs", r), b.const(self.epsilon)))
         return b.op("Mul", excess, excess), b.op("Mul", b.op("Mul", b.op("Sign", r), excess), b.const(2.0))
 
-    def _np_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = y - t
         excess = np.maximum(np.abs(r) - self.epsilon, 0.0)
         return excess * excess, 2.0 * np.sign(r) * excess

@@ -10,6 +10,8 @@ from streamfit._engine.graph import GraphBuilder
 from streamfit.losses.base import Loss
 from streamfit.losses.hinge import signed
 
+__all__ = ["SquaredHinge"]
+
 
 class SquaredHinge(Loss):
     """``max(0, threshold - y z)**2``; dL/dz = -2 y max(0, threshold - y z) (smooth, unlike the hinge).
@@ -29,12 +31,12 @@ class SquaredHinge(Loss):
     def get_params(self) -> dict[str, Any]:
         return {"threshold": self.threshold}
 
-    def _terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
+    def terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         y = signed(b, t)
         gap = b.op("Relu", b.op("Sub", b.const(self.threshold), b.op("Mul", y, z)))
         return b.op("Mul", gap, gap), b.op("Mul", b.op("Mul", y, gap), b.const(-2.0))
 
-    def _np_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def numpy_terms(self, z: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         y = 2.0 * t - 1.0
         gap = np.maximum(self.threshold - y * z, 0.0)
         return gap * gap, -2.0 * y * gap

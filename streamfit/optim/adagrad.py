@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.optim.base import Optimizer, check_range
 
+__all__ = ["AdaGrad"]
+
 
 class AdaGrad(Optimizer):
     """``s <- s + g**2; w <- w - lr * g / (sqrt(s) + eps)`` (PyTorch's Adagrad without lr decay).

@@ -10,6 +10,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.optim.base import Optimizer, check_range
 
+__all__ = ["Adam"]
+
 
 class Adam(Optimizer):
     """``m, v`` moving averages of g and g**2; ``w -= lr * m_hat / (sqrt(v_hat) + eps)``.

@@ -10,6 +10,8 @@ from streamfit._engine.graph import GraphBuilder
 from streamfit.optim.adam import Adam
 from streamfit.optim.base import check_range
 
+__all__ = ["AdamW"]
+
 
 class AdamW(Adam):
     """``w <- w * (1 - lr * weight_decay)``, then the Adam step; the decay never enters m and v.

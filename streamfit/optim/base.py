@@ -15,11 +15,31 @@ import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
 
-__all__ = ["Optimizer"]
+__all__ = ["Optimizer", "check_range"]
 
 
 class Optimizer(abc.ABC):
-    """Base class: subclasses write ``update``/``numpy_update`` and, if needed, ``scalars``."""
+    """An update rule: ONNX nodes emitted once into the training graph, plus its numpy twin.
+
+    A subclass writes :meth:`update` and :meth:`numpy_update` and, if needed, :attr:`slots`,
+    :attr:`scalar_names`/:meth:`scalars` and :meth:`init_state` (see :mod:`streamfit.graph` for an example).
+
+    What it emits: for each trained weight the engine calls ``update(b, w, g, state, s)`` once, while it
+    builds the graph, with graph names: ``w`` the weight, ``g`` its gradient (penalty included), ``state``
+    ``{slot: input name}`` for each of :attr:`slots`, ``s`` ``{scalar: input name}`` for each of
+    :attr:`scalar_names` (0-d, of the weights' dtype).  It adds nodes through the
+    :class:`~streamfit.graph.GraphBuilder` ``b`` and returns the names of the new weight and of the new
+    value of every slot (same shapes).  The engine checks every new value for finiteness and applies the
+    step only when all are finite.
+
+    What it is fed: before each step the engine calls ``scalars(lr, t)`` (``t`` steps applied so far, ``lr``
+    the schedule's rate) and feeds the values as the :attr:`scalar_names` inputs.
+
+    Its state: the slots, allocated by :meth:`init_state` (zeros the shape of the weight by default), live
+    next to the weights on the device; ``Trainer.state_dict()["optimizer"]`` holds one array per weight and
+    slot, keyed ``"<weight>__<slot>"``, and checkpoints save and restore them with the weights.  The
+    optimizer object itself holds only hyper-parameters (:meth:`get_params`), never per-step state.
+    """
 
     name: ClassVar[str]
     #: Names of the per-weight state slots (each the shape of its weight, zero-initialized).
@@ -47,7 +67,18 @@ class Optimizer(abc.ABC):
         """The same rule in numpy (reference for tests and documentation)."""
 
     def init_state(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """Initial value of each slot for weight ``w`` (zeros like ``w``)."""
         return {slot: np.zeros_like(w) for slot in self.slots}
+
+    def folds_into_gradients(self) -> bool:
+        """True when the rule is exactly plain SGD, ``w - lr * g``, with no state and ``lr`` as its only scalar.
+
+        The fused step then takes its fast path: it backpropagates lr-scaled gradients and folds the update
+        into the GEMMs that make them (``Gemm(A, B, C=w, alpha=-1, beta=1)``), so :meth:`update` is not
+        emitted at all.  False here: the engine emits :meth:`update`.  :class:`~streamfit.optim.SGD` says True,
+        and so do its subclasses that keep its rule.
+        """
+        return False
 
     def get_params(self) -> dict[str, Any]:
         return {}

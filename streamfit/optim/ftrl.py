@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.optim.base import Optimizer, check_range
 
+__all__ = ["FTRL"]
+
 
 class FTRL(Optimizer):
     """Per-coordinate FTRL-Proximal: state ``z`` and ``n``, weights materialized from them at every step.

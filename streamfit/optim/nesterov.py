@@ -9,6 +9,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.optim.base import Optimizer, check_range
 
+__all__ = ["Nesterov"]
+
 
 class Nesterov(Optimizer):
     """``v <- momentum * v - lr * g; w <- w + momentum * v - lr * g``.

@@ -10,6 +10,8 @@ import numpy as np
 from streamfit._engine.graph import GraphBuilder
 from streamfit.optim.base import Optimizer, check_range
 
+__all__ = ["RowWiseAdaGrad"]
+
 
 class RowWiseAdaGrad(Optimizer):
     """``s[r] <- s[r] + mean(g[r]**2); w[r] <- w[r] - lr * g[r] / (sqrt(s[r]) + eps)`` for each row ``r``.

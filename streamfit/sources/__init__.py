@@ -6,6 +6,7 @@ In memory, Arrow IPC (file, stdin, TCP), Parquet (files, directories, followed d
 
 from __future__ import annotations
 
+from streamfit._public import reexport
 from streamfit.sources._base import Position, Source, SourceBatch
 from streamfit.sources.decoders import Decoder, csv_decoder, ipc_decoder, json_lines_decoder
 from streamfit.sources.ipc import IpcSource, IpcTcpSource
@@ -31,3 +32,5 @@ __all__ = [
     "SUPPORTED_URIS",
 ]
 
+
+reexport(__name__, globals(), __all__)
