@@ -28,7 +28,8 @@ def reexport(public: str, namespace: dict[str, Any], names: Iterable[str]) -> No
     the module's doctest finder sees the classes, and its ``__test__`` gets their methods with examples), or
     any other module's for names the lazy root package re-exports (no finder sees those classes any more:
     each goes into its defining module's ``__test__``, and doctest collects it there, methods included).
-    (doctest attributes a class or a function to the module its ``__module__`` names, a method to the module
+    Examples of eagerly re-exported names run in the public module's globals, as a user's code would: they
+    import what they use.  (doctest attributes a class or a function to the module its ``__module__`` names, a method to the module
     its class is attributed to only if it also has the method's globals.)
     """
     eager = namespace.get("__name__") == public

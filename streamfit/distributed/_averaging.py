@@ -37,6 +37,7 @@ def _stat_groups(names: "Mapping[str, object] | list[str]") -> list[str]:
 def synced_names(arrays: Mapping[str, np.ndarray], sync_optimizer: bool) -> list[str]:
     """Names of the arrays shared by all learners after a synchronization (the rest stays per learner).
 
+    >>> import numpy as np
     >>> sorted(synced_names({"trainer/weights/W": np.zeros(2), "trainer/optimizer/W__m": np.zeros(2),
     ...                      "scaler/mean": np.zeros(2), "scaler/m2": np.zeros(2), "scaler/count": np.zeros(())},
     ...                     False))
@@ -59,6 +60,7 @@ def mix(states: Sequence[Mapping[str, np.ndarray] | None], rows: Sequence[int],
     ``rows`` are the rows each trained in the round; ``previous`` is the last mixed state (for the
     scaler merge); ``None`` when no learner trained.
 
+    >>> import numpy as np
     >>> a = {"trainer/weights/W": np.array([1.0, 2.0], np.float32)}
     >>> b = {"trainer/weights/W": np.array([3.0, 6.0], np.float32)}
     >>> mix([a, b], [100, 300], None)["trainer/weights/W"]
