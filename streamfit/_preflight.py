@@ -233,7 +233,7 @@ def _kinds(spec: dict[str, Any]) -> tuple[set[str], str | None]:
     return {"fused", "forward_backward"}, None
 
 
-def _make(spec: dict[str, Any], kind: str) -> Any:
+def _make(spec: dict[str, Any], kind: Any) -> Any:
     from streamfit._engine.trainer import Trainer
 
     if _is_artifact(spec["model"]):  # its loss and optimizer are compiled in (a trainer given others says so)

@@ -73,6 +73,7 @@ def from_sklearn(estimator: Any, **params: Any) -> ReadyMade:
     if getattr(estimator, "average", False):
         raise ValueError(f"{type(estimator).__name__}(average={estimator.average!r}) predicts with averaged "
                          "weights, which streamfit does not keep; refit it with average=False")
+    out: Any  # a ReadyMade estimator (its scikit-learn API comes with the concrete class)
     out, layers, classes, state = converter(estimator)
     running = len(scalers) == 1 and _is_full_standard_scaler(scalers[0])
     out.set_params(warm_start=True, standardize=bool(scalers))

@@ -83,16 +83,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", help="print the full traceback of a failure")
     parser = _Parser(prog="streamfit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub_add = sub.add_parser
 
-    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+    def add(name: str, **kw: Any) -> _Parser:
         return sub_add(name, parents=[common], **kw)
 
-    sub.add_parser = add  # type: ignore[method-assign]
+    sub.add_parser = add  # type: ignore[method-assign, assignment]
     train = sub.add_parser("train", help="train on a finite stream, then checkpoint and export the model")
     train.add_argument("--demo", action="store_true", help="train on a small generated Parquet stream")
     train.add_argument("--demo-dir", default="streamfit-demo", help="where --demo writes its data and results")

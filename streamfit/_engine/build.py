@@ -104,7 +104,7 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
                           [info.user_input_grad_names[name] for name in input_grads])
 
 
-def _value_info(name: str, elem: int, shape: list[Any]) -> onnx.ValueInfoProto:
+def _value_info(name: str, elem: int, shape: list[Any] | None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
@@ -147,16 +147,16 @@ def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer
     sums: list[str] = [] if loss is None else [loss]
     for w, g in zip(pm.weights, grads):
         shape = list(pm.initial[w].shape)
-        use_penalty = penalty is not None and w in pm.penalized
-        if use_penalty:
-            g = penalty.gradient(b, w, g)
+        use_penalty = penalty if penalty is not None and w in pm.penalized else None
+        if use_penalty is not None:
+            g = use_penalty.gradient(b, w, g)
         state = {slot: Names.slot(w, slot) for slot in optimizer.slots}
         slot_shapes = {k: list(v.shape) for k, v in optimizer.init_state(pm.initial[w]).items()}
         inputs += [_value_info(name, elem, slot_shapes[slot]) for slot, name in state.items()]
         w_new, new_state = optimizer.update(b, w, g, state, scalars,
                                             **({"shape": tuple(shape)} if optimizer.shaped else {}))
-        if use_penalty:
-            w_new = penalty.proximal(b, w_new, scalars["lr"])
+        if use_penalty is not None:
+            w_new = use_penalty.proximal(b, w_new, scalars["lr"])
         produced = {**new_state, "": w_new}
         for slot, value in produced.items():
             target = Names.new(state[slot] if slot else w)
@@ -240,9 +240,9 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         base = b.op("Mul", w, Names.decay) if l2 and w in pm.penalized else w
         gemm = producers.get(g)
         attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute} if gemm is not None else {}
-        foldable = (gemm is not None and gemm.op_type == "Gemm" and len(gemm.input) == 2
+        foldable = gemm is not None and (gemm.op_type == "Gemm" and len(gemm.input) == 2
                     and consumers.get(g, 0) == 0 and not (large_batch and min(shape or [1]) <= 1))
-        if foldable:
+        if gemm is not None and foldable:
             gemm.input.append(base)
             del gemm.attribute[:]
             gemm.attribute.extend([helper.make_attribute(k, v) for k, v in attrs.items() if k not in ("alpha", "beta")])
@@ -252,7 +252,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         else:
             b.op("Sub", base, g, out=new)
         outputs.append(_value_info(new, elem, shape))
-        if foldable and not large_batch and int(np.prod(shape)) >= BOUND_MIN_SIZE:
+        if gemm is not None and foldable and not large_batch and int(np.prod(shape)) >= BOUND_MIN_SIZE:
             bounded.append(w)
             operands[0][gemm.input[0]] = None
             operands[1][gemm.input[1]] = None

@@ -56,7 +56,7 @@ class ForwardBackwardStep:
         self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
         self._update_inputs = {i.name for i in self.update_session.get_inputs()}
         self._state: Any = None
-        self._stats_session = None
+        self._stats_session: Any = None
         if pm.running_stats:  # the TrainingAgent has no room for extra outputs: a forward of its own
             stats = running_stats_model(pm.model, [i.name for i in pm.inputs], pm.weights, pm.running_stats,
                                         pm.dtype, Names)

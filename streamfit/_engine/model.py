@@ -64,7 +64,7 @@ _NO_GRAD_OPS = {"Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual", "No
                 "Size", "ArgMax", "ArgMin", "NonZero", "Round", "Floor", "Ceil", "Sign", "IsNaN", "IsInf",
                 "ConstantOfShape", "EyeLike", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
 _NO_GRAD_INPUTS = {("Where", 0), ("LayerNormalization", 3)} | _STRUCTURAL
-_FLOATS = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64)}
+_FLOATS: dict[int, np.dtype] = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64)}
 _ANY_FLOAT = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
 # Element types an IR-10 model may hold (IR 11+ adds FLOAT4E2M1 and later types).
 _IR10_TYPES = set(range(0, 23))

@@ -9,7 +9,7 @@ multi-threaded elementwise kernels (one ``HardSigmoid`` for float32).
 from __future__ import annotations
 
 import numpy as np
-from onnx import ModelProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.names import Names
 
@@ -190,7 +190,7 @@ def _consumers(model: ModelProto) -> dict[str, list]:
     return uses
 
 
-def _producers(model: ModelProto) -> dict[str, object]:
+def _producers(model: ModelProto) -> dict[str, NodeProto]:
     return {out: node for node in model.graph.node for out in node.output}
 
 
@@ -230,15 +230,15 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
     for node in list(model.graph.node):
         if node.op_type != "BroadcastGradientArgs":
             continue
-        shape_nodes = [producers.get(name) for name in node.input]
-        if any(s is None or s.op_type != "Shape" for s in shape_nodes):
+        shape_nodes = [s for s in (producers.get(name) for name in node.input) if s is not None and s.op_type == "Shape"]
+        if len(shape_nodes) != len(node.input):
             continue
         tensors = [s.input[0] for s in shape_nodes]
         sa, sb = shapes.get(tensors[0]), shapes.get(tensors[1])
         if sa is None or sb is None:
             continue
         so = sa if len(sa) >= len(sb) else sb  # the broadcast output shape, when one side already is it
-        plans = []
+        plans: list[tuple[list[int], list[tuple[NodeProto, NodeProto]]]] = []
         for axes_name, sx, shape_out in zip(node.output, (sa, sb), (s.output[0] for s in shape_nodes)):
             if not axes_name:  # that side's gradient is not needed
                 plans.append(([], []))
@@ -282,7 +282,7 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
     return count
 
 
-def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: set[str] = frozenset()) -> int:
+def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: "set[str] | frozenset[str]" = frozenset()) -> int:
     """Drop ``Reshape(x, [-1, k])`` when x is already 2-D with last dimension k (MatMul_Grad emits them).
 
     ``protect``: tensor names that must survive (the model's output).

@@ -74,9 +74,9 @@ def rewrite_batchnorm(rw: "_Rewriter", node: NodeProto, freeze: bool, found: lis
         raise ModelError(f"{where}: its running mean and variance must be initializers, got {mean!r}, {var!r}")
     shape = rw.shape(x)
     channels = int(inits[mean].dims[0]) if inits[mean].dims else 1
-    rank = len(shape) if shape is not None else None
-    if rank is None or rank < 2:
+    if shape is None or len(shape) < 2:
         raise ModelError(f"{where}: the rank of its input {x!r} is not known statically (shape inference: {shape})")
+    rank = len(shape)
     eps = float(a.get("epsilon", 1e-5))
     view = rw.name("cshape")
     rw.consts.append(numpy_helper.from_array(np.array([1, channels] + [1] * (rank - 2), np.int64), view))

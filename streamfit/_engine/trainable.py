@@ -15,7 +15,7 @@ training copy of the model only; ``predict`` and ``to_onnx()`` keep the author's
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -28,7 +28,7 @@ __all__ = ["make_trainable", "REFUSED"]
 #: Ops refused outright, with the reason (checked before any gradient is built).
 REFUSED: dict[str, str] = {}
 
-_NP = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16}
+_NP: dict[int, type] = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16}
 
 
 def _attrs(node: NodeProto) -> dict:
@@ -46,7 +46,7 @@ class _Rewriter:
             inferred = onnx.shape_inference.infer_shapes(model)
         except Exception:  # best effort: rewrites that need a shape say so
             inferred = model
-        self.types: dict[str, tuple[int, list]] = {}
+        self.types: dict[str, tuple[int, list | None]] = {}
         for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
             t = vi.type.tensor_type
             dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
@@ -146,7 +146,7 @@ def _average_pool(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
         raise ModelError(f"{why}, which cannot express ceil_mode=1 (node {node.name or out!r})")
     kernel = list(a["kernel_shape"])
     channels = int(shape[1])
-    conv_attrs = {"kernel_shape": kernel, "group": channels}
+    conv_attrs: dict[str, Any] = {"kernel_shape": kernel, "group": channels}
     for key in ("strides", "pads", "dilations"):
         if key in a:
             conv_attrs[key] = list(a[key])

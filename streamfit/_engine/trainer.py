@@ -541,6 +541,7 @@ class Trainer:
         from streamfit.features._export import raw_column_model
 
         plan = columns.plan
+        assert self.inputs is not None  # a column plan is made from them
         return raw_column_model(model, self.inputs, self.prepared.inputs, plan.states, plan.column_info,
                                 plan.row_shapes)
 

@@ -196,7 +196,7 @@ class Rebatcher:
         batch_size: int,
         *,
         features: Sequence[str] | str | None = None,
-        label: str = "y",
+        label: "str | Sequence[str]" = "y",
         weight: str | None = None,
         task: str = "regression",
         dtype: Any = np.float32,
@@ -269,7 +269,7 @@ class Rebatcher:
         self._widths: list[int] | None = None if layout is None else list(layout.widths)
         self._layout = layout
         self._plan_schema: pa.Schema | None = None
-        self._plan: ColumnPlan | None = None
+        self._plan: "ColumnPlan | _InputsPlan | None" = None
         self.n_features: int | None = None if layout is None else layout.n_features
         self._y_dtype = np.dtype(np.int64) if task == "classification" else self.dtype
         self.y_width = 1  # values per row of y (> 1: multi-output regression), fixed by the first batch
@@ -586,12 +586,13 @@ class Rebatcher:
         y = self._labels_of(batch, plan.label, checks)
         w = None
         if plan.weight_index is not None:
-            w, null = _float_values(batch.column(plan.weight_index), self.weight, plan.weight_cast, 0)
-            finite_checks(checks, self.weight, w, null)
+            weight = str(self.weight)  # set: the plan has its column
+            w, null = _float_values(batch.column(plan.weight_index), weight, plan.weight_cast, 0)
+            finite_checks(checks, weight, w, null)
             with np.errstate(invalid="ignore"):
                 neg = w < 0  # NaN (nulls included) compares False
             if neg.any():
-                checks.append(("negative_weight", self.weight, neg, w))
+                checks.append(("negative_weight", weight, neg, w))
         return feats, y, w, checks
 
     def _labels_of(self, batch: pa.RecordBatch, lp: LabelPlan, checks: list) -> np.ndarray:
@@ -678,7 +679,7 @@ class Rebatcher:
 
     # ------------------------------------------------------------------ buffers
     def _buffers(self, slot: int, seg: _Segment | None = None) -> tuple[Any, np.ndarray, np.ndarray | None]:
-        X = self._X[slot]
+        X: Any = self._X[slot]
         if X is None:
             bs = self.batch_size
             if self._inputs is not None:

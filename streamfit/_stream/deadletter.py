@@ -230,7 +230,7 @@ class KafkaDeadLetter(DeadLetterSink):
 
         for r in records:
             position = json.dumps(r.position, sort_keys=True, default=str)
-            headers = [("streamfit.errors.reason", r.reason), ("streamfit.errors.position", position),
+            headers: list[tuple[str, str | bytes | None]] = [("streamfit.errors.reason", r.reason), ("streamfit.errors.position", position),
                        ("streamfit.errors.where", r.where), ("streamfit.errors.column", r.column or ""),
                        ("streamfit.errors.message", r.error), ("streamfit.errors.rows", str(r.rows)),
                        ("streamfit.errors.format", r.format or "")]

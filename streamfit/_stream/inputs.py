@@ -263,8 +263,8 @@ class InputPlan:
                 self._fix_shape(m, length if len(self._declared_row_shape(m)) <= 1 else None, last=length)
             else:
                 self._fix_shape(m, enc.width)
-            parts = tuple(_Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices))
-            return _CompiledInput(m.name, dtype, self.row_shapes[m.name], parts, enc, False)
+            return _CompiledInput(m.name, dtype, self.row_shapes[m.name],
+                                  tuple(_Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices)), enc, False)
         parts = []
         for j, c in enumerate(s.columns):
             i = find_column(schema, c, "", f"{dtype}{where}")
@@ -383,7 +383,7 @@ class InputPlan:
                 arrays = [a.take(take) for a in arrays]
             length = c.row_shape[-1] if c.row_shape else None
             try:
-                state = self.states.get(c.name)
+                state: Any = self.states.get(c.name)
                 if not learn and isinstance(enc, Vocabulary):
                     ids = enc.lookup(state, arrays)
                 else:

@@ -59,7 +59,7 @@ def log_loss_rows(y: np.ndarray, proba: np.ndarray, classes: np.ndarray) -> np.n
     return -np.log(np.clip(p, EPS, 1.0))
 
 
-def evaluate_batch(estimator: Any, X: np.ndarray, y: np.ndarray, *, task: str,
+def evaluate_batch(estimator: Any, X: Any, y: np.ndarray, *, task: str,
                    classes: Any = None) -> dict[str, np.ndarray]:
     """Per-row progressive values for one batch (call *before* ``partial_fit`` on it)."""
     pred = np.asarray(estimator.predict(X))

@@ -24,7 +24,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeGuard
 
 import numpy as np
 from numpy.lib.npyio import NpzFile
@@ -232,7 +232,7 @@ def file_digest(path: Path) -> dict[str, Any]:
     return {"sha256": h.hexdigest(), "size": size}
 
 
-def _is_int(x: Any) -> bool:
+def _is_int(x: Any) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 

@@ -175,7 +175,7 @@ class CheckpointStore:
         write_durably(tmp / MODEL_FILE, model)
         pause_point("model_written")
         with open(tmp / STATE_FILE, "xb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stubs type **kwds as the allow_pickle flag
             f.flush()
             os.fsync(f.fileno())
         files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}

@@ -30,7 +30,7 @@ from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
 from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import restore_estimator, snapshot_estimator
-from streamfit.exceptions import DivergenceError, ResumeError, SourceError
+from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
 from streamfit.sources import Position, Source, SourceBatch, open_source
 
 __all__ = ["Runner", "RunSummary"]
@@ -95,7 +95,7 @@ class _KeepOpen(Source):
 
 
 #: the loop reads no daemon option: it gets them at their defaults (the Runner applies them)
-_DAEMON_DEFAULTS = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
+_DAEMON_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
 
 
 class Runner:

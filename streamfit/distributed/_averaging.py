@@ -29,8 +29,8 @@ _STATS = ("count", "mean", "m2")
 
 def _stat_groups(names: "Mapping[str, object] | list[str]") -> list[str]:
     """Prefixes ``p`` with ``p/count``, ``p/mean`` and ``p/m2`` all present: running statistics (Welford)."""
-    names = set(names)
-    return sorted({n.rsplit("/", 1)[0] for n in names if "/" in n and n.rsplit("/", 1)[1] == "count"
+    keys = set(names)
+    return sorted({n.rsplit("/", 1)[0] for n in keys if "/" in n and n.rsplit("/", 1)[1] == "count"
                    and all(f"{n.rsplit('/', 1)[0]}/{k}" in names for k in _STATS)})
 
 

@@ -71,8 +71,8 @@ def run_distributed(cfg: Any, serve: bool, preflight: Any = None) -> Distributed
     try:
         summary = trainer.run(stop)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
         if trainer.metrics is not None:
             trainer.metrics.close()
     if cfg.output and hasattr(trainer.estimator, "trainer_"):

@@ -215,7 +215,8 @@ class DistributedTrainer:
             loaded = self._load()
             if loaded is not None:
                 return loaded
-            log_event("resume", "no checkpoint to resume from: starting fresh", root=str(self.store.root))
+            log_event("resume", "no checkpoint to resume from: starting fresh",
+                      root=str(self.store.root) if self.store is not None else None)
         return [StartFrom() for _ in self.shares], 0, None
 
     def _load(self) -> tuple[list[StartFrom], int, Mapping[str, np.ndarray] | None] | None:
@@ -244,7 +245,7 @@ class DistributedTrainer:
                                     int(entry["evaluated_rows"]), float(entry["loss_sum"]),
                                     dict(entry.get("skipped_rows", {}))))
         mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
-        self._resumed_from = str(ckpt.path)
+        self._resumed_from: str | None = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
         self._committed_round = int(dist["round"])
         log_event("resume", f"resumed from {ckpt.path.name}: round {dist['round']}, {ckpt.meta['rows']} rows",
@@ -320,7 +321,7 @@ class DistributedTrainer:
         ray = self._connect()
         from ray.exceptions import RayActorError
 
-        self._resumed_from: str | None = None
+        self._resumed_from = None
         t0 = time.perf_counter()
         try:
             starts, round_, mixed = self._initial()

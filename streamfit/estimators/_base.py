@@ -55,6 +55,9 @@ class OnnxEstimator(_SkBase):
     """Base of the estimators: ``__init__`` stores parameters only; validation happens in fit."""
 
     _default_loss: str = "squared_error"
+    #: set by fit/partial_fit: the last training loss, and the optimizer's step count
+    loss_: float
+    t_: int
     #: the Trainer's ``sparse``: how embedding tables are trained (the hashed models ask for row-sparse)
     _sparse_tables: Any = "auto"
 
@@ -166,7 +169,7 @@ class OnnxEstimator(_SkBase):
         """
         return X
 
-    def _inputs(self, X: np.ndarray) -> np.ndarray:
+    def _inputs(self, X: Any) -> np.ndarray:
         """Features as the trainer sees them when predicting (a hook, see :meth:`_fit_inputs`)."""
         return X
 

@@ -15,6 +15,7 @@ try:
     from sklearn.base import ClassifierMixin as _Mixin
 except ImportError:  # pragma: no cover
     class _Mixin:  # type: ignore[no-redef]
+        predict: Any
         def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
             return float(np.average(self.predict(X) == as_labels(y), weights=sample_weight))
 
@@ -132,7 +133,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def _set_classes(self, classes: np.ndarray) -> None:
         self.classes_ = classes
-        self._one_label = {}  # label -> its encoded batch of one row (read-only: the trainer copies it)
+        self._one_label: dict[Any, Any] = {}  # label -> its encoded batch of one row (read-only: the trainer copies it)
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
         """Checked labels -> class indices (the trainer's dtype for a binary model, int64 for softmax)."""

@@ -13,6 +13,7 @@ try:
     from sklearn.base import RegressorMixin as _Mixin
 except ImportError:  # pragma: no cover
     class _Mixin:  # type: ignore[no-redef]
+        predict: Any
         def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
             y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
             pred = np.asarray(self.predict(X), dtype=np.float64).reshape(y.shape)

@@ -115,6 +115,6 @@ def export_model(estimator: Any, model: Any) -> Any:
         return model
     from streamfit.features._export import raw_column_model
 
-    return raw_column_model(model, inputs, model_inputs_of(estimator), encoder_states(estimator),
+    return raw_column_model(model, inputs, model_inputs_of(estimator) or (), encoder_states(estimator),
                             estimator.__dict__.get("input_columns_", {}),
                             {k: tuple(v) for k, v in estimator.__dict__.get("input_shapes_", {}).items()})

@@ -120,12 +120,10 @@ def raw_column_model(model: ModelProto, inputs: Mapping[str, Any], model_inputs:
                 x = column(c)
                 table = st.ids[k]
                 if column_types[c] == "str":
-                    keys = [str(v) for v in table] or [""]
-                    attrs = {"keys_strings": keys}
+                    attrs: dict[str, Any] = {"keys_strings": [str(v) for v in table] or [""]}
                 else:
                     x = b.cast(x, TensorProto.INT64)
-                    keys = [int(v) for v in table] or [0]
-                    attrs = {"keys_int64s": keys}
+                    attrs = {"keys_int64s": [int(v) for v in table] or [0]}
                 values = [int(table[v]) for v in table] or [OOV_ID]
                 parts.append(b.node("LabelEncoder", [x], "vocab", domain="ai.onnx.ml", values_int64s=values,
                                     default_int64=OOV_ID, **attrs))

@@ -50,6 +50,9 @@ class ReadyMade:
 
     standardize: bool
     learning_rate: Any
+    #: RunningScaler (trained on the stream) or FixedScaler (from scikit-learn); None without standardization
+    scaler_: Any
+    target_scaler_: Any
     alpha: float
 
     # -- what a model writes -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ __all__ = ["ACTIVATIONS", "dense_model", "layers_of", "standardized", "destandar
 #: Hidden-layer activations by scikit-learn's name -> ONNX operator (``None``: no node).
 ACTIVATIONS: dict[str, str | None] = {"identity": None, "relu": "Relu", "tanh": "Tanh", "logistic": "Sigmoid"}
 INPUT, OUTPUT = "X", "Y"
-_ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
+_ELEM: dict[np.dtype, int] = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 _OPSET, _IR = 17, 8
 
 

@@ -34,8 +34,8 @@ class _HashedModel:
     random_state: Any
     _sparse_tables = True  # lazy rules (Adam, penalties) on touched rows: a step never costs O(buckets)
     weights = None
-    input_name = None
-    output_name = None
+    input_name: str | None = None
+    output_name: str | None = None
 
     def _check_params(self) -> None:
         if isinstance(self.categorical, str) or not all(isinstance(c, str) for c in self.categorical):

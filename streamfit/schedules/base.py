@@ -161,7 +161,8 @@ def as_schedule(value: Schedule | float | str, **kwargs: Any) -> Schedule:
             raise TypeError(f"keyword arguments {sorted(kwargs)} apply only to a schedule name, not to {value!r}")
         if isinstance(value, Schedule):
             return value
-        return _by_name()["constant"](value)
+        constant: Any = _by_name()["constant"]
+        return constant(value)
     if not isinstance(value, str):
         raise TypeError(f"expected a Schedule, a float or a schedule name, got {value!r}")
     cls = _by_name().get(value)

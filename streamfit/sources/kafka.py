@@ -407,7 +407,7 @@ class KafkaSource(Source):
         """In the fetch thread, on a rebalance: drop the revoked partitions' batches not yet returned and
         take those partitions out of the positions of the others (as if fetched after the rebalance)."""
         with self._mutex:
-            kept = collections.deque()
+            kept: collections.deque[Any] = collections.deque()
             for seq, sb, live in self._ahead:
                 if isinstance(sb, SourceBatch) and sb.meta.get("partition") in partitions:
                     continue

@@ -26,7 +26,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -107,7 +107,7 @@ class ClickStream:
         object.__setattr__(self, "cardinalities", tuple(int(c) for c in cards))
         rng = np.random.default_rng([self.seed, 1 << 20])
         all_pairs = [(f, g) for f in range(self.n_categorical) for g in range(f + 1, self.n_categorical)]
-        chosen = rng.choice(len(all_pairs), size=min(self.n_pairs, len(all_pairs)), replace=False) \
+        chosen: Any = rng.choice(len(all_pairs), size=min(self.n_pairs, len(all_pairs)), replace=False) \
             if all_pairs else []
         object.__setattr__(self, "pairs", tuple(all_pairs[i] for i in sorted(chosen)))
         object.__setattr__(self, "dense_weights", rng.standard_normal(self.n_dense) * self.dense_scale)
