@@ -172,10 +172,10 @@ class ColumnLayout:
         label = label if isinstance(label, str) else tuple(label)
         if features is not None and tuple(features) != self.features:
             diffs.append(f"features {list(self.features)} (configured: {list(features)})")
-        for name, mine, given in (("label", self.label, label), ("weight", self.weight, weight),
-                                  ("dtype", self.dtype, dtype), ("task", self.task, task)):
-            if mine != given:
-                diffs.append(f"{name} {mine!r} (configured: {given!r})")
+        for name, mine, configured in (("label", self.label, label), ("weight", self.weight, weight),
+                                       ("dtype", self.dtype, dtype), ("task", self.task, task)):
+            if mine != configured:
+                diffs.append(f"{name} {mine!r} (configured: {configured!r})")
         if diffs:
             raise ValueError(f"{what} has " + "; ".join(diffs)
                              + ": a run keeps its columns (configure the same ones, or start a new run)")

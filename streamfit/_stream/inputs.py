@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -152,7 +152,7 @@ class InputPlan:
 
     def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *, cast: bool = False,
                  states: Mapping[str, EncoderState] | None = None,
-                 feature_widths: "Sequence[int] | None | bool" = False) -> None:
+                 feature_widths: "Sequence[int] | None | Literal[False]" = False) -> None:
         #: the feature matrix (``features=``): False, else the widths of its columns once fixed (None before)
         self._features = feature_widths is not False
         self._widths = None if feature_widths is False or feature_widths is None else list(feature_widths)
