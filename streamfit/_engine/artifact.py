@@ -186,6 +186,7 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
                              f"(a subclass?): an artifact holds names and parameters, not code")
     y_rank = _probe_rank(trainer)
     host_checks = trainer.device.kind == "cpu"
+    assert trainer.graphs is not None  # a trainer of a model (not of an artifact) has its gradient graphs
     steps = {c: build_fused(pm, trainer.graphs, trainer.loss, opt, pen, y_rank, large_batch=c == "large",
                             host_checks=host_checks) for c in classes}
     state = [_tensor(Names.slot(w, slot), arr.dtype, arr.shape)

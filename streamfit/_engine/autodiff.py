@@ -348,10 +348,11 @@ def build_own_gradient(pm: PreparedModel, input_grads: Sequence[str] = ()) -> An
             else:
                 outs.append("")
         SUPPORTED[node.op_type][1](e, node, dys, need, outs)
-    grads = {t: gradient(t) for t in sources}
-    missing = [t for t, g in grads.items() if g is None]
+    found = {t: gradient(t) for t in sources}
+    missing = [t for t, g in found.items() if g is None]
     if missing:
         raise ModelError(f"weights {missing} get no gradient from output {y!r}")
+    grads = {t: g for t, g in found.items() if g is not None}
     _collapse_identities(e.nodes)
     out = ModelProto()
     out.CopyFrom(model)

@@ -81,14 +81,14 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
     config.initializer_names_to_train = list(pm.weights)
     config.input_names_require_grad = list(input_grads)
     config.build_gradient_graph = True
-    builder = C.OrtModuleGraphBuilder()
+    ort_builder = C.OrtModuleGraphBuilder()
     try:
-        builder.initialize(pm.model.SerializeToString(), config)
-        builder.build(C.TrainingGraphTransformerConfiguration())
+        ort_builder.initialize(pm.model.SerializeToString(), config)
+        ort_builder.build(C.TrainingGraphTransformerConfiguration())
     except Exception as exc:
         raise ModelError(f"onnxruntime-training cannot build the gradient of this model: {exc}") from exc
-    info = builder.get_graph_info()
-    gradient = onnx.load_from_string(builder.get_gradient_model())
+    info = ort_builder.get_graph_info()
+    gradient = onnx.load_from_string(ort_builder.get_gradient_model())
     shapes = _shape_table(pm.model, pm.initial)
     propagate_matmul_shapes(gradient, shapes)
     simplify_broadcast_gradients(gradient, shapes)
@@ -99,7 +99,7 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
         float64_activation_grads(gradient, pm.dtype)
     order = list(info.initializer_names_to_train)
     grads = dict(zip(order, info.initializer_grad_names_to_train))
-    return GradientGraphs(onnx.load_from_string(builder.get_forward_model()), gradient,
+    return GradientGraphs(onnx.load_from_string(ort_builder.get_forward_model()), gradient,
                           [grads[w] for w in pm.weights], info, shapes,
                           [info.user_input_grad_names[name] for name in input_grads])
 

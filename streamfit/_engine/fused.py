@@ -18,6 +18,7 @@ from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.names import Names
 from streamfit._engine.staging import Staging, StagingCache
+from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
@@ -69,11 +70,17 @@ class FusedStep:
         self.large_model: Any = None  # built with its session on the first large batch
         if compiled is not None:  # a training artifact's graphs ("small"/"large"; one class serves all batches)
             small, large = compiled.get("small"), compiled.get("large")
-            self.model = small if small is not None else large
-            self._build_large: Callable[[], ModelProto] = lambda: large if large is not None else small
+            either = small if small is not None else large
+            if either is None:
+                raise ModelError("a training artifact without step graphs (expected 'small' and/or 'large')")
+            self.model: ModelProto = either
+            self._build_large: Callable[[], ModelProto] = lambda: large if large is not None else either
         else:
-            self.model = build_fused(pm, graphs, loss, optimizer, penalty, y_rank, host_checks=host_checks)
-            self._build_large = lambda: build_fused(pm, graphs, loss, optimizer, penalty, y_rank, large_batch=True,
+            if graphs is None:
+                raise ValueError("FusedStep needs the gradient graphs, or the compiled step graphs of an artifact")
+            built = graphs
+            self.model = build_fused(pm, built, loss, optimizer, penalty, y_rank, host_checks=host_checks)
+            self._build_large = lambda: build_fused(pm, built, loss, optimizer, penalty, y_rank, large_batch=True,
                                                     host_checks=host_checks)
         # batches below large_batch_rows may run with their own options (the Trainer gives them one thread)
         self._light_options = small_batch_options or options

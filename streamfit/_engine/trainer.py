@@ -144,7 +144,7 @@ class Trainer:
         #: the gradient graphs the step graphs are built from (None for an artifact: its graphs are built)
         self.graphs = None if self.artifact is not None else \
             build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else (), gradient)
-        if self._sparse is not None:
+        if self._sparse is not None and self.graphs is not None:
             self._sparse.set_grad_names(self.graphs.input_grad_names)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
         predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers))
