@@ -333,6 +333,21 @@ def read_artifact(model: ModelProto) -> Artifact:
     return Artifact(info, bare, steps)
 
 
+def unavailable_kernels_hint(exc: BaseException) -> str:
+    """What to do when onnxruntime refuses a step graph's op (empty for other failures): the graph holds a
+    kernel this onnxruntime lacks, typically one of onnxruntime-training's gradient kernels on an inference
+    build."""
+    import re
+
+    found = re.search(r"([\w.]+:\w+)\(-?\d+\) is not a registered function/op", str(exc))
+    if found is None:
+        return ""
+    return (f"; {found.group(1)} is a kernel this onnxruntime does not have (onnxruntime-training's gradient kernels "
+            "exist in training builds only, Python <= 3.12): compile the model again with step graphs of standard "
+            "ops (`streamfit compile --gradient streamfit` where its ops allow it), or train it where "
+            "onnxruntime-training is installed")
+
+
 def check_compiled(info: ArtifactInfo, loss: Any, optimizer: Any, penalty: Any, step: str, device_kind: str,
                    weights: Any, input_name: Any, output_name: Any) -> tuple[Any, Any, Any]:
     """The artifact's loss, optimizer and penalty objects; what a trainer was given must agree with them

@@ -14,7 +14,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from onnx import ModelProto
 
-from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact
+from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact, unavailable_kernels_hint
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import Names, build_gradient_graphs, has_ort_training, sample_weight_shape
 from streamfit._engine.device import Device, make_session, parse_device, session_options
@@ -226,8 +226,14 @@ class Trainer:
                 raise ModelError(f"the training artifact was compiled for an output of rank {self.artifact.info.y_rank}, "
                                  f"but the model gives rank {y_rank}")
             extra["compiled"] = self.artifact.steps  # no fallback: the artifact is all there is
-            strategy = FusedStep(self._train_pm, None, self.loss, self.optimizer, self.penalty, self.device,
-                                 self.options, y_rank, self.params, self.scalars, **extra)
+            try:
+                strategy = FusedStep(self._train_pm, None, self.loss, self.optimizer, self.penalty, self.device,
+                                     self.options, y_rank, self.params, self.scalars, **extra)
+            except StreamfitError:
+                raise
+            except Exception as exc:
+                raise ModelError(f"the training artifact's step graph could not be built: {type(exc).__name__}: {exc}"
+                                 f"{unavailable_kernels_hint(exc)}") from exc
             self._lr_in_grad_weights = strategy.lr_in_grad_weights
             return strategy
         try:
@@ -244,7 +250,8 @@ class Trainer:
     def _fall_back(self, exc: Exception, what: str) -> None:
         """The fused graph failed: switch to the forward/backward step once, loudly (weights are kept)."""
         if self.artifact is not None:
-            raise ModelError(f"the training artifact's step graph could not be {what}: {type(exc).__name__}: {exc}") from exc
+            raise ModelError(f"the training artifact's step graph could not be {what}: {type(exc).__name__}: {exc}"
+                             f"{unavailable_kernels_hint(exc)}") from exc
         if not has_ort_training():
             raise ModelError(f"the fused step could not be {what} ({type(exc).__name__}: {str(exc)[:500]}), and the "
                              "forward/backward fallback needs onnxruntime-training at train time (Python <= 3.12)") from exc

@@ -155,3 +155,21 @@ def test_preflight_checks_an_artifacts_own_graphs(tmp_path) -> None:
     result = check_model(path, use_cache=False)
     assert result.ok, result.message()
     assert "the fused step" in result.message() and any("training artifact" in n for n in result.notes)
+
+
+def test_a_step_graph_kernel_this_onnxruntime_lacks_is_explained() -> None:
+    from streamfit._engine.artifact import _digest, _dumps, _loads
+
+    art = compile_artifact(linear_model(3, seed=2), batch_classes=("small",))
+    graph = art.training_info[0].algorithm  # as a graph holding an inference build's missing kernel looks there
+    first = graph.node[0]
+    first.domain, first.op_type = "com.microsoft", "NoSuchGradKernel"
+    prop = next(p for p in art.metadata_props if p.key == KEY)
+    info = _loads(prop.value)
+    prop.value = _dumps(type(info)(**{**{f: getattr(info, f) for f in info.__dataclass_fields__},
+                                      "checksum": _digest(info, art)}))
+    trainer = Trainer(art)
+    X, y = _batches(3, (2,))[0]
+    with pytest.raises(ModelError, match=r"com.microsoft:NoSuchGradKernel is a kernel this onnxruntime does not "
+                                         r"have .*--gradient streamfit"):
+        trainer.step(X, y)
