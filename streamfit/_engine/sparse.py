@@ -30,8 +30,9 @@ to a row when it is touched).  CPU only, fused step only: on CUDA and with ``ste
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -43,7 +44,8 @@ from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
 
-__all__ = ["TableUse", "SparseTable", "find_tables", "training_model", "rows_update_model", "SparseTables"]
+__all__ = ["TableUse", "SparseTable", "TouchedRows", "find_tables", "training_model", "rows_update_model",
+           "SparseTables"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,23 @@ class SparseTable:
     name: str
     shape: tuple[int, ...]
     uses: tuple[TableUse, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class TouchedRows:
+    """The rows of each table (and of its optimizer state) written since the tracker was last cleared.
+
+    ``rows[table]``: sorted distinct int64 row indices; ``shapes[table]``: the table's shape.  What a delta
+    checkpoint writes (see :mod:`streamfit.checkpoint._chain`).
+    """
+
+    rows: Mapping[str, np.ndarray]
+    shapes: Mapping[str, tuple[int, ...]]
+
+    @property
+    def count(self) -> int:
+        """Rows touched, all tables."""
+        return sum(int(r.size) for r in self.rows.values())
 
 
 def _axis(node: onnx.NodeProto) -> int:
@@ -258,6 +277,8 @@ class SparseTables:
         self.state: dict[str, dict[str, np.ndarray]] = {}
         self.values: dict[str, C.OrtValue] = {}
         self._marks: dict[str, np.ndarray] = {}  # per table: scratch slot per row (no sort to find distinct ids)
+        self._touched: dict[str, np.ndarray] = {}  # per table: rows written since clear_touched()
+        self._lend: str | None = None  # read()/read_state() inside lend(): "live" arrays or "empty" ones
         for t in tables:
             array = pm.initial[t.name]  # prepare_model's own copy: it becomes the live table (not copied again)
             if not (array.flags.c_contiguous and array.flags.writeable):
@@ -266,6 +287,7 @@ class SparseTables:
             self.state[t.name] = {k: np.ascontiguousarray(v) for k, v in optimizer.init_state(array).items()}
             self.values[t.name] = C.OrtValue.ortvalue_from_numpy(array, device.ort_device())
             self._marks[t.name] = np.zeros(t.shape[0], np.int64)
+            self._touched[t.name] = np.zeros(t.shape[0], np.bool_)
         input_index = {i.name: k for k, i in enumerate(pm.inputs)}
         #: per table, per use: the index of its ids input among the model inputs, and its name
         self._slots: list[list[tuple[int, str]]] = [[(input_index[u.ids], u.ids) for u in t.uses] for t in tables]
@@ -343,18 +365,51 @@ class SparseTables:
             u = len(uniq)
             w = _suffix(t.name, "rows")
             self.arrays[t.name][uniq] = staged.outputs[new(w)][1][:u]
+            self._touched[t.name][uniq] = True
             for slot, arr in self.state[t.name].items():
                 arr[uniq] = staged.outputs[new(self._names.slot(w, slot))][1][:u]
         return True
 
+    # -- touched rows (for delta checkpoints) --------------------------------------------------------
+    def touched(self) -> TouchedRows:
+        """The rows written since :meth:`clear_touched` (steps, and every row on a :meth:`write`)."""
+        return TouchedRows({name: np.flatnonzero(mask) for name, mask in self._touched.items()},
+                           {t.name: t.shape for t in self.tables})
+
+    def clear_touched(self) -> None:
+        for mask in self._touched.values():
+            mask.fill(False)
+
+    @contextlib.contextmanager
+    def lend(self, mode: str) -> Iterator[None]:
+        """Inside: :meth:`read`/:meth:`read_state` return the live arrays (``"live"``: not copied, the caller
+        must not keep or mutate them) or empty ones of zero rows (``"empty"``: a model skeleton)."""
+        if mode not in ("live", "empty"):
+            raise ValueError(f"lend mode must be 'live' or 'empty', got {mode!r}")
+        self._lend = mode
+        try:
+            yield
+        finally:
+            self._lend = None
+
+    def _out(self, a: np.ndarray) -> np.ndarray:
+        if self._lend == "live":
+            return a
+        return np.zeros((0,) + a.shape[1:], a.dtype) if self._lend == "empty" else a.copy()
+
     # -- state ---------------------------------------------------------------------------------------
     def read(self) -> dict[str, np.ndarray]:
-        return {name: a.copy() for name, a in self.arrays.items()}
+        return {name: self._out(a) for name, a in self.arrays.items()}
 
     def read_state(self) -> dict[str, np.ndarray]:
         """The tables' optimizer state, named as the Trainer names dense state (``<table>__<slot>``)."""
         slot = self._names.slot
-        return {slot(name, k): v.copy() for name, st in self.state.items() for k, v in st.items()}
+        return {slot(name, k): self._out(v) for name, st in self.state.items() for k, v in st.items()}
+
+    def state_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """Per table, its live optimizer state arrays by their Trainer names (``<table>__<slot>``)."""
+        slot = self._names.slot
+        return {name: {slot(name, k): v for k, v in st.items()} for name, st in self.state.items()}
 
     def state_names(self) -> set[str]:
         return {self._names.slot(name, k) for name, st in self.state.items() for k in st}
@@ -362,6 +417,7 @@ class SparseTables:
     def write(self, values: Mapping[str, np.ndarray]) -> None:
         for name, value in values.items():
             _copy_into(self.arrays[name], value, name)
+            self._touched[name].fill(True)
 
     def write_state(self, values: Mapping[str, np.ndarray]) -> None:
         for name, st in self.state.items():
@@ -369,6 +425,7 @@ class SparseTables:
                 key = self._names.slot(name, k)
                 if key in values:
                     _copy_into(arr, values[key], key)
+                    self._touched[name].fill(True)
 
 
 def _out_of_range(ids: np.ndarray, rows: int, input_name: str, table: str) -> None:

@@ -480,6 +480,11 @@ class Trainer:
         values = {**self.params.read(self._train_pm.weights), **self._sparse.read()}
         return {w: values[w] for w in self.prepared.weights}
 
+    @property
+    def tables(self) -> SparseTables | None:
+        """The embedding tables trained row-sparsely (their live arrays and touched rows), or ``None``."""
+        return self._sparse
+
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
         unknown = set(weights) - set(self.prepared.weights)
         if unknown:
