@@ -6,16 +6,20 @@ survives a crash at any instant (see :class:`CheckpointStore`).
 
 from streamfit._public import reexport
 from streamfit.checkpoint._async import AsyncCheckpointWriter, WriteResult
+from streamfit.checkpoint._chain import ChainLink, RowDelta, TableArrays
 from streamfit.checkpoint._format import FORMAT_VERSION, Checkpoint
 from streamfit.checkpoint._fs import publish
 from streamfit.checkpoint._store import CheckpointInfo, CheckpointStore
 
 __all__ = [
     "AsyncCheckpointWriter",
+    "ChainLink",
     "Checkpoint",
     "CheckpointInfo",
     "CheckpointStore",
     "FORMAT_VERSION",
+    "RowDelta",
+    "TableArrays",
     "WriteResult",
     "publish",
 ]

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from streamfit.checkpoint._chain import TableArrays
 from streamfit.checkpoint._format import check_arrays, check_model, check_step, json_copy
 from streamfit.checkpoint._store import CheckpointStore
 from streamfit.exceptions import CheckpointError
@@ -39,6 +40,7 @@ class _Job:
     model: bytes
     arrays: Mapping[str, np.ndarray]
     meta: Mapping[str, Any] | None
+    tables: TableArrays | None = None
 
 
 class AsyncCheckpointWriter:
@@ -104,17 +106,21 @@ class AsyncCheckpointWriter:
         *,
         wait: bool = True,
         timeout: float | None = None,
+        tables: TableArrays | None = None,
     ) -> bool:
         """Queue a checkpoint write; ``True`` if queued, ``False`` if skipped (``wait=False`` and busy).
 
         Invalid arguments (object arrays, non-JSON meta) raise here, on the caller's thread; ``meta``
-        is copied now, so the caller may keep mutating its dicts.  Raises :class:`CheckpointError`
+        is copied now, so the caller may keep mutating its dicts.  ``tables`` as in
+        :meth:`CheckpointStore.save` (a full or a delta of large arrays).  Raises :class:`CheckpointError`
         if an earlier write failed, if the writer is closed, or if ``timeout`` seconds pass while
         waiting for the write in flight.
         """
         step = check_step(step)
         check_model(model)
         arrays = check_arrays(arrays)
+        if tables is not None and not isinstance(tables, TableArrays):
+            raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
         if meta is not None and not isinstance(meta, Mapping):
             raise CheckpointError(f"meta must be a mapping, got {type(meta).__name__}")
         meta = json_copy({} if meta is None else meta)
@@ -130,7 +136,7 @@ class AsyncCheckpointWriter:
                 if not self._cond.wait_for(self._idle, timeout):
                     raise CheckpointError(f"checkpoint of step {step}: previous write still running after {timeout} s")
                 self._raise_error()
-            self._pending = _Job(step, model, arrays, meta)
+            self._pending = _Job(step, model, arrays, meta, tables)
             self._cond.notify_all()
             return True
 
@@ -178,7 +184,7 @@ class AsyncCheckpointWriter:
                 self._running = True
             start = time.perf_counter()
             try:
-                path = self.store.save(job.step, job.model, job.arrays, job.meta)
+                path = self.store.save(job.step, job.model, job.arrays, job.meta, tables=job.tables)
             except Exception as exc:
                 logger.error("background checkpoint write of step %d failed: %s", job.step, exc)
                 with self._cond:

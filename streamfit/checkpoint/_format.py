@@ -7,9 +7,14 @@ carries the SHA-256 of that form (``manifest_sha256``), so a change of any byte 
 Anything that does not match is refused, and symlinks are never followed, so a torn, truncated or
 damaged checkpoint is never mistaken for a good one.
 
-Format versions: 2 (this one) adds the manifest checksum.  Version-1 checkpoints (no manifest
-checksum) are still read, with a warning each time: their data files are verified against the
-manifest, but the manifest itself cannot be; the next save writes version 2.
+A checkpoint of large tables may be one link of a chain (see :mod:`streamfit.checkpoint._chain`): its
+manifest then has a ``tables`` section, and a delta also holds ``delta.npz`` (the rows written since its
+parent), listed and checksummed in the manifest like the other files.
+
+Format versions: 3 (this one) adds table chains; 2 added the manifest checksum.  Versions 2 and 3 read
+alike; version-1 checkpoints (no manifest checksum) are still read, with a warning each time: their
+data files are verified against the manifest, but the manifest itself cannot be; the next save writes
+the current version.
 """
 
 from __future__ import annotations
@@ -22,26 +27,29 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, TypeGuard
 
 import numpy as np
 from numpy.lib.npyio import NpzFile
 
+from streamfit.checkpoint._chain import DELTA_ROWS, DELTA_VALUES, ChainLink, RowDelta, fill_model
 from streamfit.checkpoint._fs import NoFollowDir, Refused
 from streamfit.exceptions import CheckpointError, CorruptCheckpointError
 
 __all__ = ["Checkpoint", "FORMAT", "FORMAT_VERSION", "MODEL_FILE", "STATE_FILE", "MANIFEST_FILE", "encode_manifest"]
 
 FORMAT = "streamfit-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: The oldest version still read: version 1 has no manifest checksum (read with a warning).
 OLDEST_READ_VERSION = 1
 MANIFEST_SHA256 = "manifest_sha256"
 MODEL_FILE = "model.onnx"
 STATE_FILE = "state.npz"
 MANIFEST_FILE = "manifest.json"
+DELTA_FILE = "delta.npz"
 DATA_FILES = (MODEL_FILE, STATE_FILE)
 MAX_STEP = 10**12 - 1  # the directory name has 12 digits
 _DIR_RE = re.compile(r"ckpt-([0-9]{12})")
@@ -54,19 +62,38 @@ logger = logging.getLogger("streamfit.checkpoint")
 
 @dataclass(frozen=True, eq=False)
 class Checkpoint:
-    """One verified checkpoint: every file matched its checksum and no pickle was found."""
+    """One verified checkpoint: every file matched its checksum and no pickle was found.
+
+    From :class:`~streamfit.checkpoint.CheckpointStore` a checkpoint of a chain comes *resolved*:
+    ``arrays`` hold the whole tables (the full with every delta up to this one applied) and ``deltas`` is
+    empty; ``model_bytes`` fills the skeleton model's tables on first access (not needed to resume).
+    """
 
     path: Path
     step: int
     manifest: dict[str, Any]
     meta: dict[str, Any]
-    model_bytes: bytes
     arrays: dict[str, np.ndarray]
+    skeleton: bytes
+    link: ChainLink | None = None
+    #: this directory's own rows (a delta read alone, before its chain is resolved)
+    deltas: dict[str, RowDelta] = field(default_factory=dict)
+
+    @cached_property
+    def model_bytes(self) -> bytes:
+        """The model file's bytes; for a chain checkpoint, with its tables filled from ``arrays``."""
+        if self.link is None or not self.link.model_fill:
+            return self.skeleton
+        if self.deltas:
+            raise CheckpointError(f"{self.path} is a delta checkpoint read alone: load it through its "
+                                  "CheckpointStore to resolve its chain")
+        return fill_model(self.skeleton, self.link.model_fill, self.arrays)
 
     def __repr__(self) -> str:
+        kind = "" if self.link is None else f", {self.link.kind} of chain {self.link.base}"
         return (
-            f"Checkpoint(path={str(self.path)!r}, step={self.step}, "
-            f"model_bytes=<{len(self.model_bytes)} bytes>, arrays={sorted(self.arrays)})"
+            f"Checkpoint(path={str(self.path)!r}, step={self.step}{kind}, "
+            f"model=<{len(self.skeleton)} bytes>, arrays={sorted(self.arrays)})"
         )
 
 
@@ -167,8 +194,11 @@ def build_manifest(
     meta: Mapping[str, Any],
     files: Mapping[str, Mapping[str, Any]],
     arrays: Mapping[str, np.ndarray],
+    link: ChainLink | None = None,
 ) -> dict[str, Any]:
+    extra = {} if link is None else {"tables": link.to_json()}
     return {
+        **extra,
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "streamfit_version": streamfit_version(),
@@ -265,10 +295,19 @@ def _check_manifest(manifest: Any, path: Path) -> str | None:
     files = manifest.get("files")
     if not isinstance(files, dict):
         return "manifest.json has no 'files' object"
+    link = None
+    if "tables" in manifest:
+        if version < 3:
+            return f"manifest.json of format version {version} has a 'tables' section (version 3 and later)"
+        try:
+            link = ChainLink.from_json(manifest["tables"], step)
+        except ValueError as exc:
+            return f"manifest.json: {exc}"
+    expected = data_files(link)
     for name in files:
-        if name not in DATA_FILES:
-            return f"manifest.json lists unexpected file {name!r} (a checkpoint holds only {', '.join(DATA_FILES)})"
-    for name in DATA_FILES:
+        if name not in expected:
+            return f"manifest.json lists unexpected file {name!r} (a checkpoint holds only {', '.join(expected)})"
+    for name in expected:
         entry = files.get(name)
         if entry is None:
             return f"manifest.json does not list {name}"
@@ -288,14 +327,30 @@ def _check_manifest(manifest: Any, path: Path) -> str | None:
     return None
 
 
-def _load_state(blob: bytes, listing: Mapping[str, Any]) -> tuple[dict[str, np.ndarray] | None, str | None]:
-    """Parse ``state.npz`` bytes without pickle; return (arrays, None) or (None, reason)."""
+def data_files(link: ChainLink | None) -> tuple[str, ...]:
+    """The data files a checkpoint holds besides its manifest."""
+    return DATA_FILES + ((DELTA_FILE,) if link is not None and link.kind == "delta" else ())
+
+
+def delta_listing(link: ChainLink) -> dict[str, Any]:
+    """What ``delta.npz`` of a delta ``link`` must hold: per table its rows and their values."""
+    out = {}
+    for name, entry in link.tables.items():
+        n = link.rows.get(name, 0)
+        out[name + DELTA_ROWS] = {"dtype": "<i8", "shape": [n]}
+        out[name + DELTA_VALUES] = {"dtype": entry["dtype"], "shape": [n, *entry["shape"][1:]]}
+    return out
+
+
+def _load_state(blob: bytes, listing: Mapping[str, Any], what: str = STATE_FILE
+                ) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """Parse ``state.npz`` (or ``delta.npz``) bytes without pickle; return (arrays, None) or (None, reason)."""
     try:
         npz = np.load(io.BytesIO(blob), allow_pickle=False)
     except Exception as exc:  # ValueError for pickle, BadZipFile, EOFError...
-        return None, f"{STATE_FILE} is not a readable .npz archive ({exc})"
+        return None, f"{what} is not a readable .npz archive ({exc})"
     if not isinstance(npz, NpzFile):
-        return None, f"{STATE_FILE} is a single .npy array, expected an .npz archive"
+        return None, f"{what} is a single .npy array, expected an .npz archive"
     arrays: dict[str, np.ndarray] = {}
     with npz:
         for key in npz.files:
@@ -303,24 +358,24 @@ def _load_state(blob: bytes, listing: Mapping[str, Any]) -> tuple[dict[str, np.n
                 value = npz[key]
             except ValueError as exc:
                 if "allow_pickle" in str(exc):
-                    return None, f"{STATE_FILE} member {key!r} is a pickled object array; pickle is refused"
-                return None, f"{STATE_FILE} member {key!r} is unreadable ({exc})"
+                    return None, f"{what} member {key!r} is a pickled object array; pickle is refused"
+                return None, f"{what} member {key!r} is unreadable ({exc})"
             except Exception as exc:
-                return None, f"{STATE_FILE} member {key!r} is unreadable ({exc})"
+                return None, f"{what} member {key!r} is unreadable ({exc})"
             if not isinstance(value, np.ndarray):
-                return None, f"{STATE_FILE} member {key!r} is not a .npy array; refused"
+                return None, f"{what} member {key!r} is not a .npy array; refused"
             if value.dtype.hasobject:
-                return None, f"{STATE_FILE} member {key!r} has object dtype; pickle is refused"
+                return None, f"{what} member {key!r} has object dtype; pickle is refused"
             arrays[key] = value
     if set(arrays) != set(listing):
         return None, (
-            f"{STATE_FILE} holds arrays {sorted(arrays)} but manifest.json lists {sorted(listing)}"
+            f"{what} holds arrays {sorted(arrays)} but manifest.json lists {sorted(listing)}"
         )
     for key, arr in arrays.items():
         got = array_entry(arr)
         want = {"dtype": listing[key].get("dtype"), "shape": listing[key].get("shape")}
         if got != want:
-            return None, f"{STATE_FILE} array {key!r} is {got}, manifest.json says {want}"
+            return None, f"{what} array {key!r} is {got}, manifest.json says {want}"
     return arrays, None
 
 
@@ -356,11 +411,13 @@ def read_checkpoint(path: Path) -> Checkpoint:
             reason = reason or _check_manifest(manifest, path)
             if reason:
                 raise corrupt(reason)
-            extra = sorted(set(names) - {MANIFEST_FILE, *DATA_FILES})
+            link = ChainLink.from_json(manifest["tables"], manifest["step"]) if "tables" in manifest else None
+            expected = data_files(link)
+            extra = sorted(set(names) - {MANIFEST_FILE, *expected})
             if extra:
                 raise corrupt(f"unexpected file {extra[0]!r} in the directory")
             blobs: dict[str, bytes] = {}
-            for name in DATA_FILES:
+            for name in expected:
                 want = manifest["files"][name]
                 try:
                     blob = directory.read(name)
@@ -383,6 +440,20 @@ def read_checkpoint(path: Path) -> Checkpoint:
     arrays, reason = _load_state(blobs[STATE_FILE], manifest["arrays"])
     if arrays is None:
         raise corrupt(reason or "unreadable state")
+    deltas: dict[str, RowDelta] = {}
+    if link is not None and link.kind == "full":
+        for name, entry in link.tables.items():
+            if name not in arrays or array_entry(arrays[name]) != {"dtype": entry["dtype"], "shape": entry["shape"]}:
+                raise corrupt(f"table {name!r} of the full checkpoint is missing from {STATE_FILE} or not {entry}")
+    elif link is not None:
+        held, reason = _load_state(blobs[DELTA_FILE], delta_listing(link), DELTA_FILE)
+        if held is None:
+            raise corrupt(reason or f"unreadable {DELTA_FILE}")
+        for name, entry in link.tables.items():
+            rows = held[name + DELTA_ROWS]
+            if rows.size and (rows[0] < 0 or rows[-1] >= entry["shape"][0] or np.any(np.diff(rows) <= 0)):
+                raise corrupt(f"{DELTA_FILE} rows of {name!r} are not sorted distinct rows of {entry['shape'][0]}")
+            deltas[name] = RowDelta(tuple(entry["shape"]), rows, held[name + DELTA_VALUES])
     if legacy:
         logger.warning(
             "checkpoint %s has format version %d, whose manifest has no checksum: its data files are verified, "
@@ -394,6 +465,8 @@ def read_checkpoint(path: Path) -> Checkpoint:
         step=manifest["step"],
         manifest=manifest,
         meta=manifest["meta"],
-        model_bytes=blobs[MODEL_FILE],
         arrays=arrays,
+        skeleton=blobs[MODEL_FILE],
+        link=link,
+        deltas=deltas,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -20,14 +21,18 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from streamfit.checkpoint._chain import DELTA_ROWS, DELTA_VALUES, ChainLink, RowDelta, TableArrays, apply_delta
 from streamfit.checkpoint._format import (
+    DELTA_FILE,
     MANIFEST_FILE,
+    MANIFEST_SHA256,
     MODEL_FILE,
     STATE_FILE,
     Checkpoint,
     build_manifest,
     check_arrays,
     check_model,
+    array_entry,
     check_step,
     dir_name,
     encode_manifest,
@@ -35,7 +40,9 @@ from streamfit.checkpoint._format import (
     json_copy,
     parse_dir_name,
     read_checkpoint,
+    verify_manifest,
 )
+
 from streamfit.checkpoint._fs import StrPath, atomic_write, fsync_dir, pause_point, tmp_name, write_durably
 from streamfit.exceptions import CheckpointError, CorruptCheckpointError
 
@@ -116,17 +123,28 @@ class CheckpointStore:
         model: bytes,
         arrays: Mapping[str, np.ndarray],
         meta: Mapping[str, Any] | None = None,
+        *,
+        tables: TableArrays | None = None,
     ) -> Path:
         """Write checkpoint ``step`` durably and atomically, make it ``latest``, apply retention.
 
         ``arrays`` must be snapshots (copies) the caller no longer mutates; object dtypes are
         refused.  ``meta`` must be JSON (str keys; tuples come back as lists).  ``step`` must be
         greater than every committed checkpoint's step; after a rollback, :meth:`discard_after`
-        first.  Returns the checkpoint directory.
+        first.  ``tables`` (large arrays) makes it a link of a chain: a full, or a delta of the rows
+        written since ``tables.parent``, which must be the newest committed checkpoint, itself of a
+        chain (see :mod:`streamfit.checkpoint._chain`).  Returns the checkpoint directory.
         """
         step = check_step(step)
         model_view = check_model(model)
         snap = check_arrays(arrays)
+        if tables is not None and not isinstance(tables, TableArrays):
+            raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
+        if tables is not None and not tables.is_delta:
+            clash = sorted(set(tables.arrays) & set(snap))
+            if clash:
+                raise CheckpointError(f"arrays {clash} are given both as arrays and as tables")
+            snap = {**snap, **check_arrays(tables.arrays)}
         if meta is None:
             meta = {}
         if not isinstance(meta, Mapping):
@@ -145,10 +163,12 @@ class CheckpointStore:
                     f"{committed[-1].step}) already exists and steps must increase; after a "
                     "rollback call discard_after(step) first"
                 )
+            link = None if tables is None else self._link(step, tables, committed)
             final = self.root / name
             tmp = self.root / tmp_name(name)
             try:
-                self._write_files(tmp, step, model_view, snap, meta_copy)
+                self._write_files(tmp, step, model_view, snap, meta_copy, link,
+                                  tables.arrays if link is not None and link.kind == "delta" else None)
                 pause_point("files_written")
                 os.rename(tmp, final)
             except BaseException as exc:
@@ -166,11 +186,50 @@ class CheckpointStore:
             self._apply_retention()
         return final
 
+    def _link(self, step: int, tables: TableArrays, committed: builtins.list[CheckpointInfo]) -> ChainLink:
+        """The chain link a checkpoint of ``tables`` will be: a full, or a delta after the newest checkpoint."""
+        fill = dict(tables.model_fill)
+        if not tables.is_delta:
+            listing = {n: array_entry(np.asarray(a)) for n, a in tables.arrays.items()}
+            return ChainLink("full", step, 0, None, None, listing, fill, {})
+        newest = committed[-1] if committed else None
+        if newest is None or newest.step != tables.parent:
+            raise CheckpointError(
+                f"cannot save delta checkpoint {step} after step {tables.parent}: the newest checkpoint under "
+                f"{self.root} is {newest.path.name if newest else 'none'} (a delta holds the rows written since "
+                "the checkpoint before it; write a full one instead)")
+        parent, sha = self._read_link(newest.path)
+        if parent is None or sha is None:
+            raise CheckpointError(f"cannot save delta checkpoint {step}: {newest.path.name} is not a readable "
+                                  "checkpoint of a table chain (write a full one instead)")
+        listing = {}
+        for n, d in tables.arrays.items():
+            assert isinstance(d, RowDelta)
+            listing[n] = {"dtype": array_entry(d.values)["dtype"], "shape": list(d.shape)}
+        if listing != {k: dict(v) for k, v in parent.tables.items()}:
+            raise CheckpointError(f"cannot save delta checkpoint {step}: its tables {listing} are not those of "
+                                  f"{newest.path.name} ({dict(parent.tables)})")
+        rows = {n: int(d.rows.size) for n, d in tables.arrays.items()}  # type: ignore[union-attr]
+        return ChainLink("delta", parent.base, parent.depth + 1, newest.step, sha, listing, fill, rows)
+
+    @staticmethod
+    def _read_link(path: Path) -> tuple[ChainLink | None, str | None]:
+        """The chain link and manifest checksum of checkpoint ``path`` from its manifest alone (cheap)."""
+        try:
+            raw = (path / MANIFEST_FILE).read_bytes()
+            manifest = json.loads(raw)
+            if verify_manifest(raw, manifest) is not None or "tables" not in manifest:
+                return None, None
+            return ChainLink.from_json(manifest["tables"], manifest["step"]), manifest[MANIFEST_SHA256]
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            return None, None
+
     @staticmethod
     def _write_files(
-        tmp: Path, step: int, model: memoryview, arrays: dict[str, np.ndarray], meta: dict[str, Any]
+        tmp: Path, step: int, model: memoryview, arrays: dict[str, np.ndarray], meta: dict[str, Any],
+        link: ChainLink | None = None, deltas: Mapping[str, Any] | None = None,
     ) -> None:
-        """Fill the new directory ``tmp``: model, state, then manifest; fsync all of it."""
+        """Fill the new directory ``tmp``: model, state (and the delta), then manifest; fsync all of it."""
         os.mkdir(tmp)
         write_durably(tmp / MODEL_FILE, model)
         pause_point("model_written")
@@ -179,7 +238,17 @@ class CheckpointStore:
             f.flush()
             os.fsync(f.fileno())
         files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}
-        manifest = build_manifest(step, meta, files, arrays)
+        if deltas is not None:
+            members = {}
+            for n, d in deltas.items():
+                members[n + DELTA_ROWS], members[n + DELTA_VALUES] = d.rows, d.values
+            with open(tmp / DELTA_FILE, "xb") as f:
+                np.savez(f, **members)
+                pause_point("delta_written")
+                f.flush()
+                os.fsync(f.fileno())
+            files[DELTA_FILE] = file_digest(tmp / DELTA_FILE)
+        manifest = build_manifest(step, meta, files, arrays, link)
         write_durably(tmp / MANIFEST_FILE, encode_manifest(manifest))
         fsync_dir(tmp)
 
@@ -238,7 +307,16 @@ class CheckpointStore:
         self._delete([i.path for i in uncommitted])
 
     def _apply_retention(self) -> None:
-        old = self._scan().committed[: -self.keep]
+        """Delete all but the newest ``keep`` checkpoints, and never a checkpoint their chains depend on."""
+        committed = self._scan().committed
+        live = {i.step for i in committed[-self.keep:]}
+        by_step = {i.step: i for i in committed}
+        for info in committed[-self.keep:]:
+            link, _ = self._read_link(info.path)
+            while link is not None and link.parent is not None and link.parent in by_step:
+                live.add(link.parent)
+                link, _ = self._read_link(by_step[link.parent].path)
+        old = [i for i in committed if i.step not in live]
         try:
             self._delete([i.path for i in old])
         except OSError as exc:  # the new checkpoint is durable; an old one lingering is harmless
@@ -282,7 +360,7 @@ class CheckpointStore:
         found: Checkpoint | None = None
         for info in reversed(scan.committed):
             try:
-                found = read_checkpoint(info.path)
+                found = self._resolve(info.path)
                 break
             except CorruptCheckpointError as exc:
                 bad.append((info.path, str(exc)))
@@ -377,7 +455,36 @@ class CheckpointStore:
         p = Path(path)
         if not p.is_absolute() and len(p.parts) == 1:
             p = self.root / p
-        return read_checkpoint(p)
+        return self._resolve(p)
+
+    @staticmethod
+    def _resolve(path: Path) -> Checkpoint:
+        """Read and verify checkpoint ``path`` and, for a delta, its whole chain: the full's tables with every
+        delta up to this one applied in order.  A damaged or missing link is :class:`CorruptCheckpointError`."""
+        head = read_checkpoint(path)
+        if head.link is None or head.link.kind == "full":
+            return head
+        chain = [head]
+        while (link := chain[-1].link) is not None and link.kind == "delta":
+            assert link.parent is not None
+            parent_path = path.parent / dir_name(link.parent)
+            try:
+                parent = read_checkpoint(parent_path)
+            except CorruptCheckpointError as exc:
+                raise CorruptCheckpointError(f"{path}: its chain is broken at {parent_path.name}: {exc}") from None
+            if parent.manifest.get(MANIFEST_SHA256) != link.parent_manifest_sha256 or parent.link is None \
+                    or parent.link.base != link.base:
+                raise CorruptCheckpointError(f"{path}: its chain is broken: {parent_path.name} is not the "
+                                             "checkpoint it was written after (manifest checksum differs)")
+            chain.append(parent)
+        full = chain[-1]
+        assert full.link is not None
+        tables = {name: full.arrays[name] for name in full.link.tables}
+        for ckpt in reversed(chain[:-1]):
+            for name, delta in ckpt.deltas.items():
+                apply_delta(tables[name], delta, name)
+        return Checkpoint(path=head.path, step=head.step, manifest=head.manifest, meta=head.meta,
+                          arrays={**head.arrays, **tables}, skeleton=head.skeleton, link=head.link)
 
     def load_latest(self) -> Checkpoint | None:
         """The newest valid committed checkpoint, or ``None`` if there is none.
@@ -399,7 +506,7 @@ class CheckpointStore:
             reasons = []
             for info in reversed(scan.committed):
                 try:
-                    return read_checkpoint(info.path)
+                    return self._resolve(info.path)
                 except CorruptCheckpointError as exc:
                     if not info.path.exists():  # deleted by the writer's retention while we read it
                         logger.debug("checkpoint %s vanished while being read", info.path)

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from streamfit.checkpoint import CheckpointStore
+from streamfit.checkpoint import FORMAT_VERSION, CheckpointStore
 from streamfit.exceptions import CorruptCheckpointError
 
 from tests.checkpoint.helpers import assert_content, content, rehash, sign
@@ -135,7 +135,7 @@ CORRUPTIONS = {
     "manifest checksum edited": (
         lambda d: _edit_manifest_bytes(b'"manifest_sha256": "', b'"manifest_sha256": "0')(d), "expected 64 hex digits"),
     "manifest reformatted, same content": (_reformat_manifest, "not in its canonical form"),
-    "manifest without its checksum": (_drop_checksum, "of format version 2 has no manifest_sha256"),
+    "manifest without its checksum": (_drop_checksum, "of format version 3 has no manifest_sha256"),
     "manifest.json is a symlink": (_symlink_to_copy("manifest.json"), r"manifest\.json is a symlink; refused"),
     "state.npz is a symlink": (_symlink_to_copy("state.npz"), r"state\.npz is a symlink; refused"),
     "model.onnx is a FIFO": (_fifo_model, r"model\.onnx is not a regular file"),
@@ -151,7 +151,7 @@ CORRUPTIONS = {
         "not valid JSON",
     ),
     "manifest is a list": (lambda d: (d / "manifest.json").write_text("[]"), "holds a list"),
-    "newer format version": (_set_manifest(format_version=3), "unknown format version 3: written by a newer"),
+    "newer format version": (_set_manifest(format_version=4), "unknown format version 4: written by a newer"),
     "older format version": (_set_manifest(format_version=0), "unknown format version 0"),
     "other format": (_set_manifest(format="other"), "has format 'other'"),
     "step mismatch": (_set_manifest(step=3), "says step 3 but the directory name says 2"),
@@ -302,7 +302,7 @@ def test_version_1_checkpoints_are_read_with_a_warning(store, caplog):
     assert any("format version 1, whose manifest has no checksum" in r.getMessage() and str(d) in r.getMessage()
                for r in caplog.records)
     store.save(3, *content(3))  # written in the current version, signed
-    assert json.loads((store.root / "ckpt-000000000003" / "manifest.json").read_text())["format_version"] == 2
+    assert json.loads((store.root / "ckpt-000000000003" / "manifest.json").read_text())["format_version"] == FORMAT_VERSION
     _flip_model_byte(d)  # a version-1 checkpoint's data files are still verified
     with pytest.raises(CorruptCheckpointError, match="model.onnx fails its SHA-256 check"):
         store.load(d)
