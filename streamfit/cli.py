@@ -39,6 +39,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", type=int, help="checkpoints to keep (default 3)")
     p.add_argument("--resume", action="store_true", default=None, help="continue from the newest valid checkpoint")
     p.add_argument("--publish", help="also write the latest model here (atomically) after each checkpoint")
+    p.add_argument("--publish-every", type=float,
+                   help="seconds between publications at most (written in the background; default: every checkpoint)")
+    p.add_argument("--full-every", type=int,
+                   help="with row-sparse tables: a full checkpoint every K, deltas of touched rows between (default 10)")
     p.add_argument("--follow", action="store_true", default=None, help="keep watching a Parquet directory")
     p.add_argument("--log-json", action="store_true", default=None, help="structured JSON log lines")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
@@ -261,6 +265,7 @@ def _runner(cfg: Any, serve: bool) -> Any:
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
                   keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish,
+                  full_every=cfg.full_every, publish_every=cfg.publish_every,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
                   # the estimator holds the inputs (build_estimator gave it cfg.stream.inputs); serve draws no bar
                   options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve))

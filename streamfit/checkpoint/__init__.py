@@ -9,18 +9,23 @@ from streamfit.checkpoint._async import AsyncCheckpointWriter, WriteResult
 from streamfit.checkpoint._chain import ChainLink, RowDelta, TableArrays
 from streamfit.checkpoint._format import FORMAT_VERSION, Checkpoint
 from streamfit.checkpoint._fs import publish
+from streamfit.checkpoint._publish import BackgroundPublisher, PublishResult, apply_published_delta, delta_path
 from streamfit.checkpoint._store import CheckpointInfo, CheckpointStore
 
 __all__ = [
     "AsyncCheckpointWriter",
+    "BackgroundPublisher",
     "ChainLink",
     "Checkpoint",
     "CheckpointInfo",
     "CheckpointStore",
     "FORMAT_VERSION",
+    "PublishResult",
     "RowDelta",
     "TableArrays",
     "WriteResult",
+    "apply_published_delta",
+    "delta_path",
     "publish",
 ]
 

@@ -183,6 +183,8 @@ class CheckpointStore:
             except OSError as exc:
                 raise CheckpointError(f"checkpoint {final} written but not committed: {exc}") from exc
             pause_point("latest_updated")
+            if link is not None and link.kind == "delta":
+                pause_point("delta_committed")
             self._apply_retention()
         return final
 

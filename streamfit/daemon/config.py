@@ -54,6 +54,8 @@ class RunConfig:
     keep: int = 3
     resume: bool = False
     publish: str | None = None
+    publish_every: float | None = None  # seconds between publications at most (background thread)
+    full_every: int = 10  # with row-sparse tables: a full checkpoint every K, deltas of touched rows between
     output: str | None = None
     follow: bool = False
     log_json: bool = False

@@ -26,10 +26,11 @@ from streamfit._stream.batching import Quarantine
 from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
 from streamfit._stream.options import StreamOptions
 from streamfit._stream.events import BatchEvent
-from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore, publish
+from streamfit.checkpoint import AsyncCheckpointWriter, BackgroundPublisher, CheckpointStore, TableArrays
+from streamfit.checkpoint._format import dir_name
 from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
-from streamfit.daemon.state import restore_estimator, snapshot_estimator
+from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot_estimator, snapshot_tables
 from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
 from streamfit.sources import Position, Source, SourceBatch, open_source
 
@@ -76,6 +77,12 @@ class _Snapshot:
     skipped_rows: dict[str, int] = field(default_factory=dict)
     skipped_messages: dict[str, int] = field(default_factory=dict)
     dead_letter: int = 0  # the dead-letter sink's mark
+    #: a chain checkpoint's large tables (a full, or the rows touched since the previous checkpoint)
+    tables: TableArrays | None = None
+    #: the tables equal those of chain checkpoint ``tables_at`` (on disk): restored from there
+    tables_at: int | None = None
+    #: per table array: the rows touched since the previous checkpoint (lets a publisher patch after a full)
+    changed: dict[str, np.ndarray] | None = None
 
 
 class _KeepOpen(Source):
@@ -109,6 +116,12 @@ class Runner:
     train in all, over resumes (a resumed run trains what the checkpoint's row counter leaves).  ``dead_letter`` (a sink,
     a JSON-lines path or ``kafka://HOST:PORT/topic``) keeps skipped input and quarantined poison messages;
     it is synced before every checkpoint that moves past them.
+
+    A model with row-sparse tables (embeddings, hashed models, factorization machines) is checkpointed as a
+    chain: a full checkpoint every ``full_every`` checkpoints, and in between deltas of the table rows
+    touched since the previous one (dense weights in full each time).  ``publish_path`` gets the model of
+    a durable checkpoint, written by a background thread at most every ``publish_every`` seconds, with a
+    delta file of the rows changed beside it (:class:`~streamfit.checkpoint.BackgroundPublisher`).
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
@@ -116,7 +129,7 @@ class Runner:
                  every_seconds: float | None = None, keep: int = 3, resume: bool = False,
                  publish_path: "str | Path | None" = None,
                  health_path: "str | Path | None" = None, health_interval: float = 1.0,
-                 metrics: Metrics | None = None,
+                 metrics: Metrics | None = None, full_every: int = 10, publish_every: float | None = None,
                  source_options: Mapping[str, Any] | None = None,
                  options: "StreamOptions | Mapping[str, Any] | None" = None, **loop_options: Any) -> None:
         # guard=: the option (True/False: the guard the options' parameters describe), or a DivergenceGuard
@@ -131,6 +144,17 @@ class Runner:
             raise ValueError(f"every_seconds must be > 0, got {every_seconds!r}")
         if resume and checkpoint_dir is None:
             raise ValueError("resume=True needs a checkpoint_dir")
+        if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 1:
+            raise ValueError(f"full_every must be an int >= 1 (1: every checkpoint full), got {full_every!r}")
+        if publish_every is not None and not publish_every >= 0:
+            raise ValueError(f"publish_every must be >= 0 seconds, got {publish_every!r}")
+        if publish_every is not None and publish_path is None:
+            raise ValueError("publish_every needs a publish_path")
+        self.full_every = full_every
+        self.publish_every = publish_every
+        self._publisher: BackgroundPublisher | None = None
+        self._chain_parent: int | None = None  # the last chain checkpoint submitted: the next delta's parent
+        self._chain_depth = 0
         self.estimator = estimator
         self.source_spec = source
         self.source_options = dict(source_options or {})
@@ -216,11 +240,28 @@ class Runner:
         return source
 
     # -- state ---------------------------------------------------------------------------------------
-    def _snapshot(self) -> _Snapshot:
-        model, arrays, state = snapshot_estimator(self.estimator)
+    def _snapshot(self, checkpoint: bool = False) -> _Snapshot:
+        """The state now.  With row-sparse tables and a store: for a checkpoint, a full or a delta link of the
+        chain; for a rollback point, a reference to the chain's newest checkpoint if no row changed since
+        (nothing copied), else the tables copied whole."""
         mark = self.dead_letter.mark() if self.dead_letter is not None else 0
-        return _Snapshot(self.batches, self.rows, self.position, model, arrays, state, self._skipped_rows(),
-                         self._skipped_messages(), mark)
+        tables = estimator_tables(self.estimator) if self.store is not None else None
+        counters = (self.batches, self.rows, self.position)
+        if tables is None:
+            model, arrays, state = snapshot_estimator(self.estimator)
+            return _Snapshot(*counters, model, arrays, state, self._skipped_rows(), self._skipped_messages(), mark)
+        tables_at = None
+        if checkpoint:
+            delta = self._chain_parent is not None and self._chain_depth + 1 < self.full_every
+            ts = snapshot_tables(self.estimator, self._chain_parent if delta else None)
+        elif self._chain_parent is not None and tables.touched().count == 0:
+            ts = snapshot_tables(self.estimator, self._chain_parent)  # zero rows: nothing copied
+            tables_at = self._chain_parent
+        else:
+            ts = snapshot_tables(self.estimator, None)
+        return _Snapshot(*counters, ts.model, ts.arrays, ts.state, self._skipped_rows(), self._skipped_messages(),
+                         mark, tables=None if tables_at is not None else ts.tables, tables_at=tables_at,
+                         changed=ts.changed if checkpoint and self._chain_parent is not None else None)
 
     def _meta(self, snap: _Snapshot, summary: Any | None) -> dict[str, Any]:
         meta: dict[str, Any] = {"rows": snap.rows, "batches": snap.step, "position": snap.position,
@@ -275,7 +316,20 @@ class Runner:
         self._quarantine.isolate = set(self._strikes) - self._quarantine.skip
 
     def _restore(self, snap: _Snapshot) -> None:
-        restore_estimator(self.estimator, snap.state, snap.arrays)
+        arrays = snap.arrays
+        if snap.tables_at is not None:  # the tables of a chain checkpoint: read back from disk (rare: rollbacks)
+            assert self.store is not None
+            if self._writer is not None:
+                self._writer.flush()
+            arrays = {**self.store.load(dir_name(snap.tables_at)).arrays, **snap.arrays}
+        elif snap.tables is not None:
+            if snap.tables.is_delta:
+                raise CheckpointError(f"internal: cannot restore the delta snapshot of batch {snap.step} alone")
+            arrays = {**snap.arrays, **snap.tables.arrays}
+        restore_estimator(self.estimator, snap.state, arrays)
+        tables = estimator_tables(self.estimator)
+        if tables is not None and snap.tables_at is not None and snap.tables_at == self._chain_parent:
+            tables.clear_touched()  # the tables equal the chain's newest checkpoint again
         self.rows, self.batches, self.position = snap.rows, snap.step, snap.position
         self._skipped, self._skipped_msgs = dict(snap.skipped_rows), dict(snap.skipped_messages)
 
@@ -291,6 +345,18 @@ class Runner:
                          {k: int(v) for k, v in meta.get("skipped_rows", {}).items()},
                          {k: int(v) for k, v in meta.get("skipped_messages", {}).items()})
         self._restore(snap)
+        if ckpt.link is not None:  # continue its chain; the rollback point refers to it on disk
+            self._chain_parent, self._chain_depth = ckpt.step, ckpt.link.depth
+            tables = estimator_tables(self.estimator)
+            if tables is not None:
+                tables.clear_touched()
+            if self._publisher is not None and tables is not None:  # its replica starts from this state
+                live = list(tables.arrays.values())
+                own = {k: ckpt.arrays[k] if not any(np.may_share_memory(ckpt.arrays[k], t) for t in live)
+                       else ckpt.arrays[k].copy() for k in ckpt.link.tables}
+                self._publisher.prime(ckpt.skeleton, TableArrays(own, None, ckpt.link.model_fill))
+            snap = replace(snap, arrays={k: v for k, v in snap.arrays.items() if k not in ckpt.link.tables},
+                           tables_at=ckpt.step)
         self._restore_layout(meta.get("columns"))
         self.rollbacks = int(meta.get("rollbacks", 0))
         self._load_poison(meta.get("poison") or {})
@@ -346,13 +412,22 @@ class Runner:
             return False  # a write is in flight: try again after the next batch
         if self.dead_letter is not None:  # durable before any checkpoint moves past them
             self._dead_letter_state = self.dead_letter.sync()
-        snap = self._snapshot()
+        snap = self._snapshot(checkpoint=True)
         summary = self._loop.summary() if self._loop is not None else None
-        if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait):
+        if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait,
+                                   tables=snap.tables):
             return False
         self._pending[snap.step] = snap
         self._submitted_step = snap.step
-        self._good = snap  # a consistent in-memory state: the rollback target, durable or not
+        good = snap
+        if snap.tables is not None:  # a link of the chain: the next delta counts the rows touched from now
+            self._chain_depth = self._chain_depth + 1 if snap.tables.is_delta else 0
+            self._chain_parent = snap.step
+            tables = estimator_tables(self.estimator)
+            assert tables is not None
+            tables.clear_touched()
+            good = replace(snap, tables=None, tables_at=snap.step)  # a rollback reads its tables back from disk
+        self._good = good  # a consistent state: the rollback target, durable or not
         self._checkpoint_requested = False
         self._last_checkpoint_time = time.monotonic()
         return True
@@ -363,10 +438,9 @@ class Runner:
         result = self._writer.last_result
         if result is None or result.step not in self._pending:
             return
-        done = [step for step in self._pending if step <= result.step]
+        done = sorted(step for step in self._pending if step <= result.step)
         snap = self._pending[result.step]
-        for step in done:
-            del self._pending[step]
+        durable = [self._pending.pop(step) for step in done]  # written in order: the earlier ones too
         self.checkpoints += 1
         self.last_checkpoint = str(result.path)
         log_event("checkpoint", f"checkpoint {result.path.name} written in {result.seconds * 1e3:.1f} ms",
@@ -374,8 +448,9 @@ class Runner:
                   position=snap.position)
         if self.metrics is not None:
             self.metrics.ckpt_seconds.set(result.seconds)
-        if self.publish_path is not None:
-            await anyio.to_thread.run_sync(publish, snap.model, self.publish_path)
+        if self._publisher is not None:  # written by its own thread, at most every publish_every seconds
+            for done_snap in durable:  # every link, in order: the publisher's replica follows the chain
+                self._publisher.offer(done_snap.step, done_snap.model, done_snap.tables, done_snap.changed)
         if snap.position is not None and self._source is not None and snap.step > self._committed_step:
             await self._source.commit(snap.position)
             self._committed_step = snap.step
@@ -482,6 +557,8 @@ class Runner:
     # -- the run -------------------------------------------------------------------------------------
     async def run(self, stop_event: anyio.Event | None = None) -> RunSummary:
         """Train until the source ends or ``stop_event`` is set; write a final checkpoint; return a summary."""
+        if self.publish_path is not None:
+            self._publisher = BackgroundPublisher(self.publish_path, self.publish_every or 0.0)
         if self.resume:
             self._load_checkpoint()
         elif self.store is not None and self.store.list():
@@ -516,6 +593,8 @@ class Runner:
         finally:
             if self._writer is not None:
                 self._writer.close()
+            if self._publisher is not None:  # the last durable checkpoint's model, published before exit
+                await anyio.to_thread.run_sync(self._publisher.close)
             if self.dead_letter is not None:
                 self.dead_letter.close()
             if self._source is not None:

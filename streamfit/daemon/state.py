@@ -7,19 +7,26 @@ so loading a checkpoint parses JSON and reads plain arrays: nothing in it can ex
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
+from streamfit.checkpoint import RowDelta, TableArrays
 from streamfit.exceptions import CheckpointError, ResumeError
 
-__all__ = ["flatten_state", "unflatten_state", "snapshot_estimator", "restore_estimator"]
+__all__ = ["flatten_state", "unflatten_state", "snapshot_estimator", "restore_estimator", "TableSnapshot",
+           "estimator_tables", "snapshot_tables"]
 
 _REF = "__array__"
 
 
-def flatten_state(state: Any, prefix: str = "") -> tuple[Any, dict[str, np.ndarray]]:
-    """Split a nested state into a JSON-able tree and a dict of arrays (copies, safe to write later)."""
+def flatten_state(state: Any, prefix: str = "", live: Mapping[int, Any] | None = None,
+                  found: dict[str, Any] | None = None) -> tuple[Any, dict[str, np.ndarray]]:
+    """Split a nested state into a JSON-able tree and a dict of arrays (copies, safe to write later).
+
+    Arrays whose ``id`` is a key of ``live`` are not copied: their path goes to ``found`` (path -> the
+    value ``live`` maps them to) and the tree refers to them as to the others."""
     arrays: dict[str, np.ndarray] = {}
 
     def walk(value: Any, path: str) -> Any:
@@ -28,6 +35,9 @@ def flatten_state(state: Any, prefix: str = "") -> tuple[Any, dict[str, np.ndarr
         if isinstance(value, np.ndarray):
             if value.dtype.kind == "O":
                 raise CheckpointError(f"state entry {path!r} is an object array; only plain arrays are saved")
+            if live is not None and found is not None and id(value) in live:
+                found[path] = live[id(value)]
+                return {_REF: path}
             arrays[path] = np.array(value, copy=True)
             return {_REF: path}
         if isinstance(value, (list, tuple)):
@@ -69,3 +79,66 @@ def restore_estimator(estimator: Any, meta: Mapping[str, Any], arrays: Mapping[s
         raise ResumeError(f"the checkpoint holds a {saved}, but the configured estimator is a "
                               f"{type(estimator).__name__}")
     estimator.load_state_dict(unflatten_state(meta["state"], arrays))
+
+
+@dataclass(frozen=True, eq=False)
+class TableSnapshot:
+    """An estimator's state with its large tables kept apart: what a chain checkpoint writes.
+
+    ``arrays`` are copies of everything small; ``tables`` the large arrays (weights and optimizer state of
+    the row-sparse tables), whole (a full) or as the rows touched since the last checkpoint (a delta);
+    ``model`` is the inference model with the tables' initializers empty, filled back per ``tables.model_fill``.
+    """
+
+    model: bytes
+    arrays: dict[str, np.ndarray]
+    state: dict[str, Any]
+    tables: TableArrays
+    #: per table array name: the rows touched since the previous checkpoint (a full's, for a publisher)
+    changed: dict[str, np.ndarray]
+
+
+def estimator_tables(estimator: Any) -> Any:
+    """The row-sparse tables of a fitted estimator's trainer (``SparseTables``), or ``None``."""
+    trainer = getattr(estimator, "trainer_", None)
+    tables = getattr(trainer, "tables", None)
+    return tables if tables is not None and tables.tables else None
+
+
+def snapshot_tables(estimator: Any, parent: int | None) -> TableSnapshot:
+    """Snapshot ``estimator`` for a chain checkpoint: a full (``parent is None``: the tables copied whole) or
+    a delta after checkpoint ``parent`` (only the rows touched since the tracker was cleared).
+
+    Nothing table-sized is copied or serialized for a delta: the state tree is read with the live tables
+    lent, and the model exported with them empty.  The caller clears the tracker once the snapshot is
+    taken for good (submitted)."""
+    tables = estimator_tables(estimator)
+    if tables is None:
+        raise CheckpointError(f"{type(estimator).__name__} has no row-sparse tables to checkpoint apart")
+    live: dict[int, tuple[str, np.ndarray]] = {}
+    for name, array in tables.arrays.items():
+        live[id(array)] = (name, array)
+    for name, slots in tables.state_arrays().items():
+        for array in slots.values():
+            live[id(array)] = (name, array)
+    found: dict[str, tuple[str, np.ndarray]] = {}
+    with tables.lend("live"):
+        tree, arrays = flatten_state(estimator.state_dict(), live=live, found=found)
+    if len(found) != len(live):
+        raise CheckpointError(f"the state of {type(estimator).__name__} does not hold its tables' arrays as the "
+                              f"trainer does ({len(found)} of {len(live)} found)")
+    with tables.lend("empty"):
+        model = estimator.to_onnx().SerializeToString()
+    by_array = {id(a): path for path, (_, a) in found.items()}
+    fill = {name: by_array[id(array)] for name, array in tables.arrays.items()}
+    touched = tables.touched()
+    big: dict[str, Any] = {}
+    for path, (name, array) in found.items():
+        if parent is None:
+            big[path] = array.copy()
+        else:
+            rows = touched.rows[name]
+            big[path] = RowDelta(array.shape, rows, array[rows])
+    changed = {path: touched.rows[name] for path, (name, _) in found.items()}
+    return TableSnapshot(model, arrays, {"class": type(estimator).__name__, "state": tree},
+                         TableArrays(big, parent, fill), changed)
