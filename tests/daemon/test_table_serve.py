@@ -56,7 +56,9 @@ def test_serve_killed_during_and_after_a_delta_write_resumes_exactly(tmp_path):
                 continue
             (src / f.name.replace(".parquet", ".tmp")).write_bytes(f.read_bytes())
             (src / f.name.replace(".parquet", ".tmp")).rename(src / f.name)
-            deadline = time.monotonic() + 1.0
+            fed = ROWS * len(list(src.glob("*.parquet")))
+            _wait(lambda: marker.exists() or _health(health).get("rows", 0) >= fed, proc, what=f"{fed} rows")
+            deadline = time.monotonic() + 0.3  # the writer of the checkpoint those rows made due
             while time.monotonic() < deadline and not marker.exists() and proc.poll() is None:
                 time.sleep(0.01)
             if marker.exists():
@@ -65,6 +67,7 @@ def test_serve_killed_during_and_after_a_delta_write_resumes_exactly(tmp_path):
 
     for point in ("delta_written", "delta_committed"):
         marker = tmp_path / f"marker-{point}"
+        health.unlink(missing_ok=True)  # the killed run's is stale
         proc = _cli("serve", "--source", f"parquet:{src}", "--model", str(model), "--checkpoint-dir", str(ck),
                     "--health-file", str(health), "--health-interval", "0", "--log-json", *OPTS, *resume,
                     env={"STREAMFIT_CHECKPOINT_TEST_PAUSE": f"{point}:{marker}"})
@@ -83,6 +86,7 @@ def test_serve_killed_during_and_after_a_delta_write_resumes_exactly(tmp_path):
     for f in files:
         if not (src / f.name).exists():
             (src / f.name).write_bytes(f.read_bytes())
+    health.unlink(missing_ok=True)
     proc = _cli("serve", "--source", f"parquet:{src}", "--model", str(model), "--checkpoint-dir", str(ck),
                 "--health-file", str(health), "--health-interval", "0", "--log-json", *OPTS, *resume)
     _wait(lambda: _health(health).get("rows", 0) >= total, proc, what="the whole stream")
