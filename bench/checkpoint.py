@@ -6,6 +6,8 @@ daemon's memory stays flat over a long stream.
     python bench/checkpoint.py --quick         # smoke run, < 30 s (CI)
     python bench/checkpoint.py --rss           # the daemon's RSS over 10M rows (minutes; NOT for CI)
     python bench/checkpoint.py --rss --rss-rows 2000000 --rss-model mlp
+    python bench/checkpoint.py --tables         # delta checkpoints of a 2^24 x 16 table (1 GiB), ~2 min
+    python bench/checkpoint.py --tables --quick # the same on a 2^16-row table (CI)
 
 1. Overhead (default).  The MLP 100-256-256-1 (ReLU, float32, plain SGD), batch 2048, trained through
    ``streamfit.daemon.Runner`` from an endless in-memory source (``--source memory``: the same 65536-row
@@ -31,6 +33,15 @@ daemon's memory stays flat over a long stream.
    since the previous line.  Verdict, after the warm-up (the first 20 % of the rows): flat if the peak RSS
    of each later quarter of the rows is within 5 % of the first quarter's peak (RSS swings inside a quarter
    as the allocators return freed memory in bursts: a sawtooth is not growth).
+
+3. ``--tables``.  An embedding model (8 dense inputs + a ``--table-rows`` x 16 float32 table through
+   ``Gather``, ``two_input_model``; 2^24 rows = 1 GiB, AdaGrad: as much again of optimizer state) trained by
+   the ``Runner`` from memory, batch 1024, every batch's ids drawn from the same 1 % of the table's rows, a
+   checkpoint every ``--table-every`` batches (a full every 10, deltas of touched rows between) and
+   ``--publish`` in the background every ``--publish-every`` s.  Printed: bytes written by the full and by
+   each delta (the target: a delta <= 5 % of a full), their write times, the training loop's pause to
+   snapshot each kind, and the batch intervals (p50, and the longest one overlapping a publication:
+   publishing must not block training).
 """
 
 from __future__ import annotations
@@ -62,6 +73,17 @@ QUICK_ARMS = {"none": None, "1s": 1.0, "0.25s": 0.25}
 
 
 # -- 1. checkpoint overhead ------------------------------------------------------------------------------------
+def _after_each_batch(runner: Any, hook: Callable[[Any], None]) -> None:
+    """Bench-only: call ``hook(event)`` after the Runner handled each trained batch (its ``BatchEvent``)."""
+    handle = runner._on_batch
+
+    async def wrapped(event: Any) -> None:
+        await handle(event)
+        hook(event)
+
+    runner._on_batch = wrapped
+
+
 class _Events(logging.Handler):
     """Collects the daemon's structured ``checkpoint`` log events (write durations)."""
 
@@ -121,7 +143,8 @@ def run_arm(est: Any, source_factory: Callable[[], Any], every: float | None, se
             stop.set()
 
     runner = Runner(est, source_factory, checkpoint_dir=ck, every_seconds=every, batch_size=BATCH,
-                    features=["x"], on_metrics=on_metrics)
+                    features=["x"], guard=False)  # no guard: the arms differ only in checkpoints
+    _after_each_batch(runner, on_metrics)
     submit = runner._submit  # bench-only timing of the snapshot taken on the event loop
 
     def timed_submit(wait: bool) -> bool:
@@ -327,6 +350,117 @@ def rss_run(args: argparse.Namespace, out: Callable[[str], None], log: Callable[
 
 
 # -- main ------------------------------------------------------------------------------------------------------
+# -- 3. delta checkpoints of a large table ------------------------------------------------------------------------
+def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[str], None]) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    import streamfit
+    from streamfit._engine.testing import two_input_model
+    from streamfit.daemon import Runner
+    from streamfit.sources import MemorySource
+
+    rows = 2 ** 16 if args.quick else args.table_rows
+    dim, batch = 16, 1024
+    touched = max(batch, rows // 100)
+    rng = np.random.default_rng(0)
+    subset = rng.permutation(rows)[:touched]
+    t0 = time.perf_counter()
+    est = streamfit.OnnxRegressor(two_input_model(8, rows, dim=dim, seed=0), optimizer=args.table_optimizer,
+                                  learning_rate="constant", eta0=0.01, penalty=None,
+                                  inputs={"x": [f"x{j}" for j in range(8)], "ids": "ids"})
+    log(f"model of {rows} x {dim} rows built in {time.perf_counter() - t0:.1f} s")
+
+    def batches():
+        g = np.random.default_rng(1)
+        while True:
+            x = g.standard_normal((batch, 8)).astype(np.float32)
+            ids = subset[g.integers(0, touched, batch)]
+            cols = {f"x{j}": x[:, j] for j in range(8)}
+            cols["ids"], cols["y"] = ids.astype(np.int64), (x.sum(axis=1) + (ids % 7) * 0.1).astype(np.float32)
+            yield pa.record_batch(cols)
+
+    tmp = tempfile.mkdtemp(prefix="bench-tables-")
+    ck, pub = os.path.join(tmp, "ck"), os.path.join(tmp, "pub", "model.onnx")
+    want = 4 if args.quick else 5  # committed checkpoints: a full and deltas
+    stop = anyio.Event()
+    stamps: list[float] = []
+    pauses: list[tuple[str, float]] = []
+    runner: Any = None
+
+    def on_metrics(ev: Any) -> None:
+        stamps.append(time.perf_counter())
+        if runner is not None and runner.checkpoints >= want:
+            stop.set()
+
+    runner = Runner(est, lambda: MemorySource(batches()), checkpoint_dir=ck, every_batches=args.table_every,
+                    full_every=10, keep=20, publish_path=pub, publish_every=args.publish_every, label="y",
+                    batch_size=batch, guard=False)
+    _after_each_batch(runner, on_metrics)
+    submit = runner._submit
+
+    def timed_submit(wait: bool) -> bool:
+        start = time.perf_counter()
+        ok = submit(wait)
+        if ok:
+            pauses.append(("full" if runner._chain_depth == 0 else "delta", time.perf_counter() - start))
+        return ok
+
+    runner._submit = timed_submit  # bench-only: the pause of the loop while the snapshot is taken
+    events = _Events()
+    dlog = logging.getLogger("streamfit.daemon")
+    dlog.addHandler(events)
+    dlog.setLevel(logging.INFO)
+    dlog.propagate = False
+    peak0 = C.rss_mb()
+    try:
+        anyio.run(runner.run, stop)
+    finally:
+        dlog.removeHandler(events)
+    publisher = runner._publisher
+    out(f"== delta checkpoints: a {rows} x {dim} float32 table ({rows * dim * 4 / 2**20:.0f} MiB), "
+        f"{args.table_optimizer}, batch {batch}, ids from {touched} rows ({100 * touched / rows:.1f} %) ==")
+    out(f"{'checkpoint':<20} {'kind':<6} {'MiB written':>12} {'vs full':>8} {'table rows':>11} {'write s':>8} "
+        f"{'loop pause ms':>14}")
+    full_bytes = None
+    ratios = []
+    dirs = sorted(d for d in os.listdir(ck) if d.startswith("ckpt-") and "." not in d)
+    for i, name in enumerate(dirs):
+        d = os.path.join(ck, name)
+        manifest = json.load(open(os.path.join(d, "manifest.json")))
+        link = manifest["tables"]
+        size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+        if link["kind"] == "full":
+            full_bytes = size
+        ratio = size / full_bytes if full_bytes else float("nan")
+        if link["kind"] == "delta":
+            ratios.append(ratio)
+        n_rows = max(link["rows"].values()) if link["rows"] else rows
+        write = events.writes[i] if i < len(events.writes) else float("nan")
+        pause = pauses[i][1] * 1e3 if i < len(pauses) else float("nan")
+        out(f"{name:<20} {link['kind']:<6} {size / 2**20:>12.2f} {ratio:>8.3f} {n_rows:>11} {write:>8.3f} "
+            f"{pause:>14.1f}")
+    gaps = np.diff(np.asarray(stamps)) * 1e3
+    windows = [(r.started, r.started + r.seconds) for r in (publisher.results if publisher else [])]
+    during = [g for g, t in zip(gaps, stamps[1:]) if any(a <= t and t - g / 1e3 <= b for a, b in windows)]
+    snapshot_ms = {kind: max(p for k, p in pauses if k == kind) * 1e3 for kind in ("full", "delta")
+                   if any(k == kind for k, _ in pauses)}
+    out(f"publications: {len(windows)} (every >= {args.publish_every} s), "
+        f"{', '.join(f'{r.seconds:.2f}' for r in publisher.results)} s each, "
+        f"{sum(r.patchable for r in publisher.results)} with a patchable delta file "
+        f"({os.path.getsize(pub + '.delta.npz') / 2**20:.2f} MiB the last, model {os.path.getsize(pub) / 2**20:.0f} MiB)")
+    out(f"batch interval: p50 {np.median(gaps):.2f} ms; longest while a publication was written "
+        f"{max(during) if during else float('nan'):.2f} ms over {len(during)} batches; longest overall "
+        f"{gaps.max():.1f} ms (the loop's snapshot pause: full {snapshot_ms.get('full', float('nan')):.0f} ms, "
+        f"delta {snapshot_ms.get('delta', float('nan')):.1f} ms)")
+    out(f"RSS {C.rss_mb():.0f} MB at the end (at the start of the run {peak0:.0f} MB)")
+    if ratios:
+        worst = max(ratios)
+        out(f"== target: a delta checkpoint of 1 % touched rows writes <= 5 % of a full's bytes: "
+            f"{'met' if worst <= 0.05 else 'MISSED'} (worst delta {100 * worst:.2f} %)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -343,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rss-model", choices=["linear", "mlp"], default="linear")
     p.add_argument("--rss-layout", choices=sorted(C.LAYOUTS), default="mixed")
     p.add_argument("--rss-timeout", type=float, default=1800.0, help="SIGTERM the daemon after this many seconds")
+    p.add_argument("--tables", action="store_true", help="delta checkpoints of a large embedding table instead")
+    p.add_argument("--table-rows", type=int, default=2 ** 24, help="rows of the table (x 16 float32; --quick 2^16)")
+    p.add_argument("--table-every", type=int, default=50, help="batches between checkpoints")
+    p.add_argument("--table-optimizer", default="adagrad")
+    p.add_argument("--publish-every", type=float, default=2.0, help="seconds between publications at most")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -358,7 +497,9 @@ def main(argv: list[str] | None = None) -> int:
         out(s)
     if args.quick:
         out("--quick: a smoke run (short arms, one round): the figures below say nothing about performance")
-    if args.rss:
+    if args.tables:
+        tables(args, out, log)
+    elif args.rss:
         if args.quick:
             args.rss_rows = min(args.rss_rows, 500_000)
         rss_run(args, out, log)

@@ -30,6 +30,7 @@ import hashlib
 import io
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -38,8 +39,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from streamfit.checkpoint._chain import RowDelta, TableArrays, fill_model
-from streamfit.checkpoint._fs import StrPath, atomic_write, publish
+from streamfit.checkpoint._chain import RowDelta, TableArrays
+from streamfit.checkpoint._fs import StrPath, atomic_write, fsync_dir, tmp_name
 from streamfit.exceptions import CheckpointError
 
 __all__ = ["BackgroundPublisher", "PublishResult", "apply_published_delta", "delta_path", "DELTA_FORMAT"]
@@ -66,6 +67,7 @@ class PublishResult:
     patchable: bool
     rows: int
     seconds: float
+    started: float = 0.0  # time.perf_counter() when writing began
 
 
 @dataclass(frozen=True)
@@ -216,8 +218,12 @@ class BackgroundPublisher:
         start = time.perf_counter()
         assert self._skeleton is not None
         replica = self._replica or {}
-        model = fill_model(self._skeleton, {i: i for i in self._fill}, replica) if self._fill else self._skeleton
-        sha = hashlib.sha256(model).hexdigest()
+        tmp = self.path.with_name(tmp_name(self.path.name))
+        try:  # the model file first, under a temporary name: its checksum goes into the delta file
+            sha = write_model(tmp, self._skeleton, replica)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         rows = 0
         patchable = False
         if self._fill:
@@ -238,15 +244,75 @@ class BackgroundPublisher:
             np.savez(buf, **members)
             atomic_write(self.delta_path, buf.getbuffer())
             self._last_structure = structure
-        publish(model, self.path)
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
         self._last_sha, self._last_time = sha, time.monotonic()
         self._changed = {init: [] for init in self._fill}
         self._patchable = bool(self._fill)
         self._dirty = False
-        result = PublishResult(self._step, sha, patchable, rows, time.perf_counter() - start)
+        result = PublishResult(self._step, sha, patchable, rows, time.perf_counter() - start, start)
         self.results.append(result)
         logger.debug("published step %d to %s in %.3f s (%d rows in the delta)", self._step, self.path,
                      result.seconds, rows)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _length_delimited(field_number: int, length: int) -> bytes:
+    """The protobuf key and length of a length-delimited field (a message, bytes)."""
+    return _varint(field_number << 3 | 2) + _varint(length)
+
+
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9  # field numbers in onnx.proto
+
+
+def write_model(path: StrPath, skeleton: bytes, tables: Mapping[str, np.ndarray]) -> str:
+    """Write the ONNX model ``skeleton`` with the initializers ``tables`` (name -> whole array) filled in to a new
+    file ``path``, fsynced; return its SHA-256.
+
+    The tables are never serialized by protobuf nor copied: the file is the skeleton without them, then one more
+    ``ModelProto.graph`` record holding just their initializers, each a small header and the array's raw bytes
+    written straight from memory.  Protobuf merges repeated occurrences of a message field, so every reader
+    (onnx, onnxruntime) parses the same model; writing and hashing release the GIL, so training goes on.
+    """
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_from_string(skeleton)
+    kept = [init for init in model.graph.initializer if init.name not in tables]
+    missing = set(tables) - {init.name for init in model.graph.initializer}
+    if missing:
+        raise CheckpointError(f"the model has no initializers {sorted(missing)} to fill")
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    head = model.SerializeToString()
+    parts: list[Any] = []
+    for name, array in tables.items():
+        array = np.asarray(array)
+        if not array.flags.c_contiguous or array.dtype.byteorder == ">":
+            array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        header = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                                  dims=list(array.shape)).SerializeToString()
+        raw = memoryview(array.reshape(-1)).cast("B")
+        tensor = header + _length_delimited(_TENSOR_RAW_DATA, raw.nbytes)
+        parts += [_length_delimited(_GRAPH_INITIALIZER, len(tensor) + raw.nbytes), tensor, raw]
+    graph_len = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
+    chunks = [head, _length_delimited(_MODEL_GRAPH, graph_len), *parts] if parts else [skeleton]
+    h = hashlib.sha256()
+    with open(path, "xb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+            h.update(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    return h.hexdigest()
 
 
 def _structure(skeleton: bytes, tables: set[str]) -> tuple[str, dict[str, np.ndarray]]:

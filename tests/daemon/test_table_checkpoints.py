@@ -195,3 +195,10 @@ def test_published_delta_patches_the_previous_model_into_the_new_one(tmp_path, m
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in final.graph.initializer}
     np.testing.assert_array_equal(inits["E"], runner.estimator.trainer_.get_weights()["E"])
     assert delta_path(pub).is_file()
+    import onnxruntime as ort  # plain onnxruntime runs the published file (its tables written raw, not by protobuf)
+
+    rng = np.random.default_rng(5)
+    x, ids = rng.standard_normal((32, 3)).astype(np.float32), rng.integers(0, VOCAB, 32)
+    got = ort.InferenceSession(str(pub)).run(None, {"x": x, "ids": ids})[0]
+    want = runner.estimator.predict(pa.table({"x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "ids": ids}))
+    np.testing.assert_allclose(got.reshape(-1), want.reshape(-1), rtol=1e-5, atol=1e-6)
