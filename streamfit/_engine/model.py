@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import onnx
@@ -148,11 +148,15 @@ class PreparedModel:
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
         """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns)."""
+        source = self.inference if self.inference is not None else self.model
         out = ModelProto()
-        out.CopyFrom(self.inference if self.inference is not None else self.model)
-        for init in out.graph.initializer:
+        _copy_fields(source, out, skip="graph")
+        _copy_fields(source.graph, out.graph, skip="initializer")  # the initializers replaced are never copied
+        for init in source.graph.initializer:
             if init.name in values:
-                init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
+                out.graph.initializer.append(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
+            else:
+                out.graph.initializer.append(init)
         return out
 
     def predict_model(self, names: Sequence[str]) -> ModelProto:
@@ -164,6 +168,19 @@ class PreparedModel:
         out.graph.initializer.extend(kept)
         out.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in moved)
         return out
+
+
+def _copy_fields(source: Any, target: Any, skip: str) -> None:
+    """Copy every set field of protobuf message ``source`` into ``target`` except the field ``skip``."""
+    for fd, value in source.ListFields():
+        if fd.name == skip:
+            continue
+        if isinstance(value, (str, bytes, int, float)):
+            setattr(target, fd.name, value)
+        elif hasattr(value, "CopyFrom"):
+            getattr(target, fd.name).CopyFrom(value)
+        else:  # a repeated field
+            getattr(target, fd.name).extend(value)
 
 
 def load_model(model: "str | os.PathLike[str] | bytes | ModelProto") -> ModelProto:

@@ -202,3 +202,55 @@ def test_published_delta_patches_the_previous_model_into_the_new_one(tmp_path, m
     got = ort.InferenceSession(str(pub)).run(None, {"x": x, "ids": ids})[0]
     want = runner.estimator.predict(pa.table({"x0": x[:, 0], "x1": x[:, 1], "x2": x[:, 2], "ids": ids}))
     np.testing.assert_allclose(got.reshape(-1), want.reshape(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_a_poison_message_rolls_a_table_model_back_from_its_chain_on_disk(tmp_path, monkeypatch):
+    """Rollbacks restore the tables from the chain's newest checkpoint (they are never copied in memory): the
+    quarantine of a poison message leaves the weights of a run on the stream without it."""
+    from streamfit.daemon.guard import DivergenceGuard
+
+    def tables_of(data: Path) -> list[pa.Table]:
+        return [pq.read_table(p) for p in sorted(data.glob("*.parquet"))]
+
+    def write(root: Path, tables: list[pa.Table]) -> Path:
+        root.mkdir(parents=True)
+        for i, t in enumerate(tables):
+            pq.write_table(t, root / f"part-{i:03d}.parquet", row_group_size=BATCH)
+        return root
+
+    model = write_table_model(tmp_path)
+    clean = tables_of(write_table_stream(tmp_path / "src", files=2, rows=512))
+    f, start = 1, 192  # the poison record batch: rows 192..255 of the second file
+    y = clean[f].column("y").to_numpy().copy()
+    y[start + 5] = 1e30
+    poisoned = list(clean)
+    poisoned[f] = clean[f].set_column(clean[f].schema.get_field_index("y"), "y", pa.array(y, pa.float32()))
+    without = list(clean)
+    without[f] = pa.concat_tables([clean[f].slice(0, start), clean[f].slice(start + BATCH)])
+
+    def run(data: Path, **kw) -> Runner:
+        est = streamfit.OnnxRegressor(str(model), optimizer="adagrad", learning_rate="constant", eta0=0.05,
+                                      penalty=None, threads=1, on_nonfinite="skip",
+                                      inputs={"x": ["x0", "x1", "x2"], "ids": "ids"})
+        runner = Runner(est, f"parquet:{data}", label="y", batch_size=BATCH, on_bad="skip",
+                        source_options={"batch_size": BATCH}, **kw)
+        anyio.run(runner.run)
+        return runner
+
+    ref = run(write(tmp_path / "clean", without), guard=False)
+    restored = []
+    load = CheckpointStore.load
+
+    def counting_load(self, path):
+        restored.append(Path(path).name)
+        return load(self, path)
+
+    monkeypatch.setattr(CheckpointStore, "load", counting_load)
+    runner = run(write(tmp_path / "poisoned", poisoned), checkpoint_dir=tmp_path / "ck", every_batches=1,
+                 full_every=4, keep=3, guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1))
+    assert runner.rollbacks == 3 and runner._quarantine.skip == {'{"file": "part-001.parquet", "row": 256}'}
+    assert runner.rows == ref.rows == 1024 - BATCH
+    assert restored, "no rollback read its tables back from the chain"
+    for name, w in ref.estimator.trainer_.get_weights().items():
+        np.testing.assert_allclose(runner.estimator.trainer_.get_weights()[name], w, rtol=1e-6, atol=1e-7,
+                                   err_msg=name)
