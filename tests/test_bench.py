@@ -25,7 +25,13 @@ def test_engine_bench_smoke():
 
 def test_checkpoint_bench_smoke():
     out = _run("checkpoint.py")
-    assert "none" in out and "vs none" in out
+    assert "none" in out and "vs none" in out and "ERROR" not in out
+
+
+def test_checkpoint_tables_bench_smoke():
+    out = _run("checkpoint.py", "--tables")
+    assert "== delta checkpoints" in out and " full " in out and " delta " in out
+    assert "== target: a delta checkpoint of 1 % touched rows" in out and "publications:" in out
 
 
 @pytest.mark.kafka
