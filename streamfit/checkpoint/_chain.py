@@ -77,6 +77,9 @@ class TableArrays:
     arrays: Mapping[str, "np.ndarray | RowDelta"]
     parent: int | None = None
     model_fill: Mapping[str, str] = field(default_factory=dict)
+    #: a delta to be written as a full: the store resolves the parent's chain from disk and applies these
+    #: rows, in the writer's thread (so a full never copies the live tables on the training thread)
+    compact: bool = False
 
     def __post_init__(self) -> None:
         kinds = {isinstance(v, RowDelta) for v in self.arrays.values()}
@@ -84,6 +87,8 @@ class TableArrays:
             raise CheckpointError("a full checkpoint's tables must be whole arrays, not RowDelta")
         if self.parent is not None and False in kinds:
             raise CheckpointError(f"a delta checkpoint (parent {self.parent}) takes a RowDelta for every table")
+        if self.compact and self.parent is None:
+            raise CheckpointError("compact=True writes a delta as a full: it needs a parent")
         unknown = sorted(set(self.model_fill.values()) - set(self.arrays))
         if unknown:
             raise CheckpointError(f"model_fill names arrays {unknown} that are not tables of this checkpoint")

@@ -164,6 +164,9 @@ class CheckpointStore:
                     "rollback call discard_after(step) first"
                 )
             link = None if tables is None else self._link(step, tables, committed)
+            if tables is not None and tables.compact:  # the parent's chain + these rows, written as a full
+                tables, link = self._compacted(step, tables)
+                snap = {**snap, **check_arrays(tables.arrays)}
             final = self.root / name
             tmp = self.root / tmp_name(name)
             try:
@@ -213,6 +216,22 @@ class CheckpointStore:
                                   f"{newest.path.name} ({dict(parent.tables)})")
         rows = {n: int(d.rows.size) for n, d in tables.arrays.items()}  # type: ignore[union-attr]
         return ChainLink("delta", parent.base, parent.depth + 1, newest.step, sha, listing, fill, rows)
+
+    def _compacted(self, step: int, tables: TableArrays) -> tuple[TableArrays, ChainLink]:
+        """``tables`` (a delta after the newest checkpoint) as a full: its parent resolved from disk, rows applied."""
+        assert tables.parent is not None
+        try:
+            parent = self._resolve(self.root / dir_name(tables.parent))
+        except CorruptCheckpointError as exc:
+            raise CheckpointError(f"cannot write checkpoint {step} as a full: its parent's chain is damaged "
+                                  f"({exc})") from None
+        whole = {}
+        for name, delta in tables.arrays.items():
+            assert isinstance(delta, RowDelta)
+            apply_delta(parent.arrays[name], delta, name)
+            whole[name] = parent.arrays[name]
+        full = TableArrays(whole, None, tables.model_fill)
+        return full, self._link(step, full, [])
 
     @staticmethod
     def _read_link(path: Path) -> tuple[ChainLink | None, str | None]:

@@ -119,7 +119,8 @@ class Runner:
 
     A model with row-sparse tables (embeddings, hashed models, factorization machines) is checkpointed as a
     chain: a full checkpoint every ``full_every`` checkpoints, and in between deltas of the table rows
-    touched since the previous one (dense weights in full each time).  ``publish_path`` gets the model of
+    touched since the previous one (dense weights in full each time); after the run's first full, the loop
+    snapshots only deltas, and a full is the writer's compaction of the chain on disk with the new rows.  ``publish_path`` gets the model of
     a durable checkpoint, written by a background thread at most every ``publish_every`` seconds, with a
     delta file of the rows changed beside it (:class:`~streamfit.checkpoint.BackgroundPublisher`).
     """
@@ -251,9 +252,9 @@ class Runner:
             model, arrays, state = snapshot_estimator(self.estimator)
             return _Snapshot(*counters, model, arrays, state, self._skipped_rows(), self._skipped_messages(), mark)
         tables_at = None
-        if checkpoint:
-            delta = self._chain_parent is not None and self._chain_depth + 1 < self.full_every
-            ts = snapshot_tables(self.estimator, self._chain_parent if delta else None)
+        if checkpoint:  # after the first full, always a delta; a full is the store's compaction of one
+            full_due = self._chain_depth + 1 >= self.full_every
+            ts = snapshot_tables(self.estimator, self._chain_parent, compact=full_due)
         elif self._chain_parent is not None and tables.touched().count == 0:
             ts = snapshot_tables(self.estimator, self._chain_parent)  # zero rows: nothing copied
             tables_at = self._chain_parent
@@ -421,7 +422,7 @@ class Runner:
         self._submitted_step = snap.step
         good = snap
         if snap.tables is not None:  # a link of the chain: the next delta counts the rows touched from now
-            self._chain_depth = self._chain_depth + 1 if snap.tables.is_delta else 0
+            self._chain_depth = self._chain_depth + 1 if snap.tables.is_delta and not snap.tables.compact else 0
             self._chain_parent = snap.step
             tables = estimator_tables(self.estimator)
             assert tables is not None

@@ -105,13 +105,13 @@ def estimator_tables(estimator: Any) -> Any:
     return tables if tables is not None and tables.tables else None
 
 
-def snapshot_tables(estimator: Any, parent: int | None) -> TableSnapshot:
+def snapshot_tables(estimator: Any, parent: int | None, compact: bool = False) -> TableSnapshot:
     """Snapshot ``estimator`` for a chain checkpoint: a full (``parent is None``: the tables copied whole) or
     a delta after checkpoint ``parent`` (only the rows touched since the tracker was cleared).
 
     Nothing table-sized is copied or serialized for a delta: the state tree is read with the live tables
-    lent, and the model exported with them empty.  The caller clears the tracker once the snapshot is
-    taken for good (submitted)."""
+    lent, and the model exported with them empty.  ``compact``: the delta is to be written as a full (by the
+    store, from the chain on disk).  The caller clears the tracker once the snapshot is taken for good."""
     tables = estimator_tables(estimator)
     if tables is None:
         raise CheckpointError(f"{type(estimator).__name__} has no row-sparse tables to checkpoint apart")
@@ -141,4 +141,4 @@ def snapshot_tables(estimator: Any, parent: int | None) -> TableSnapshot:
             big[path] = RowDelta(array.shape, rows, array[rows])
     changed = {path: touched.rows[name] for path, (name, _) in found.items()}
     return TableSnapshot(model, arrays, {"class": type(estimator).__name__, "state": tree},
-                         TableArrays(big, parent, fill), changed)
+                         TableArrays(big, parent, fill, compact=compact and parent is not None), changed)

@@ -136,3 +136,17 @@ def test_the_model_skeleton_is_filled_from_the_resolved_tables(tmp_path):
     filled = onnx.load_from_string(store.load_latest().model_bytes)
     np.testing.assert_array_equal(numpy_helper.to_array(filled.graph.initializer[0]), _table(2))
     assert len((tmp_path / "ckpt-000000000002" / "model.onnx").read_bytes()) < 1000
+
+
+def test_a_compacted_delta_is_written_as_a_full_from_the_chain_on_disk(tmp_path):
+    store = CheckpointStore(tmp_path, keep=1)
+    _chain(store, 3, full_every=10)
+    rows = _touched(4)
+    store.save(4, b"m", {"dense": np.full(3, 4.0)}, {"rows": 4},
+               tables=TableArrays({"t": RowDelta((ROWS, DIM), rows, _table(4)[rows])}, 3, {}, compact=True))
+    manifest = json.loads((tmp_path / "ckpt-000000000004" / "manifest.json").read_text())
+    assert manifest["tables"]["kind"] == "full" and not (tmp_path / "ckpt-000000000004" / "delta.npz").exists()
+    assert [i.step for i in store.list()] == [4]  # a full: nothing older is needed any more
+    np.testing.assert_array_equal(store.load_latest().arrays["t"], _table(4))
+    with pytest.raises(CheckpointError, match="needs a parent"):
+        TableArrays({"t": _table(1)}, None, {}, compact=True)
