@@ -37,7 +37,8 @@ daemon's memory stays flat over a long stream.
 3. ``--tables``.  An embedding model (8 dense inputs + a ``--table-rows`` x 16 float32 table through
    ``Gather``, ``two_input_model``; 2^24 rows = 1 GiB, AdaGrad: as much again of optimizer state) trained by
    the ``Runner`` from memory, batch 1024, every batch's ids drawn from the same 1 % of the table's rows, a
-   checkpoint every ``--table-every`` batches (a full every 10, deltas of touched rows between) and
+   checkpoint every ``--table-every`` batches (a full every 3, deltas of touched rows between; the second full
+   is compacted by the writer from the chain on disk) and
    ``--publish`` in the background every ``--publish-every`` s.  Printed: bytes written by the full and by
    each delta (the target: a delta <= 5 % of a full), their write times, the training loop's pause to
    snapshot each kind, and the batch intervals (p50, and the longest one overlapping a publication:
@@ -382,7 +383,7 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
 
     tmp = tempfile.mkdtemp(prefix="bench-tables-")
     ck, pub = os.path.join(tmp, "ck"), os.path.join(tmp, "pub", "model.onnx")
-    want = 4 if args.quick else 5  # committed checkpoints: a full and deltas
+    want = 6  # committed checkpoints: a full, deltas, a full compacted by the writer, deltas
     stop = anyio.Event()
     stamps: list[float] = []
     pauses: list[tuple[str, float]] = []
@@ -394,7 +395,7 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
             stop.set()
 
     runner = Runner(est, lambda: MemorySource(batches()), checkpoint_dir=ck, every_batches=args.table_every,
-                    full_every=10, keep=20, publish_path=pub, publish_every=args.publish_every, label="y",
+                    full_every=3, keep=20, publish_path=pub, publish_every=args.publish_every, label="y",
                     batch_size=batch, guard=False)
     _after_each_batch(runner, on_metrics)
     submit = runner._submit

@@ -229,7 +229,7 @@ class BackgroundPublisher:
         if self._fill:
             structure, dense = _structure(self._skeleton, set(self._fill))
             patchable = self._patchable and self._last_sha is not None and structure == self._last_structure
-            members: dict[str, np.ndarray] = {
+            members: dict[str, Any] = {
                 "format": np.array(DELTA_FORMAT), "version": np.array(DELTA_VERSION),
                 "from_sha256": np.array(self._last_sha if patchable else ""), "to_sha256": np.array(sha),
                 "step": np.array(self._step, np.int64)}
@@ -300,7 +300,7 @@ def write_model(path: StrPath, skeleton: bytes, tables: Mapping[str, np.ndarray]
             array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
         header = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
                                   dims=list(array.shape)).SerializeToString()
-        raw = memoryview(array.reshape(-1)).cast("B")
+        raw = array.reshape(-1).data.cast("B")
         tensor = header + _length_delimited(_TENSOR_RAW_DATA, raw.nbytes)
         parts += [_length_delimited(_GRAPH_INITIALIZER, len(tensor) + raw.nbytes), tensor, raw]
     graph_len = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)

@@ -171,7 +171,8 @@ class CheckpointStore:
             tmp = self.root / tmp_name(name)
             try:
                 self._write_files(tmp, step, model_view, snap, meta_copy, link,
-                                  tables.arrays if link is not None and link.kind == "delta" else None)
+                                  tables.arrays if tables is not None and link is not None and link.kind == "delta"
+                                  else None)
                 pause_point("files_written")
                 os.rename(tmp, final)
             except BaseException as exc:

@@ -326,7 +326,7 @@ class Runner:
         elif snap.tables is not None:
             if snap.tables.is_delta:
                 raise CheckpointError(f"internal: cannot restore the delta snapshot of batch {snap.step} alone")
-            arrays = {**snap.arrays, **snap.tables.arrays}
+            arrays = {**snap.arrays, **{k: v for k, v in snap.tables.arrays.items() if isinstance(v, np.ndarray)}}
         restore_estimator(self.estimator, snap.state, arrays)
         tables = estimator_tables(self.estimator)
         if tables is not None and snap.tables_at is not None and snap.tables_at == self._chain_parent:

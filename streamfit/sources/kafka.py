@@ -52,7 +52,9 @@ class KafkaSource(Source):
     yields a :class:`SourceBatch` with ``error`` (reason ``"undecodable"``) and is skipped.  ``config``
     is passed to librdkafka (``session.timeout.ms``, ``fetch.wait.max.ms``, security...).
     Partitions revoked by a rebalance leave the position: their owner continues from the group offsets
-    (decoded batches of theirs not yet returned are dropped).
+    (decoded batches of theirs not yet returned are dropped).  A partition given back to this source (a
+    rebalance, a session timeout) continues after the last batch it returned, not at the group's committed
+    offset, which lags behind what was trained (unless another member committed further meanwhile).
 
     ``fetch_ahead`` (default 1): ``consume`` calls (up to ``max_messages`` each) decoded ahead of the
     caller by a background thread; at most ``1 + fetch_ahead`` calls' messages are held decoded (the one
@@ -116,6 +118,10 @@ class KafkaSource(Source):
         self._queue: collections.deque[SourceBatch] = collections.deque()
         self._live: dict[int, tuple[int, int]] = {}  # partition -> (offset, row) after the last batch
         self._seek_offsets: dict[int, int] = {}  # applied on the first assignment of each partition
+        #: per partition, the position after the last batch returned to the caller (under _mutex)
+        self._returned: dict[int, tuple[int, int]] = {}
+        #: revoked partitions: where to continue if they come back (the group's offsets may lag behind)
+        self._resume_at: dict[int, tuple[int, int]] = {}
         self._pending_skip: dict[int, tuple[int, int]] = {}  # partition -> (offset, rows to skip in it)
         # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
         self._mutex = threading.Lock()
@@ -158,20 +164,47 @@ class KafkaSource(Source):
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions if tp.topic == self.topic}
         for tp in partitions:
-            if tp.topic == self.topic and tp.partition in self._seek_offsets:
+            if tp.topic != self.topic:
+                continue
+            if tp.partition in self._seek_offsets:
                 tp.offset = self._seek_offsets.pop(tp.partition)
+            elif tp.partition in self._resume_at:  # given back after a rebalance: continue where this source was
+                self._resume(consumer, tp, *self._resume_at.pop(tp.partition))
         (consumer.incremental_assign if self._incremental else consumer.assign)(partitions)
+
+    def _resume(self, consumer: Any, tp: Any, offset: int, row: int) -> None:
+        """A partition this source had returned batches of is assigned again (a rebalance, a session timeout):
+        start after what it returned, not at the group's committed offset, which lags behind (offsets are
+        committed only once a checkpoint covering them is durable) and would replay those rows; unless
+        another member of the group has committed further meanwhile (it trained them)."""
+        committed = -1
+        try:
+            got = consumer.committed([self._kafka.TopicPartition(self.topic, tp.partition)], timeout=5)
+            committed = got[0].offset if got and got[0].error is None else -1
+        except Exception as exc:  # the broker did not answer: this source's own position is the safe one
+            _log.debug("committed offset of %s[%d] unavailable on reassignment: %s", self.topic, tp.partition, exc)
+        if committed > offset:
+            tp.offset = committed
+            return
+        tp.offset = offset
+        self._live[tp.partition] = (offset, row)
+        if row:
+            self._pending_skip[tp.partition] = (offset, row)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = {tp.partition for tp in partitions if tp.topic == self.topic}
         if self._assigned is not None:
             self._assigned -= revoked
         self._eof -= revoked
+        if revoked:
+            self._forget_ahead(revoked)
+        with self._mutex:  # after the batches fetched ahead are dropped: what the caller got is final
+            for p in revoked:
+                if p in self._returned:
+                    self._resume_at[p] = self._returned[p]
         for p in revoked:
             self._live.pop(p, None)
             self._pending_skip.pop(p, None)
-        if revoked:
-            self._forget_ahead(revoked)
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
@@ -429,6 +462,7 @@ class KafkaSource(Source):
                     if isinstance(sb, StopAsyncIteration):
                         raise StopAsyncIteration
                     raise sb
+                self._note_returned(sb)
                 return sb
             if self._thread_done:
                 raise RuntimeError(f"KafkaSource({self.topic}) is closed")
@@ -475,7 +509,16 @@ class KafkaSource(Source):
                     self._queue.extend(await anyio.to_thread.run_sync(self._fetch))
                 if not self._queue and self._at_end():
                     raise StopAsyncIteration
-        return self._queue.popleft()
+        sb = self._queue.popleft()
+        with self._mutex:
+            self._note_returned(sb)
+        return sb
+
+    def _note_returned(self, sb: SourceBatch) -> None:
+        """Remember where the caller is, per partition (with ``_mutex`` held)."""
+        at = sb.position_at(sb.num_rows)
+        for key, value in at.get("partitions", {}).items():
+            self._returned[int(key)] = (int(value["offset"]), int(value["row"]))
 
     async def commit(self, position: Position) -> None:
         """Commit to the group, per partition, the offset of the first message not fully consumed."""
