@@ -36,6 +36,8 @@ class RowDelta:
     ``rows`` are sorted, distinct int64 indices along axis 0 of an array of ``shape``; ``values`` has
     ``len(rows)`` rows of ``shape[1:]``.  Both must be copies the caller no longer mutates.
 
+    >>> import numpy as np
+    >>> from streamfit.checkpoint._chain import apply_delta
     >>> d = RowDelta((4, 2), np.array([1, 3]), np.ones((2, 2), np.float32))
     >>> base = np.zeros((4, 2), np.float32); apply_delta(base, d, "t"); base[:, 0].tolist()
     [0.0, 1.0, 0.0, 1.0]
