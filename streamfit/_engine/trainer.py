@@ -22,6 +22,7 @@ from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
 from streamfit._engine.inputs import InputPlan
 from streamfit._engine.model import ModelInput, load_model, prepare_model
+from streamfit._engine.portable import make_portable
 from streamfit._engine.predict import Predictor
 from streamfit._engine.sparse import SparseTables, find_tables, training_model
 from streamfit._engine.staging import Staging
@@ -66,6 +67,10 @@ class Trainer:
     standard ONNX ops only, so any onnxruntime runs it), ``"auto"`` the first where installed, else the second.
     A model given as a training artifact (``streamfit compile``) needs neither.
 
+    ``portable=True`` rewrites the training-only kernels of the gradient graph into ops that inference
+    builds of onnxruntime implement (:mod:`streamfit._engine.portable`): the step graphs then run on the
+    newest onnxruntime too (same results up to float rounding; at small batches a little slower).
+
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
@@ -83,7 +88,8 @@ class Trainer:
                  on_nonfinite: Literal["raise", "skip"] = "raise", threads: int | None = None,
                  spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
                  sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None,
-                 gradient: Literal["auto", "onnxruntime", "streamfit"] = "auto") -> None:
+                 gradient: Literal["auto", "onnxruntime", "streamfit"] = "auto",
+                 portable: bool = False) -> None:
         if step not in _STRATEGIES:
             raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
         if step == "forward_backward" and not has_ort_training():
@@ -144,6 +150,10 @@ class Trainer:
         #: the gradient graphs the step graphs are built from (None for an artifact: its graphs are built)
         self.graphs = None if self.artifact is not None else \
             build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else (), gradient)
+        #: the step graphs hold only ops inference builds of onnxruntime run (see _engine/portable.py)
+        self.portable = portable
+        if portable and self.graphs is not None:
+            self.graphs.gradient = make_portable(self.graphs.gradient)
         if self._sparse is not None and self.graphs is not None:
             self._sparse.set_grad_names(self.graphs.input_grad_names)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
