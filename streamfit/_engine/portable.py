@@ -25,7 +25,7 @@ from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.rewrites import decompose_fused_matmul, float64_activation_grads, replace_relu_grad
 
-__all__ = ["REWRITTEN", "CANNOT", "INFERENCE_CONTRIB", "PortabilityReport", "make_portable", "portability_report",
+__all__ = ["REWRITTEN", "CANNOT", "INFERENCE_CONTRIB", "PortabilityReport", "make_portable", "portability_report", "step_graphs",
            "needs_training_build"]
 
 MS = "com.microsoft"
@@ -248,7 +248,7 @@ def _gather_grad(node: NodeProto, c: _Ctx) -> bool:
         return False
     shape, ids, dy = node.input
     ids = c.op("Cast", ids, to=onnx.TensorProto.INT64)
-    rows = c.op("Slice", shape, c.i64([0]), c.i64([1]))
+    rows = c.op("Gather", shape, c.i64(0))  # a scalar: a scalar id stays a scalar
     ids = c.op("Where", c.op("Less", ids, c.i64(0)), c.op("Add", ids, rows), ids)  # Gather takes negative ids
     c.opset = max(c.opset, 16)  # ScatterND's reduction
     c.op("ScatterND", c.zeros_of_shape(shape), c.op("Unsqueeze", ids, c.i64([-1])), dy, out=node.output[0],
@@ -261,7 +261,7 @@ def _gather_elements_grad(node: NodeProto, c: _Ctx) -> bool:
     dy, shape, ids = node.input
     axis = int(_attrs(node).get("axis", 0))
     ids = c.op("Cast", ids, to=onnx.TensorProto.INT64)
-    dim = c.op("Gather", shape, c.i64([axis]))
+    dim = c.op("Gather", shape, c.i64(axis))
     ids = c.op("Where", c.op("Less", ids, c.i64(0)), c.op("Add", ids, dim), ids)
     c.opset = max(c.opset, 16)
     c.op("ScatterElements", c.zeros_of_shape(shape), ids, dy, out=node.output[0], axis=axis, reduction="add")
@@ -499,3 +499,29 @@ def make_portable(model: ModelProto) -> ModelProto:
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
+
+
+def step_graphs(trainer) -> "dict[str, ModelProto]":  # type: ignore[no-untyped-def]
+    """Every graph ``trainer`` (a :class:`~streamfit._engine.trainer.Trainer` that has taken a step) trains with,
+    by role: ``fused`` / ``fused_large`` (step="fused"), ``gradient`` / ``loss`` / ``update``
+    (step="forward_backward"), ``sparse_rows`` (tables trained row-sparsely)."""
+    from streamfit._engine.build import build_loss_model, build_update_model
+    from streamfit._engine.fused import FusedStep
+
+    strategy = trainer._strategy
+    if strategy is None:
+        raise RuntimeError("the step graphs are built on the first step: call step() first")
+    graphs: dict[str, ModelProto] = {}
+    if isinstance(strategy, FusedStep):
+        graphs["fused"] = strategy.model
+        if strategy.large_model is None:
+            strategy.large_model = strategy._build_large()
+        graphs["fused_large"] = strategy.large_model
+    else:
+        y_rank = len(trainer._y_tail or ()) + 1
+        graphs["gradient"] = trainer.graphs.gradient
+        graphs["loss"] = build_loss_model(trainer.loss, trainer.dtype, y_rank)
+        graphs["update"] = build_update_model(trainer._train_pm, trainer.optimizer, trainer.penalty)
+    if trainer._sparse is not None:
+        graphs["sparse_rows"] = trainer._sparse.model
+    return graphs

@@ -198,6 +198,12 @@ def gather_grad():  # type: ignore[no-untyped-def]
     return nodes, {"ids": ids, "dy": f32(2, 3, 4)}, ["dt"], {"shape": np.array([5, 4], np.int64)}
 
 
+@case("GatherGrad")
+def gather_grad_scalar_id():  # type: ignore[no-untyped-def]
+    nodes = [helper.make_node("GatherGrad", ["shape", "ids", "dy"], ["dt"], domain=MS, axis=0)]
+    return nodes, {"ids": np.array(-2, np.int64), "dy": f32(4, 2)}, ["dt"], {"shape": np.array([3, 4, 2], np.int64)}
+
+
 @case("GatherElementsGrad")
 def gather_elements_grad():  # type: ignore[no-untyped-def]
     ids = np.array([[0, 2, -1, 0], [1, 1, 1, 2]], np.int64)
