@@ -101,3 +101,16 @@ def test_the_original_graphs_do_not_load_there(tmp_path):
     result = _replay(python, tmp_path / "cases", tmp_path)
     (only,) = result["results"]
     assert not only["ok"] and "ReluGrad" in only["problems"][0], only
+
+
+def test_ort_versions_bench_smoke():
+    """bench/ort_versions.py --quick runs (with the plain interpreter when there is one) and prints its table."""
+    env = {k: v for k, v in os.environ.items() if k != "STREAMFIT_PLAIN_ORT_PYTHON"}
+    found = plain_python()
+    args = ["--new-python", found[0]] if found else []
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "ort_versions.py"), "--quick", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "CPU: " in proc.stdout and "mlp bs2048" in proc.stdout and "port/orig@1.19.2" in proc.stdout
+    if found:
+        assert "ReluGrad" in proc.stdout  # the original small-batch MLP graph does not load there
