@@ -25,7 +25,7 @@ from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.rewrites import decompose_fused_matmul, float64_activation_grads, replace_relu_grad
 
-__all__ = ["REWRITTEN", "CANNOT", "INFERENCE_CONTRIB", "PortabilityReport", "make_portable", "portability_report", "step_graphs",
+__all__ = ["REWRITTEN", "CANNOT", "INFERENCE_CONTRIB", "PortabilityReport", "make_portable", "portability_report", "step_graphs", "SplitGraphs", "split_at_yield",
            "needs_training_build"]
 
 MS = "com.microsoft"
@@ -72,7 +72,8 @@ REWRITTEN: dict[str, str] = {
 #: Training-only ops that are not rewritten, and why.  A graph holding one needs onnxruntime-training.
 CANNOT: dict[str, str] = {
     "YieldOp": "the hand-off point of onnxruntime-training's TrainingAgent (step='forward_backward'); the fused "
-               "step replaces it with the loss, so train with step='fused' for a portable graph",
+               "step replaces it with the loss, and split_at_yield() cuts the graph there into a forward and a "
+               "backward graph that inference builds run",
     "LSTMTraining": "the LSTM forward that saves the gates for LSTMGrad; its gradient is a recurrence over time "
                     "(a Scan with its own backward), not rewritten -- 2 zoo models (lstm.*)",
     "LSTMGrad": "see LSTMTraining",
@@ -525,3 +526,105 @@ def step_graphs(trainer) -> "dict[str, ModelProto]":  # type: ignore[no-untyped-
     if trainer._sparse is not None:
         graphs["sparse_rows"] = trainer._sparse.model
     return graphs
+
+
+def _ort_types(nodes: list[NodeProto], graph: onnx.GraphProto, model: ModelProto, names: list[str]
+               ) -> dict[str, onnx.ValueInfoProto]:
+    """Types (and shapes) onnxruntime infers for ``names``: a probe graph outputs them, untyped."""
+    import onnxruntime as ort
+
+    probe = helper.make_graph(nodes, "probe", list(graph.input), [onnx.ValueInfoProto(name=n) for n in names],
+                              list(graph.initializer))
+    m = helper.make_model(probe, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    elems = {f"tensor({k})": v for k, v in (("float", onnx.TensorProto.FLOAT), ("double", onnx.TensorProto.DOUBLE),
+                                            ("int64", onnx.TensorProto.INT64), ("int32", onnx.TensorProto.INT32),
+                                            ("bool", onnx.TensorProto.BOOL), ("float16", onnx.TensorProto.FLOAT16))}
+    out = {}
+    for arg in sess.get_outputs():
+        if arg.type in elems:
+            shape = [d if isinstance(d, int) else None for d in arg.shape] if arg.shape is not None else None
+            out[arg.name] = helper.make_tensor_value_info(arg.name, elems[arg.type], shape)
+    return out
+
+
+@dataclass(frozen=True)
+class SplitGraphs:
+    """A gradient graph cut at its ``YieldOp``: two plain graphs an inference build runs one after the other.
+
+    ``forward`` takes the gradient graph's inputs and returns the model's outputs followed by ``stashed`` (the
+    forward tensors the backward reads); ``backward`` takes ``grad_inputs`` (dL/d outputs, in the YieldOp's
+    order), the stashed tensors and the graph inputs it reads, and returns the gradient graph's outputs.
+    """
+
+    forward: ModelProto
+    backward: ModelProto
+    outputs: tuple[str, ...]
+    grad_inputs: tuple[str, ...]
+    stashed: tuple[str, ...]
+
+
+def split_at_yield(gradient: ModelProto) -> SplitGraphs:
+    """Cut ``gradient`` (ORT's forward + backward graph, with one ``YieldOp``) into forward and backward graphs.
+
+    This is what onnxruntime-training's TrainingAgent does inside one session (``step="forward_backward"``);
+    as two graphs, the pieces run on any onnxruntime.  Tensor types come from ONNX shape inference; a
+    stashed tensor whose type cannot be inferred raises ``ValueError``.  Apply :func:`make_portable` first
+    for graphs free of training kernels.
+    """
+    from streamfit.exceptions import ModelError
+
+    graph = gradient.graph
+    yields = [i for i, n in enumerate(graph.node) if n.op_type == "YieldOp"]
+    if len(yields) != 1:
+        raise ModelError(f"expected one YieldOp in the gradient graph, found {len(yields)}")
+    at = yields[0]
+    yield_node = graph.node[at]
+    fw_nodes, bw_nodes = list(graph.node[:at]), list(graph.node[at + 1:])
+    produced = {o for n in fw_nodes for o in n.output if o}
+    inputs = {i.name: i for i in graph.input}
+    inits = {i.name for i in graph.initializer}
+    bw_reads = [name for n in bw_nodes for name in n.input if name]
+    stashed = list(dict.fromkeys(n for n in bw_reads if n in produced and n not in yield_node.input))
+    outs = list(yield_node.input)
+    grads = list(yield_node.output)
+    # types of the tensors crossing the cut: the YieldOp's outputs are typed like its inputs
+    probe = ModelProto()
+    probe.CopyFrom(gradient)
+    del probe.graph.node[:]
+    probe.graph.node.extend(fw_nodes + [helper.make_node("Identity", [x], [g]) for x, g in zip(outs, grads)] + bw_nodes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe).graph
+    except Exception as exc:
+        raise ValueError(f"shape inference failed on the gradient graph: {exc}") from exc
+    types = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.input) + list(inferred.output)
+             if vi.type.tensor_type.elem_type}
+    unknown = [n for n in outs + stashed if n not in types]
+    if unknown:  # ONNX's inference stops at an op it does not know: ask onnxruntime's (contrib ops included)
+        types.update(_ort_types(fw_nodes, graph, gradient, unknown))
+
+    def typed(name: str) -> onnx.ValueInfoProto:
+        vi = types.get(name)
+        if vi is None:
+            raise ValueError(f"the type of {name!r} (crossing the YieldOp) is not known")
+        copy = onnx.ValueInfoProto()
+        copy.CopyFrom(vi)
+        return copy
+
+    def model(nodes: list[NodeProto], ins: list[onnx.ValueInfoProto], outs_: list[onnx.ValueInfoProto],
+              name: str) -> ModelProto:
+        used = {n for node in nodes for n in node.input}
+        g = helper.make_graph(nodes, name, ins, outs_, [i for i in graph.initializer if i.name in used])
+        m = helper.make_model(g, opset_imports=list(gradient.opset_import), ir_version=gradient.ir_version)
+        return m
+
+    fw_used = {n for node in fw_nodes for n in node.input}
+    forward = model(fw_nodes, [i for i in graph.input if i.name in fw_used or i.name in outs],
+                    [typed(n) for n in outs + stashed], f"{graph.name}_forward")
+    bw_inputs = [typed(g) for g in grads] + [typed(s) for s in stashed]
+    bw_inputs += [inputs[n] for n in dict.fromkeys(bw_reads) if n in inputs and n not in inits]
+    backward = model(bw_nodes, bw_inputs, list(graph.output), f"{graph.name}_backward")
+    return SplitGraphs(forward, backward, tuple(outs), tuple(grads), tuple(stashed))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamfit._engine.portable import make_portable, portability_report, step_graphs
+from streamfit._engine.portable import make_portable, portability_report, split_at_yield, step_graphs
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 
@@ -111,3 +111,44 @@ def test_ready_made_models_are_portable():
         graphs = step_graphs(est.trainer_)
         assert not all(portability_report(g).portable for g in graphs.values())  # ReluGrad/TanhGrad/SigmoidGrad
         assert all(portability_report(make_portable(g)).portable for g in graphs.values())
+
+
+def _split_gradients(trainer: Trainer, X, dy):  # type: ignore[no-untyped-def]
+    """Gradients from the gradient graph cut at its YieldOp, run as two plain sessions."""
+    import onnxruntime as ort
+
+    split = split_at_yield(trainer.graphs.gradient)
+    for piece in (split.forward, split.backward):
+        assert portability_report(piece).portable, str(portability_report(piece))
+    sessions = [ort.InferenceSession(p.SerializeToString(), providers=["CPUExecutionProvider"])
+                for p in (split.forward, split.backward)]
+    feeds = dict(X) if isinstance(X, dict) else {trainer.prepared.inputs[0].name: X}
+    feeds.update(trainer.get_weights())
+    feeds.update(trainer.running_statistics())
+    fw, bw = sessions
+    outs = dict(zip([o.name for o in fw.get_outputs()],
+                    fw.run(None, {i.name: feeds[i.name] for i in fw.get_inputs()})))
+    feeds.update(outs)
+    feeds.update({g: dy.reshape(outs[o].shape) for o, g in zip(split.outputs, split.grad_inputs)})
+    grads = bw.run(None, {i.name: feeds[i.name] for i in bw.get_inputs()})
+    return dict(zip(trainer.weight_names, grads))
+
+
+#: dropout draws differ between two forward runs; GRU/LSTM keep training kernels
+_SPLITTABLE = [m for m in zoo.MODELS if not m.startswith(("gru", "lstm", "batchnorm1d_dropout")) and "_train" not in m]
+
+
+@pytest.mark.parametrize("model", [m if m in FB_DEFAULT + ["mlp_relu.dynamo", "two_tower.legacy",
+                                                          "transformer_encoder.legacy", "conv1d_maxpool.legacy"]
+                                   else pytest.param(m, marks=pytest.mark.slow) for m in _SPLITTABLE])
+def test_forward_backward_cut_at_the_yield_equals_the_training_agent(model):
+    """The forward/backward pieces as two plain graphs (what the TrainingAgent runs in one session)."""
+    arch = model.split(".")[0]
+    trainer = _train(model, "forward_backward", True, (7,))
+    X, _ = zoo._batch(arch, 7, seed=3)
+    y = trainer.forward(X)
+    dy = np.random.default_rng(0).standard_normal(y.shape).astype(y.dtype)
+    want = trainer.backward(dy)
+    got = _split_gradients(trainer, X, dy)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=2e-6, err_msg=name)
