@@ -121,6 +121,54 @@ def write_case(rec: _Recording, out: Path, name: str, portable: bool = True) -> 
     return case
 
 
+def write_split_case(trainer: Any, X: Any, out: Path, name: str) -> Path:
+    """A forward/backward case: ``trainer``'s (portable) gradient graph cut at its YieldOp, one batch, a
+    dL/dY, and the gradients onnxruntime-training's TrainingAgent gives for them."""
+    from streamfit._engine.portable import split_at_yield
+
+    case = out / re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    case.mkdir(parents=True, exist_ok=True)
+    split = split_at_yield(trainer.graphs.gradient)
+    for role, graph in (("forward", split.forward), ("backward", split.backward)):
+        report = portability_report(graph)
+        if not report.portable:
+            raise ValueError(f"{name}: the {role} graph is not portable: {report}")
+        onnx.save(graph, case / f"{role}.onnx")
+    y = trainer.forward(X)
+    dy = np.random.default_rng(0).standard_normal(y.shape).astype(y.dtype)
+    grads = trainer.backward(dy)
+    grad_names = [o.name for o in split.backward.graph.output]
+    feeds = dict(X) if isinstance(X, dict) else {trainer.prepared.inputs[0].name: X}
+    feeds.update(trainer.get_weights())
+    feeds.update(trainer.running_statistics())
+    feeds.update({g: dy for g in split.grad_inputs})
+    names = _save_arrays(case / "feeds.npz", {k: np.asarray(v) for k, v in feeds.items()})
+    by_grad = dict(zip(trainer.graphs.grad_names, trainer.weight_names))
+    np.savez(case / "expected.npz", **{f"a{i}": grads[by_grad[g]] for i, g in enumerate(grad_names)})
+    spec = {"name": name, "kind": "split", "graphs": {"forward": "forward.onnx", "backward": "backward.onnx"},
+            "feeds": names, "grad_outputs": grad_names, "rtol": RTOL, "atol": ATOL}
+    (case / "case.json").write_text(json.dumps(spec, indent=1))
+    return case
+
+
+def _split_workloads(quick: bool) -> Iterator[tuple[str, Callable[[Path], Path]]]:
+    """Forward/backward cases: the zoo models whose two forward runs agree (no dropout draws), not GRU/LSTM."""
+    sys.path.insert(0, str(ZOO))
+    import test_zoo as zoo
+
+    for model in zoo.MODELS:
+        if model.startswith(("gru", "lstm", "batchnorm1d_dropout")) or "_train" in model:
+            continue
+        if quick and f"zoo.{model}" not in QUICK_ZOO:
+            continue
+        def make(out: Path, model: str = model) -> Path:
+            arch = model.split(".")[0]
+            trainer = zoo._trainer(model, step="forward_backward", learning_rate=0.02, portable=True)
+            trainer.step(*zoo._batch(arch, 7, seed=1))
+            return write_split_case(trainer, zoo._batch(arch, 7, seed=3)[0], out, f"split.{model}")
+        yield f"split.{model}", make
+
+
 # -- the workloads -------------------------------------------------------------------------------------
 
 def _engine_workloads(quick: bool) -> Iterator[tuple[str, Callable[[], None]]]:
@@ -201,6 +249,8 @@ def make_cases(out: Path, quick: bool = False, portable: bool = True,
         for k, rec in enumerate(recs):
             if rec.steps:
                 written.append(write_case(rec, out, name if len(recs) == 1 else f"{name}.{k}", portable))
+    if portable:
+        written += [make(out) for name, make in _split_workloads(quick) if only(name)]
     return written
 
 

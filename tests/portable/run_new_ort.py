@@ -42,6 +42,8 @@ def _session(path: Path, threads: int) -> ort.InferenceSession:
 def run_case(case_dir: Path, threads: int = 1) -> dict[str, Any]:
     """Replay one case; return {"case", "ok", "max_rel", "problems", "seconds"}."""
     spec = json.loads((case_dir / "case.json").read_text())
+    if spec.get("kind") == "split":
+        return run_split_case(case_dir, spec, threads)
     problems: list[str] = []
     try:
         sessions = {role: _session(case_dir / file, threads) for role, file in spec["graphs"].items()}
@@ -89,6 +91,42 @@ def run_case(case_dir: Path, threads: int = 1) -> dict[str, Any]:
         if not np.allclose(losses, want_losses, rtol=rtol, atol=atol):
             problems.append(f"losses {losses} != 1.19.2's {want_losses}")
     return {"case": spec["name"], "ok": not problems, "max_rel": max_rel, "problems": problems, "seconds": seconds}
+
+
+def _compare(got: dict[str, np.ndarray], expected: dict[str, np.ndarray], rtol: float, atol: float,
+             problems: list[str]) -> float:
+    max_rel = 0.0
+    for name, want in expected.items():
+        value = got.get(name)
+        if value is None or value.shape != want.shape:
+            problems.append(f"{name}: {None if value is None else value.shape}, expected shape {want.shape}")
+            continue
+        err = np.abs(value.astype(np.float64) - want)
+        scale = atol + rtol * np.abs(want)
+        max_rel = max(max_rel, float((err / scale).max()) if err.size else 0.0)
+        if not np.all(err <= scale):
+            problems.append(f"{name}: max |diff| {float(err.max()):.3g} beyond rtol {rtol} atol {atol}")
+    return max_rel
+
+
+def run_split_case(case_dir: Path, spec: dict[str, Any], threads: int = 1) -> dict[str, Any]:
+    """A forward/backward case: the forward graph, then the backward graph fed dL/dY and the stashed tensors;
+    the gradients compared with the TrainingAgent's on 1.19.2."""
+    problems: list[str] = []
+    t0 = time.perf_counter()
+    try:
+        fw, bw = (_session(case_dir / spec["graphs"][k], threads) for k in ("forward", "backward"))
+        feeds = _load(case_dir / "feeds.npz", spec["feeds"])
+        outs = dict(zip([o.name for o in fw.get_outputs()], fw.run(None, {i.name: feeds[i.name] for i in fw.get_inputs()})))
+        feeds.update(outs)
+        grads = dict(zip(spec["grad_outputs"], bw.run(spec["grad_outputs"], {i.name: feeds[i.name] for i in bw.get_inputs()})))
+    except Exception as exc:
+        return {"case": spec["name"], "ok": False, "max_rel": None, "seconds": 0.0,
+                "problems": [f"run: {type(exc).__name__}: {str(exc)[:300]}"]}
+    expected = _load(case_dir / "expected.npz", spec["grad_outputs"])
+    max_rel = _compare(grads, expected, spec["rtol"], spec["atol"], problems)
+    return {"case": spec["name"], "ok": not problems, "max_rel": max_rel, "problems": problems,
+            "seconds": time.perf_counter() - t0}
 
 
 def main(argv: list[str] | None = None) -> int:
