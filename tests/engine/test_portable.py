@@ -18,6 +18,8 @@ from streamfit._engine.portable import make_portable, portability_report, split_
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 
+pytestmark = pytest.mark.needs_ort_training  # records/compares against onnxruntime-training 1.19.2
+
 ZOO = Path(__file__).resolve().parents[1] / "zoo"
 sys.path.insert(0, str(ZOO))
 import test_zoo as zoo  # noqa: E402  (the zoo's batch maker and trainer factory)

@@ -3,7 +3,8 @@
 Cases are recorded here on 1.19.2 (``tests/portable/cases.py``: the engine's own steps, the portable graphs,
 the batches, the weights reached), then replayed by ``tests/portable/run_new_ort.py`` in a subprocess of an
 interpreter with plain onnxruntime: ``STREAMFIT_PLAIN_ORT_PYTHON`` (e.g. a Python 3.13 venv with
-``onnxruntime`` and ``numpy``), else ``<repo>/.venv-ort/bin/python``.  Without one these tests are skipped,
+``onnxruntime`` and ``numpy``), else ``<repo>/.venv-ort/bin/python`` or ``<repo>/.venv313/bin/python`` (.ci/run's
+second leg).  Without one these tests are skipped,
 saying so.  The default suite replays a quick set; ``-m slow`` the whole zoo.
 """
 
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.needs_ort_training  # records/compares against onnxruntime-training 1.19.2
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "portable"))
 import cases as portable_cases  # noqa: E402
@@ -30,7 +33,7 @@ RUNNER = ROOT / "tests" / "portable" / "run_new_ort.py"
 def plain_python() -> "tuple[str, str] | None":
     """(interpreter, its onnxruntime version) of a plain-onnxruntime interpreter, or None."""
     given = os.environ.get("STREAMFIT_PLAIN_ORT_PYTHON")
-    candidates = [given] if given else [str(ROOT / ".venv-ort" / "bin" / "python")]
+    candidates = [given] if given else [str(ROOT / d / "bin" / "python") for d in (".venv-ort", ".venv313")]
     for python in candidates:
         if not python or not Path(python).exists():
             continue

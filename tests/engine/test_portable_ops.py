@@ -16,6 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from streamfit._engine.portable import CANNOT, REWRITTEN, make_portable, portability_report
 
+pytestmark = pytest.mark.needs_ort_training  # records/compares against onnxruntime-training 1.19.2
+
 MS = "com.microsoft"
 F = TensorProto.FLOAT
 rng = np.random.default_rng(0)
