@@ -17,7 +17,7 @@ batches ORT's fused kernels are faster than their spelled-out forms.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -132,7 +132,7 @@ def needs_training_build(models: "dict[str, ModelProto]") -> dict[str, Portabili
 
 # -- the rewrite pass -----------------------------------------------------------------------------------
 
-_FLOATS = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
+_FLOATS: dict[int, Any] = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
            onnx.TensorProto.FLOAT16: np.float16}
 _BIG = np.iinfo(np.int64).max
 
