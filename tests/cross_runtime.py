@@ -46,6 +46,9 @@ ARTIFACTS: dict[str, tuple[Callable[[], Any], dict[str, Any]]] = {
     "mlp-tanh-adam-own": (lambda: _dense("tanh", (6, 16, 1)), {"optimizer": "adam", "gradient": "streamfit"}),
     "mlp-logistic-own": (lambda: _dense("logistic", (6, 16, 2)), {"loss": "log_loss", "gradient": "streamfit"}),
     "fm-adagrad-own": (_fm, {"optimizer": "adagrad", "gradient": "streamfit"}),
+    # onnxruntime-training's gradient (ReluGrad, TanhGrad, ... rewritten by the portable pass when compiled)
+    "mlp-relu-ort": (lambda: _dense("relu", (6, 16, 8, 1)), {"gradient": "onnxruntime"}),
+    "mlp-tanh-ort": (lambda: _dense("tanh", (6, 16, 1)), {"optimizer": "momentum", "gradient": "onnxruntime"}),
 }
 
 def _estimators() -> dict[str, Callable[[], Any]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -161,6 +162,7 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
     from streamfit._engine.build import Names, build_fused
     from streamfit._engine.fused import FusedStep
     from streamfit._engine.model import load_model
+    from streamfit._engine.portable import needs_training_build
     from streamfit._engine.trainer import Trainer
     from streamfit.losses import get_loss
     from streamfit.optim import get_optimizer
@@ -173,7 +175,8 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
         raise ModelError("this model is already a training artifact; compile the original model")
     trainer = Trainer(source, weights=weights, input_name=input_name, output_name=output_name, loss=loss,
                       optimizer=optimizer, penalty=penalty, device=device, step="fused", sparse=False,
-                      freeze_batchnorm=freeze_batchnorm, seed=seed, gradient=gradient)  # type: ignore[arg-type]
+                      freeze_batchnorm=freeze_batchnorm, seed=seed, gradient=gradient,  # type: ignore[arg-type]
+                      portable=True)  # training-only kernels rewritten: the artifact runs on inference builds
     pm, opt, pen = trainer.prepared, trainer.optimizer, trainer.penalty
     for kind, obj, rebuild in (("loss", trainer.loss, get_loss), ("optimizer", opt, get_optimizer)):
         try:
@@ -189,6 +192,9 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
     assert trainer.graphs is not None  # a trainer of a model (not of an artifact) has its gradient graphs
     steps = {c: build_fused(pm, trainer.graphs, trainer.loss, opt, pen, y_rank, large_batch=c == "large",
                             host_checks=host_checks) for c in classes}
+    for c, report in needs_training_build(steps).items():
+        warnings.warn(f"the {c}-batch step graph of this artifact {report}: it trains only where "
+                      f"onnxruntime-training is installed", stacklevel=2)
     state = [_tensor(Names.slot(w, slot), arr.dtype, arr.shape)
              for w in pm.weights for slot, arr in opt.init_state(pm.initial[w]).items()]
 

@@ -173,3 +173,24 @@ def test_a_step_graph_kernel_this_onnxruntime_lacks_is_explained() -> None:
     with pytest.raises(ModelError, match=r"com.microsoft:NoSuchGradKernel is a kernel this onnxruntime does not "
                                          r"have .*--gradient streamfit"):
         trainer.step(X, y)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "logistic"])
+def test_artifacts_of_onnxruntime_gradients_hold_inference_ops_only(activation) -> None:
+    """onnxruntime-training's gradient brings ReluGrad/TanhGrad/SigmoidGrad; compile rewrites them (portable pass),
+    so the artifact runs on any inference build, and trains as the trainer with the original graphs does."""
+    from streamfit._engine.portable import portability_report
+    from streamfit.models._graphs import dense_model
+
+    rng = np.random.default_rng(4)
+    model = dense_model([(rng.normal(size=(5, 8)) * 0.5, rng.normal(size=8) * 0.1),
+                         (rng.normal(size=(8, 1)) * 0.5, np.zeros(1))], activation)
+    art = compile_artifact(model, optimizer="sgd", gradient="onnxruntime")
+    for entry in art.training_info:
+        report = portability_report(onnx.helper.make_model(entry.algorithm))
+        assert report.portable, f"{entry.algorithm.name}: {report}"
+    batches = _batches(5, (1, 3, 100, 2, 70, 1))
+    reference = _train(Trainer(model, optimizer="sgd", learning_rate=0.05), batches)
+    trained = _train(Trainer(art, learning_rate=0.05), batches)
+    for name in reference:
+        np.testing.assert_allclose(trained[name], reference[name], rtol=1e-5, atol=1e-6)
