@@ -152,6 +152,9 @@ class KafkaSource(Source):
             offset = position_int(value, "offset", "KafkaSource", _FORMAT)
             row = position_int(value, "row", "KafkaSource", _FORMAT)
             self._live[int(key)] = (offset, row)
+            # where the caller stands until a batch is returned: a rebalance before then (a session timeout
+            # while the first fetch is under way) gives the partition back here, not at the older group offset
+            self._returned[int(key)] = (offset, row)
             self._seek_offsets[int(key)] = offset
             if row:
                 self._pending_skip[int(key)] = (offset, row)

@@ -71,3 +71,88 @@ def test_a_partition_given_back_after_a_rebalance_resumes_where_the_source_was(k
     assert rows == list(range(5 * ROWS, MESSAGES * ROWS)), (
         f"read {len(rows)} rows from offset 5 on, expected {(MESSAGES - 5) * ROWS} (rows {rows[0]}..{rows[-1]}, "
         f"repeated: {len(rows) - len(set(rows))})")
+
+
+def _stalling(broker, topic: str, group: str, **options) -> KafkaSource:  # type: ignore[no-untyped-def]
+    """A source that leaves its group once nothing calls librdkafka's consume for 2 s (max.poll.interval.ms):
+    its next fetch rejoins, and the rebalance revokes (on_lost) and re-assigns the partition, as a session
+    timeout under load does."""
+    config = {**broker.consumer_config, "max.poll.interval.ms": 2000}
+    return KafkaSource(broker.bootstrap, topic, group=group, config=config, coalesce_rows=0, max_messages=1,
+                       **options)
+
+
+async def _rows_until(source: KafkaSource, last: int) -> list[int]:
+    rows: list[int] = []
+    with anyio.fail_after(30):
+        while not rows or rows[-1] < last:
+            rows += (await source.__anext__()).batch.column("i").to_pylist()
+    return rows
+
+
+def _left_the_group(caplog: pytest.LogCaptureFixture) -> bool:
+    return any("maximum poll interval" in r.getMessage() for r in caplog.records)
+
+
+def test_a_rebalance_before_the_first_batch_gives_the_partition_back_at_the_seek_position(kafka_broker, caplog):
+    # a resumed learner at the end of what the topic holds (its checkpoint at offset 7, the group's offset
+    # older: none here) loses its partition before it got a batch; given back, it started at the group's
+    # offset and re-read offsets 0-6 (trained before the restart)
+    topic = kafka_broker.create_topic(partitions=1)
+    batches = _batches()
+    kafka_broker.produce_batches(topic, batches[:7], partition=0)
+
+    async def main() -> list[int]:
+        source = _stalling(kafka_broker, topic, f"g-{topic}", fetch_ahead=0)
+        source.seek({"topic": topic, "partitions": {"0": {"offset": 7, "row": 0}}})
+        async with source:
+            with anyio.move_on_after(2.5):  # assigned at offset 7 (tansu holds the join ~1 s): nothing to read
+                await source.__anext__()
+            await anyio.sleep(3)  # no consume call: the consumer leaves the group
+            kafka_broker.produce_batches(topic, batches[7:], partition=0)
+            return await _rows_until(source, MESSAGES * ROWS - 1)
+
+    rows = anyio.run(main)
+    assert _left_the_group(caplog)
+    assert rows == list(range(7 * ROWS, MESSAGES * ROWS)), f"rows {rows[0]}..{rows[-1]}, {len(rows)} read"
+
+
+def test_a_stalled_resumed_source_given_back_its_partition_continues_mid_message(kafka_broker, caplog):
+    # resumed at offset 3 row 4 (the group's offset: none); the caller stalls with batches fetched ahead
+    topic = kafka_broker.create_topic(partitions=1)
+    kafka_broker.produce_batches(topic, _batches(), partition=0)
+
+    async def main() -> list[int]:
+        source = _stalling(kafka_broker, topic, f"g-{topic}", fetch_ahead=3)
+        source.seek({"topic": topic, "partitions": {"0": {"offset": 3, "row": 4}}})
+        async with source:
+            rows = (await source.__anext__()).batch.column("i").to_pylist()
+            await anyio.sleep(3.5)
+            return rows + await _rows_until(source, MESSAGES * ROWS - 1)
+
+    rows = anyio.run(main)
+    assert _left_the_group(caplog)
+    assert rows == list(range(3 * ROWS + 4, MESSAGES * ROWS))
+
+
+def test_a_partition_given_back_continues_at_the_group_offset_when_another_member_read_further(kafka_broker):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = kafka_broker.create_topic(partitions=1)
+    kafka_broker.produce_batches(topic, _batches(), partition=0)
+    group = f"g-{topic}"
+
+    async def main() -> list[int]:
+        async with _stalling(kafka_broker, topic, group, fetch_ahead=1) as source:
+            rows = (await source.__anext__()).batch.column("i").to_pylist()
+            await anyio.sleep(3.5)  # out of the group: meanwhile another member reads up to offset 7, commits
+            other = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": group})
+            try:
+                other.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+            finally:
+                other.close()
+            return rows + await _rows_until(source, MESSAGES * ROWS - 1)
+
+    rows = anyio.run(main)
+    # offset 1 was fetched ahead before the rebalance and returned after it (the caller has it); then 7 on
+    assert rows == list(range(0, 2 * ROWS)) + list(range(7 * ROWS, MESSAGES * ROWS))
