@@ -178,6 +178,8 @@ class Trainer:
         self._scalars_per_step = type(self.optimizer).scalars is not Optimizer.scalars
         self._fed_lr: float | None = None
         self._lr_in_grad_weights = False
+        # rows' gradient weights: 1/n (the batch's mean loss), or 1 for a rule on the summed loss (FTRL)
+        self._summed_gradient = bool(self.optimizer.summed_gradient)
         self._integer_labels = self.loss.integer_labels
         self._strategy: FusedStep | ForwardBackwardStep | None = None
         self._y_tail: tuple[int, ...] | None = None
@@ -364,7 +366,7 @@ class Trainer:
         n = staging.n
         lr = self.schedule.lr * self.lr_scale
         staging.load(arrays, y, None if sample_weight is None else self._sample_weights(sample_weight, n),
-                     lr / n if self._lr_in_grad_weights else 1.0 / n)
+                     lr / n if self._lr_in_grad_weights else (1.0 if self._summed_gradient else 1.0 / n))
         if self._sparse is not None:  # the batch's touched table rows into the step's buffers
             self._sparse.gather(staging.xs, staging.extra["sparse"])
         if lr != self._fed_lr or self._scalars_per_step:

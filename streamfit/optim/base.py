@@ -51,6 +51,9 @@ class Optimizer(abc.ABC):
     #: a zero gradient leaves a weight and its state unchanged, so a row-sparse update of a table computes
     #: exactly the dense step (SGD, AdaGrad, FTRL); otherwise it is the lazy variant (Adam -> SparseAdam)
     zero_gradient_fixed: ClassVar[bool] = False
+    #: the rule takes the gradient of the batch's summed loss (each row one of its examples: hyper-parameters
+    #: mean per row what they mean at batch 1, whatever the batch size), not of its mean loss
+    summed_gradient: bool = False
 
     def scalars(self, lr: float, t: int) -> tuple[float, ...]:
         """Scalar inputs for the step that follows ``t`` completed steps."""

@@ -12,8 +12,9 @@ from streamfit._engine.trainer import Trainer
 from streamfit.optim import FTRL, get_optimizer
 
 
-def mcmahan(X, y, batch, steps, alpha, beta, l1, l2):
-    """Algorithm 1 per coordinate (the bias is coordinate d, with x = 1); a batch's gradient is its mean."""
+def mcmahan(X, y, batch, steps, alpha, beta, l1, l2, summed=True):
+    """Algorithm 1 per coordinate (the bias is coordinate d, with x = 1); a batch's gradient is the sum of its
+    rows' (each row one of McMahan's examples), or their mean with ``summed=False``."""
     d = X.shape[1] + 1
     z, n = [0.0] * d, [0.0] * d
     for t in range(steps):
@@ -26,7 +27,7 @@ def mcmahan(X, y, batch, steps, alpha, beta, l1, l2):
             x = list(X[r]) + [1.0]
             p = 1.0 / (1.0 + math.exp(-sum(wi * xi for wi, xi in zip(w, x))))
             for i in range(d):
-                g[i] += (p - y[r]) * x[i] / batch
+                g[i] += (p - y[r]) * x[i] / (1 if summed else batch)
         for i in range(d):
             sigma = (math.sqrt(n[i] + g[i] ** 2) - math.sqrt(n[i])) / alpha
             z[i] += g[i] - sigma * w[i]
@@ -45,16 +46,18 @@ def _data(seed=0, rows=120, features=6):
 
 
 @pytest.mark.parametrize("step", ["fused", "forward_backward"])
-@pytest.mark.parametrize("batch,beta,l1,l2", [(1, 1.0, 0.0, 0.0), (1, 0.5, 0.05, 0.1), (4, 1.0, 0.02, 0.0)])
-def test_ftrl_matches_mcmahan_per_coordinate(step, batch, beta, l1, l2):
+@pytest.mark.parametrize("batch,beta,l1,l2,summed", [(1, 1.0, 0.0, 0.0, True), (1, 0.5, 0.05, 0.1, True),
+                                                     (4, 1.0, 0.02, 0.0, True), (8, 0.5, 0.02, 0.1, True),
+                                                     (4, 1.0, 0.02, 0.0, False)])
+def test_ftrl_matches_mcmahan_per_coordinate(step, batch, beta, l1, l2, summed):
     X, y = _data()
     alpha = 0.3
     trainer = Trainer(linear_model(X.shape[1], dtype=np.float64), loss="log_loss",
-                      optimizer=FTRL(beta=beta, l1=l1, l2=l2), learning_rate=alpha, step=step)
+                      optimizer=FTRL(beta=beta, l1=l1, l2=l2, summed=summed), learning_rate=alpha, step=step)
     for t in range(100):
         lo = (t * batch) % len(X)
         trainer.step(X[lo:lo + batch], y[lo:lo + batch])
-    w_ref, z_ref, n_ref = mcmahan(X, y, batch, 100, alpha, beta, l1, l2)
+    w_ref, z_ref, n_ref = mcmahan(X, y, batch, 100, alpha, beta, l1, l2, summed)
     got = trainer.get_weights()
     w = np.concatenate([got["W"].ravel(), got["B"].ravel()])
     np.testing.assert_allclose(w, w_ref, rtol=1e-5, atol=1e-12)
@@ -65,14 +68,14 @@ def test_ftrl_matches_mcmahan_per_coordinate(step, batch, beta, l1, l2):
 
 def test_ftrl_l1_gives_exact_zeros():
     X, y = _data(seed=1, rows=400, features=8)  # only features 0 and 1 matter
-    trainer = Trainer(linear_model(8, dtype=np.float64), loss="log_loss", optimizer=FTRL(l1=2.0),
+    trainer = Trainer(linear_model(8, dtype=np.float64), loss="log_loss", optimizer=FTRL(l1=8.0),  # per row: 2 per row of a mean
                       learning_rate=0.5)
     for t in range(100):
         trainer.step(X[t * 4:t * 4 + 4], y[t * 4:t * 4 + 4])
     w = trainer.get_weights()["W"].ravel()
     z = trainer.optimizer_state()["W__z"].ravel()
     assert w[0] > 0 and w[1] < 0
-    np.testing.assert_array_equal(w == 0.0, np.abs(z) <= 2.0)  # zero exactly where |z| <= l1
+    np.testing.assert_array_equal(w == 0.0, np.abs(z) <= 8.0)  # zero exactly where |z| <= l1
     assert (w[2:] == 0.0).sum() >= 4 and not np.any(np.signbit(w[w == 0.0]))  # +0.0, not tiny values
 
 

@@ -28,7 +28,7 @@ def numpy_run(opt, penalty, X, y, sw, steps, batch, eta0, power_t=0.25):
         swb = (sw(t, sl) if callable(sw) else sw[sl]).reshape(-1, 1)
         xb, yb = X[sl], y[sl].reshape(-1, 1)
         n = len(xb)
-        dy = (xb @ w["W"] + w["B"] - yb) * swb / n
+        dy = (xb @ w["W"] + w["B"] - yb) * swb / (1 if opt.summed_gradient else n)  # FTRL: the summed loss
         grads = {"W": xb.T @ dy, "B": dy.sum(axis=0)}
         lr = eta0 / (t + 1) ** power_t
         scal = dict(zip(opt.scalar_names, opt.scalars(lr, t)))

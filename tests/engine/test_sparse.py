@@ -61,7 +61,7 @@ def numpy_reference(opt, steps, lr, penalty=None):
         n = len(y)
         pooled = w["E"][ids].sum(axis=1)
         r = (pooled @ w["c"] + x @ w["v"] + w["b"]).ravel() - y
-        dy = (r / n)[:, None]
+        dy = (r / (1 if opt.summed_gradient else n))[:, None]  # FTRL: the summed loss
         grads = {"c": pooled.T @ dy, "v": x.T @ dy, "b": dy.sum(axis=0)}
         g_rows = np.repeat((dy @ w["c"].T)[:, None, :], FIELDS, axis=1).reshape(-1, DIM)
         uniq, inv = np.unique(ids.ravel(), return_inverse=True)
