@@ -55,3 +55,64 @@ def murmur3(values: np.ndarray, seed: int = 0) -> np.ndarray:
     if x.size == 0:
         return np.zeros(0, dtype=np.uint32)
     return _session(kind, int(seed)).run(None, {"x": x})[0]  # sessions are safe to share between threads
+
+
+# -- the same hash without a session run: for tiny batches (one row of 20 columns would pay 20 runs) --------
+_C1, _C2, _M32 = 0xCC9E2D51, 0x1B873593, 0xFFFFFFFF
+_U = np.uint32
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << _U(r)) | (x >> _U(32 - r))
+
+
+def _fmix(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> _U(16))
+    h = h * _U(0x85EBCA6B)
+    h = h ^ (h >> _U(13))
+    h = h * _U(0xC2B2AE35)
+    return h ^ (h >> _U(16))
+
+
+def murmur3_int64(values: np.ndarray, seeds: "np.ndarray | int") -> np.ndarray:
+    """MurmurHash3 x86 32-bit of the 8 little-endian bytes of each int64 in numpy, element-wise with
+    ``seeds`` broadcast against ``values`` (one seed per column of a ``(rows, columns)`` block): bit-identical
+    to :func:`murmur3` (tested), without a session run.
+
+    >>> murmur3_int64(np.array([0, 7]), 0).tolist() == murmur3(np.array([0, 7])).tolist()
+    True
+    """
+    v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
+    h = np.asarray(seeds, dtype=np.uint64).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        for block in ((v & np.uint64(_M32)).astype(np.uint32), (v >> np.uint64(32)).astype(np.uint32)):
+            k = _rotl(block * _U(_C1), 15) * _U(_C2)
+            h = _rotl(h ^ k, 13) * _U(5) + _U(0xE6546B64)
+        return _fmix(h ^ _U(8))
+
+
+def murmur3_bytes(data: bytes, seed: int) -> int:
+    """MurmurHash3 x86 32-bit of ``data`` in plain Python (a string's UTF-8 bytes), as :func:`murmur3`.
+
+    >>> murmur3_bytes("hello".encode(), 0) == int(murmur3(np.array(["hello"], dtype=object))[0])
+    True
+    """
+    h = seed & _M32
+    n = len(data)
+    body = n - n % 4
+    for i in range(0, body, 4):
+        k = int.from_bytes(data[i:i + 4], "little") * _C1 & _M32
+        k = ((k << 15) | (k >> 17)) & _M32
+        h ^= k * _C2 & _M32
+        h = ((h << 13) | (h >> 19)) & _M32
+        h = (h * 5 + 0xE6546B64) & _M32
+    if n % 4:
+        k = int.from_bytes(data[body:], "little") * _C1 & _M32
+        k = ((k << 15) | (k >> 17)) & _M32
+        h ^= k * _C2 & _M32
+    h ^= n
+    h ^= h >> 16
+    h = h * 0x85EBCA6B & _M32
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 & _M32
+    return h ^ (h >> 16)

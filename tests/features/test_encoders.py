@@ -152,3 +152,50 @@ def test_padded_lengths_and_mask():
             [[1, 2, 3, -1], [-1] * 4, [-1] * 4, [4, 5, 6, 7], [9, -1, -1, -1]]
         assert Lengths("t", 4).encode(None, [arr]).ravel().tolist() == [3, 0, 0, 4, 1]
         assert Mask("t", 4).encode(None, [arr]).tolist() == [[1, 1, 1, 0], [0] * 4, [0] * 4, [1] * 4, [1, 0, 0, 0]]
+
+
+def test_numpy_and_python_murmur3_are_bit_identical_to_the_kernel():
+    from streamfit.features._murmur import murmur3_bytes, murmur3_int64
+
+    rng = np.random.default_rng(0)
+    ints = np.concatenate([rng.integers(-2**63, 2**63 - 1, 5000, dtype=np.int64), np.arange(-300, 300), INTS])
+    strings = VALUES + ["x" * n for n in range(12)] + [str(v) for v in rng.integers(0, 10**9, 500)]
+    for seed in (0, 1, 7, 2**31, 2**32 - 1):
+        assert murmur3_int64(ints, seed).tolist() == murmur3(ints, seed).tolist()
+        assert [murmur3_bytes(v.encode(), seed) for v in strings] == murmur3(np.array(strings, dtype=object), seed).tolist()
+    block = rng.integers(-10**6, 10**6, (7, 3))  # one seed per column of a block
+    seeds = np.array([3, 2**32 - 5, 11], dtype=np.uint32)
+    got = murmur3_int64(block, seeds)
+    for j in range(3):
+        assert got[:, j].tolist() == murmur3(block[:, j], int(seeds[j])).tolist()
+
+
+def test_hashed_small_batches_hash_without_a_session_run_and_give_the_same_ids(monkeypatch):
+    import streamfit.features._encoders as mod
+
+    cols = ["s", "i", "b", "u", "d"]
+    enc = Hashed(cols, buckets=1 << 20, seed=3)
+    n = 200
+    rng = np.random.default_rng(1)
+    table = pa.table({
+        "s": pa.array([None if v % 13 == 0 else f"v{v}é" for v in rng.integers(0, 50, n)]),
+        "i": pa.array([None if v % 11 == 0 else int(v) for v in rng.integers(-2**40, 2**40, n)], pa.int64()),
+        "b": pa.array([None if v == 2 else bool(v) for v in rng.integers(0, 3, n)]),
+        "u": pa.array([2**64 - 1 - int(v) for v in rng.integers(0, 5, n)], pa.uint64()),
+        "d": pa.array([f"k{v}" for v in rng.integers(0, 4, n)]).dictionary_encode()})
+    whole = enc.encode(enc.new_state(), [table.column(c) for c in cols])  # the large-batch path
+    as_int64 = (table.column("u").to_numpy().astype(np.uint64)).view(np.int64)  # uint64 hashes its int64 bits
+    assert whole[:, 3].tolist() == (1 + murmur3(as_int64, enc.column_seed(3)).astype(np.int64) % ((1 << 20) - 1)).tolist()
+    calls = []
+    real = mod.murmur3
+    monkeypatch.setattr(mod, "murmur3", lambda values, seed=0: calls.append(len(values)) or real(values, seed))
+    for r in range(0, n, 7):  # one row, then a few: plain string, int, bool columns never run the kernel
+        part = table.slice(r, 1 if r % 2 else 5)
+        got = enc.encode(enc.new_state(), [part.column(c) for c in cols])
+        assert got.tolist() == whole[r:r + part.num_rows].tolist()
+    assert calls and all(c <= 4 for c in calls)  # only the dictionary column's values went to the kernel
+    calls.clear()
+    plain = Hashed(cols[:4], buckets=1 << 20, seed=3)
+    one = table.slice(5, 1)
+    assert plain.encode(plain.new_state(), [one.column(c) for c in cols[:4]]).tolist() == whole[5:6, :4].tolist()
+    assert calls == []
