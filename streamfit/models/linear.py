@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from streamfit.models._base import ReadyRegressor
+from streamfit.models._categorical import Categorical
+from streamfit.models.scaler import RunningScaler
 
 __all__ = ["LinearRegressor"]
 
 
-class LinearRegressor(ReadyRegressor):
+class LinearRegressor(Categorical, ReadyRegressor):
     """``y = X @ coef_.T + intercept_`` trained online (``partial_fit``) or in epochs (``fit``).
 
     The ONNX graph (``MatMul`` + ``Add``, zero initial weights) is built on the first call from
@@ -27,6 +29,13 @@ class LinearRegressor(ReadyRegressor):
 
     Parameters
     ----------
+    categorical, dense, buckets, hash_seed
+        With ``categorical=[columns]``: a hashed (VW-style) linear model, each categorical column (strings,
+        integers, dictionaries, bool) one-hot encoded through its hashed values (``buckets`` ids in one table,
+        each column with its own seed from ``hash_seed``, id 0 for nulls; the table trained row-sparsely), the
+        ``dense`` columns beside with a weight each.  ``X`` is then an Arrow table or a dict of columns, and
+        :meth:`to_onnx` exports a model taking the raw columns.  Dense columns are used as given (``standardize``
+        applies to the dense models only; ``standardize_target`` applies to both).
     standardize
         Keep a running mean and variance of every feature, updated from each batch before training on
         it, and train on standardized features; :meth:`to_onnx` exports a model that scales its inputs.
@@ -59,12 +68,17 @@ class LinearRegressor(ReadyRegressor):
     ([1.0, -2.0, 0.5], [3.0])
     """
 
-    def __init__(self, *, loss: Any = "squared_error", optimizer: Any = "adam", learning_rate: Any = "constant",
+    def __init__(self, *, categorical: Sequence[str] = (), dense: Sequence[str] = (), buckets: int = 2 ** 18,
+                 hash_seed: int = 0, loss: Any = "squared_error", optimizer: Any = "adam", learning_rate: Any = "constant",
                  eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
                  standardize: bool = True, standardize_target: bool = True, device: str = "cpu",
                  step: str = "fused", on_nonfinite: str = "raise", threads: int | None = None, inputs: Any = None) -> None:
+        self.categorical = categorical
+        self.dense = dense
+        self.buckets = buckets
+        self.hash_seed = hash_seed
         self.loss = loss
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -87,14 +101,39 @@ class LinearRegressor(ReadyRegressor):
         self.threads = threads
         self.inputs = inputs
 
+    # -- categorical=: the hashed graph, one output per target column ----------------------------------------
+    def _hashed_width(self) -> int:
+        return int(self.__dict__.get("n_outputs_", 1))
+
+    def _start_hashed(self, n_outputs: int) -> None:
+        self.n_outputs_ = n_outputs
+        self.trainer_ = self._make_trainer(self.loss, self.model)
+        self.target_scaler_ = RunningScaler(n_outputs) if self.standardize_target else None
+        self.scaler_ = None
+        self.t_ = 0
+
+    def _start(self, X: Any, y: np.ndarray) -> None:
+        if not self._hashed:
+            return super()._start(X, y)
+        self._start_hashed(1 if y.ndim == 1 else y.shape[1])
+
+    def _restore_trainer(self, state: Mapping[str, Any]) -> None:
+        if not self._hashed:
+            return super()._restore_trainer(state)
+        self._start_hashed(int(np.shape(state["trainer"]["weights"]["bias"])[-1]))
+
     @property
     def coef_(self) -> np.ndarray:
         """Weights on the raw features in target units (the scalers folded in: ``predict(X) == X @ coef_.T +
         intercept_``), shape (features,) for one output, (outputs, features) for several."""
+        if self._hashed:
+            raise self._hashed_coef_error()
         coef = self._linear_in_raw_units()[0].T
         return coef[0] if coef.shape[0] == 1 else coef
 
     @property
     def intercept_(self) -> np.ndarray:
         """Intercepts in target units, shape (outputs,)."""
+        if self._hashed:
+            raise self._hashed_coef_error()
         return self._linear_in_raw_units()[1]

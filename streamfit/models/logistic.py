@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from streamfit.models._base import ReadyClassifier
+from streamfit.models._categorical import Categorical
 
 __all__ = ["LogisticRegression"]
 
 
-class LogisticRegression(ReadyClassifier):
+class LogisticRegression(Categorical, ReadyClassifier):
     """Logistic regression trained online: one logit and log loss for 2 classes, softmax for more.
 
     The ONNX graph (``MatMul`` + ``Add``, zero initial weights) is built on the first call from
@@ -19,6 +20,12 @@ class LogisticRegression(ReadyClassifier):
     scikit-learn).  ``loss="auto"`` picks ``"log_loss"`` or ``"softmax_cross_entropy"``; optimizers,
     schedules and penalties are the engine's, with the parameters of
     :class:`~streamfit.models.linear.LinearRegressor`.
+
+    With ``categorical=[columns]`` it is a hashed (VW-style) logistic regression: each categorical column
+    one-hot encoded through its hashed values (``buckets`` ids in one table, trained row-sparsely), the
+    ``dense=`` columns beside with a weight each; ``X`` is an Arrow table or a dict of columns, ``to_onnx()``
+    takes the raw columns, and ``optimizer="ftrl"`` (FTRL-Proximal) or ``"adagrad"`` suit it.  Dense
+    columns are used as given (no standardization in this mode).
 
     Examples
     --------
@@ -32,14 +39,32 @@ class LogisticRegression(ReadyClassifier):
     >>> X = rng.standard_normal((500, 2))
     >>> clf.score(X, np.where(X[:, 0] > X[:, 1], "a", "b")) > 0.95
     True
+
+    Hashed categorical columns beside dense ones:
+
+    >>> from streamfit.testing import ClickStream
+    >>> stream = ClickStream(seed=0, n_categorical=4, n_dense=2, cardinalities=(10, 50, 100, 1000))
+    >>> ctr = LogisticRegression(categorical=stream.categorical, dense=stream.dense, buckets=2**12,
+    ...                          optimizer="ftrl", eta0=0.1, batch_size=256)
+    >>> for k in range(20):
+    ...     batch = stream.batch(k, 512)
+    ...     _ = ctr.partial_fit(batch, batch.column("label").to_numpy(), classes=[0, 1])
+    >>> test = stream.batch(100, 2000)
+    >>> ctr.score(test, test.column("label").to_numpy()) > 0.7
+    True
     """
 
-    def __init__(self, *, loss: Any = "auto", optimizer: Any = "adam", learning_rate: Any = "constant",
+    def __init__(self, *, categorical: Sequence[str] = (), dense: Sequence[str] = (), buckets: int = 2 ** 18,
+                 hash_seed: int = 0, loss: Any = "auto", optimizer: Any = "adam", learning_rate: Any = "constant",
                  eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
                  standardize: bool = True, device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",
                  threads: int | None = None, inputs: Any = None) -> None:
+        self.categorical = categorical
+        self.dense = dense
+        self.buckets = buckets
+        self.hash_seed = hash_seed
         self.loss = loss
         self.optimizer = optimizer
         self.learning_rate = learning_rate
@@ -61,13 +86,36 @@ class LogisticRegression(ReadyClassifier):
         self.threads = threads
         self.inputs = inputs
 
+    # -- categorical=: the hashed graph, one logit for 2 classes, else one per class -----------------------
+    def _hashed_width(self) -> int:
+        classes = self.__dict__.get("classes_")
+        return 1 if classes is None or len(classes) == 2 else len(classes)
+
+    def _model_and_width(self, X: Any) -> tuple[Any, int]:
+        if not self._hashed:
+            return super()._model_and_width(X)
+        return self.model, self._hashed_width()
+
+    def _restore_trainer(self, state: Mapping[str, Any]) -> None:
+        if not self._hashed:
+            return super()._restore_trainer(state)
+        self._set_classes(np.asarray(state["classes_"]))
+        self.binary_ = bool(state["binary_"])
+        self.loss_name_ = str(state["loss_name_"])
+        self.output_kind_ = "scores"
+        self.trainer_ = self._make_trainer(self.loss_name_, self.model)
+
     @property
     def coef_(self) -> np.ndarray:
         """Weights on the raw features (the scaler folded in), shape (1, features) for 2 classes, (classes,
         features) for more (scikit-learn's)."""
+        if self._hashed:
+            raise self._hashed_coef_error()
         return self._linear_in_raw_units()[0].T
 
     @property
     def intercept_(self) -> np.ndarray:
         """Intercepts, shape (1,) for 2 classes, (classes,) for more."""
+        if self._hashed:
+            raise self._hashed_coef_error()
         return self._linear_in_raw_units()[1]

@@ -1,0 +1,143 @@
+"""``categorical=`` on the ready-made linear models: VW's hashing trick beside dense columns.
+
+``LogisticRegression(categorical=[...], dense=[...], buckets=2**18)`` and its regressor twin become a hashed
+linear model: every categorical column hashed (:class:`~streamfit.features.Hashed`, one table of
+``buckets`` ids, each column with its own seed) and one-hot encoded, which is a ``Gather`` of one weight
+row per field; dense columns enter with a weight each.  The graph is
+:func:`~streamfit.models._fm_graph.fm_model` without factors; its table is trained row-sparsely (a step
+costs the rows its batch touches, whatever ``buckets`` is), and ``to_onnx()`` takes the raw columns.
+Without ``categorical`` the models are the dense ones, unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from streamfit.models._base import random_generator
+from streamfit.models._fm_graph import DENSE, IDS, fm_model
+
+__all__ = ["Categorical"]
+
+
+class _Inputs:
+    """``inputs``: the hashed mapping while ``categorical`` is set, else what was assigned (``inputs=``)."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        if obj._hashed:
+            return obj._hashed_inputs()
+        return obj.__dict__.get("_inputs_param")
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__["_inputs_param"] = value
+
+
+class Categorical:
+    """Mixin (first base) of :class:`~streamfit.LinearRegressor` and :class:`~streamfit.LogisticRegression`."""
+
+    categorical: Sequence[str]
+    dense: Sequence[str]
+    buckets: int
+    hash_seed: int
+    random_state: Any
+    inputs = _Inputs()
+    weights = None
+    input_name = None
+    output_name = None
+
+    @property
+    def _hashed(self) -> bool:
+        cat = self.__dict__.get("categorical")
+        return cat is not None and (isinstance(cat, str) or len(cat) > 0)
+
+    @property
+    def _sparse_tables(self) -> Any:  # type: ignore[override]
+        # the hashed table: lazy rules (Adam, penalties) on touched rows, so a step never costs O(buckets)
+        return True if self._hashed else "auto"
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        params = super().get_params(deep)  # type: ignore[misc]
+        if "inputs" in params:  # the parameter as given, not the mapping categorical= makes
+            params["inputs"] = self.__dict__.get("_inputs_param")
+        return params
+
+    # -- the hashed model ---------------------------------------------------------------------------
+    def _check_hashed_params(self) -> None:
+        name = type(self).__name__
+        for what in ("categorical", "dense"):
+            cols = getattr(self, what)
+            if isinstance(cols, str) or not all(isinstance(c, str) and c for c in cols):
+                raise ValueError(f"{name}: {what} must be a list of column names, got {cols!r}")
+        overlap = set(self.categorical) & set(self.dense)
+        if overlap:
+            raise ValueError(f"{name}: columns {sorted(overlap)} are both categorical and dense")
+        if self.__dict__.get("_inputs_param") is not None:
+            raise ValueError(f"{name}: categorical= makes the model's inputs (hashed ids and the dense columns); "
+                             "give the dense columns as dense=, not inputs=")
+        if getattr(self, "learning_rate", None) in ("pa1", "pa2"):
+            raise ValueError(f"{name}: passive-aggressive steps (learning_rate={self.learning_rate!r}) are not "
+                             "available with categorical=")
+
+    def _hashed_inputs(self) -> dict[str, Any]:
+        from streamfit.features import Hashed
+
+        key = (tuple(self.categorical), tuple(self.dense), self.buckets, self.hash_seed)
+        cached = self.__dict__.get("_hashed_inputs_cache")
+        if cached is None or cached[0] != key:  # one object while the parameters stay (the column plan keys on it)
+            out: dict[str, Any] = {IDS: Hashed(list(self.categorical), self.buckets, seed=self.hash_seed)}
+            if list(self.dense):
+                out[DENSE] = list(self.dense)
+            cached = self.__dict__["_hashed_inputs_cache"] = (key, out)
+        return cached[1]
+
+    def _hashed_graph(self, n_outputs: int) -> Any:
+        key = (tuple(self.categorical), tuple(self.dense), self.buckets, n_outputs)
+        cached = self.__dict__.get("_hashed_graph_cache")
+        if cached is None or cached[0] != key:
+            self._check_hashed_params()
+            graph = fm_model(len(self.categorical), len(self.dense), int(self.buckets), 0,
+                             random_generator(self.random_state), n_outputs=n_outputs)
+            cached = self.__dict__["_hashed_graph_cache"] = (key, graph)
+        return cached[1]
+
+    def _hashed_width(self) -> int:
+        """Output columns of the hashed graph (a hook: classes or targets decide)."""
+        return 1
+
+    def _declared_inputs(self) -> tuple[Any, ...]:
+        """The model inputs before the first fit (the stream's column plan needs them): the hashed graph's."""
+        if not self._hashed:
+            return super()._declared_inputs()  # type: ignore[misc]
+        from streamfit._engine.model import _model_input
+
+        graph = self.model.graph
+        inits = {i.name for i in graph.initializer}
+        return tuple(_model_input(vi) for vi in graph.input if vi.name not in inits)
+
+    @property
+    def model(self) -> Any:
+        """The hashed graph (None for a dense model: it is built from the data on the first fit)."""
+        return self._hashed_graph(self._hashed_width()) if self._hashed else None
+
+    def _check_X(self, X: Any, reset: bool) -> Any:
+        if not self._hashed:
+            return super()._check_X(X, reset)  # type: ignore[misc]
+        from streamfit._engine.inputs import NamedRows
+        from streamfit.models._base import ReadyMade
+
+        self._check_hashed_params()
+        if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
+            X = pa.table({k: pa.array(v) for k, v in X.items()})
+        if not isinstance(X, (pa.Table, pa.RecordBatch, Mapping, NamedRows)):
+            raise TypeError(f"{type(self).__name__}(categorical=...) takes an Arrow Table/RecordBatch or a dict of "
+                            f"columns (categorical {list(self.categorical)}, dense {list(self.dense)}), "
+                            f"got {type(X).__name__}")
+        return super(ReadyMade, self)._check_X(X, reset)  # type: ignore[misc]  # not the dense matrix checks
+
+    def _hashed_coef_error(self) -> AttributeError:
+        return AttributeError(f"{type(self).__name__}(categorical=...) keeps its weights in a hashed table: "
+                              "trainer_.get_weights() has 'linear' (one row per id), 'dense_linear' and 'bias'")
