@@ -129,7 +129,11 @@ class Categorical:
         from streamfit._engine.inputs import NamedRows
         from streamfit.models._base import ReadyMade
 
-        self._check_hashed_params()
+        key = (tuple(self.categorical), tuple(self.dense), self.__dict__.get("_inputs_param") is None,
+               getattr(self, "learning_rate", None))
+        if self.__dict__.get("_hashed_checked") != key:  # once per parameter set, not per (one-row) call
+            self._check_hashed_params()
+            self.__dict__["_hashed_checked"] = key
         if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
             X = pa.table({k: pa.array(v) for k, v in X.items()})
         if not isinstance(X, (pa.Table, pa.RecordBatch, Mapping, NamedRows)):
