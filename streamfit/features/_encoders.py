@@ -152,18 +152,21 @@ class Hashed(Encoder):
         n = len(arrays[0]) if len(arrays) else 0
         out = np.empty((n, len(arrays)), dtype=np.int64)
         block: list[int] = []  # plain integer/bool columns, hashed together
-        for k, (name, arr) in enumerate(zip(self.columns, arrays)):
+        values: list[np.ndarray] = []
+        kinds = state.kinds
+        for k, arr in enumerate(arrays):
             if isinstance(arr, pa.ChunkedArray):
                 arr = arr.combine_chunks()
-            kind = _kind(arr.type)
+            kind, dictionary = _route(arr.type)
             if kind is None:
+                name = self.columns[k]
                 raise EncodeProblem(name, f"column '{name}' is {arr.type}, expected string, large_string, "
                                           f"dictionary, integer or bool values for Hashed")
-            state.check_kind(k, name, kind)
-            dictionary = pa.types.is_dictionary(arr.type)
+            if kinds[k] != kind:
+                state.check_kind(k, self.columns[k], kind)
             if kind != "string" and not dictionary:
                 block.append(k)
-                out[:, k] = _ints(arr)
+                values.append(_ints(arr))
             elif kind == "string" and not dictionary and n <= _SMALL:
                 seed, m = self.column_seed(k), self.buckets - 1
                 out[:, k] = [0 if v is None else 1 + _hash_str(v, seed) % m for v in arr.to_pylist()]
@@ -172,13 +175,15 @@ class Hashed(Encoder):
                 table = self.ids_of(cat.uniques, k)
                 out[:, k] = np.where(cat.index >= 0, table[np.maximum(cat.index, 0)] if len(table) else 0, NULL_ID)
         if block:
-            cols = block if len(block) < len(arrays) else slice(None)
-            hashed = 1 + murmur3_int64(out[:, cols], _column_seeds(self.columns, self.seed, tuple(block))) \
+            stacked = np.stack(values, axis=1) if n else np.zeros((0, len(block)), np.int64)
+            hashed = 1 + murmur3_int64(stacked, _column_seeds(self.columns, self.seed, tuple(block))) \
                 .astype(np.int64) % (self.buckets - 1)
             for j, k in enumerate(block):  # nulls
                 if arrays[k].null_count:
                     hashed[:, j] = np.where(_nulls(arrays[k]), NULL_ID, hashed[:, j])
-            out[:, cols] = hashed
+            if len(block) == len(arrays):
+                return hashed
+            out[:, block] = hashed
         return out
 
 
@@ -187,8 +192,9 @@ _SMALL = 32
 
 
 @lru_cache(maxsize=256)
-def _kind(t: pa.DataType) -> str | None:
-    return kind_of(t)
+def _route(t: pa.DataType) -> tuple[str | None, bool]:
+    """(kind, is a dictionary) of a column type, computed once per type."""
+    return kind_of(t), pa.types.is_dictionary(t)
 
 
 def _ints(arr: pa.Array) -> np.ndarray:
