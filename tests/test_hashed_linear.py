@@ -183,6 +183,10 @@ def test_params_clone_state_and_errors():
             pa.table({"c0": [1, 2], "d0": [0.5, 1.0]}), [0, 1], classes=[0, 1])
     with pytest.raises(ValueError, match="passive-aggressive"):
         LinearRegressor(categorical=["c0"], learning_rate="pa1").partial_fit(pa.table({"c0": [1, 2]}), [0.0, 1.0])
+    odd = LinearRegressor(categorical=5)  # a bad value: a repr and get_params still work, the fit says what is wrong
+    assert "categorical=5" in repr(odd) and odd.get_params()["categorical"] == 5
+    with pytest.raises(ValueError, match="categorical must be a list of column names"):
+        odd.partial_fit(pa.table({"c0": [1, 2]}), [0.0, 1.0])
     plain = LogisticRegression()  # without categorical=: the dense model, as before
     plain.partial_fit(np.zeros((4, 2)), [0, 1, 0, 1], classes=[0, 1])
     assert plain.coef_.shape == (1, 2) and plain.trainer_._sparse is None

@@ -29,7 +29,10 @@ class _Inputs:
         if obj is None:
             return self
         if obj._hashed:
-            return obj._hashed_inputs()
+            try:
+                return obj._hashed_inputs()
+            except (TypeError, ValueError):  # bad parameters: reported by the fit's checks, not by a repr
+                pass
         return obj.__dict__.get("_inputs_param")
 
     def __set__(self, obj: Any, value: Any) -> None:
@@ -52,7 +55,12 @@ class Categorical:
     @property
     def _hashed(self) -> bool:
         cat = self.__dict__.get("categorical")
-        return cat is not None and (isinstance(cat, str) or len(cat) > 0)
+        if cat is None or isinstance(cat, str):
+            return cat is not None
+        try:
+            return len(cat) > 0
+        except TypeError:  # not a list: the fit's checks say so
+            return True
 
     @property
     def _sparse_tables(self) -> Any:  # type: ignore[override]
@@ -70,7 +78,7 @@ class Categorical:
         name = type(self).__name__
         for what in ("categorical", "dense"):
             cols = getattr(self, what)
-            if isinstance(cols, str) or not all(isinstance(c, str) and c for c in cols):
+            if isinstance(cols, str) or not hasattr(cols, "__iter__") or not all(isinstance(c, str) and c for c in cols):
                 raise ValueError(f"{name}: {what} must be a list of column names, got {cols!r}")
         overlap = set(self.categorical) & set(self.dense)
         if overlap:
@@ -129,9 +137,12 @@ class Categorical:
         from streamfit._engine.inputs import NamedRows
         from streamfit.models._base import ReadyMade
 
-        key = (tuple(self.categorical), tuple(self.dense), self.__dict__.get("_inputs_param") is None,
-               getattr(self, "learning_rate", None))
-        if self.__dict__.get("_hashed_checked") != key:  # once per parameter set, not per (one-row) call
+        try:
+            key = (tuple(self.categorical), tuple(self.dense), self.__dict__.get("_inputs_param") is None,
+                   getattr(self, "learning_rate", None))
+        except TypeError:
+            key = None
+        if key is None or self.__dict__.get("_hashed_checked") != key:  # once per parameter set, not per (one-row) call
             self._check_hashed_params()
             self.__dict__["_hashed_checked"] = key
         if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
