@@ -131,9 +131,9 @@ class Categorical:
         """The hashed graph (None for a dense model: it is built from the data on the first fit)."""
         return self._hashed_graph(self._hashed_width()) if self._hashed else None
 
-    def _check_X(self, X: Any, reset: bool) -> Any:
+    def _check_X(self, X: Any, reset: bool, learn: bool = True) -> Any:
         if not self._hashed:
-            return super()._check_X(X, reset)  # type: ignore[misc]
+            return super()._check_X(X, reset, learn)  # type: ignore[misc]
         from streamfit._engine.inputs import NamedRows
         from streamfit.models._base import ReadyMade
 
@@ -151,7 +151,7 @@ class Categorical:
             raise TypeError(f"{type(self).__name__}(categorical=...) takes an Arrow Table/RecordBatch or a dict of "
                             f"columns (categorical {list(self.categorical)}, dense {list(self.dense)}), "
                             f"got {type(X).__name__}")
-        return super(ReadyMade, self)._check_X(X, reset)  # type: ignore[misc]  # not the dense matrix checks
+        return super(ReadyMade, self)._check_X(X, reset, learn)  # type: ignore[misc]  # not the dense matrix checks
 
     def _hashed_coef_error(self) -> AttributeError:
         return AttributeError(f"{type(self).__name__}(categorical=...) keeps its weights in a hashed table: "
