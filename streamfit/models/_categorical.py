@@ -47,10 +47,11 @@ class Categorical:
     buckets: int
     hash_seed: int
     random_state: Any
+    learning_rate: Any
     inputs = _Inputs()
-    weights = None
-    input_name = None
-    output_name = None
+    weights: Any = None
+    input_name: str | None = None
+    output_name: str | None = None
 
     @property
     def _hashed(self) -> bool:
