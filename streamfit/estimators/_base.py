@@ -257,6 +257,7 @@ class OnnxEstimator(_SkBase):
         parent = getattr(super(), "__getstate__", None)
         state = dict(parent() if parent is not None else self.__dict__)  # a copy: the live dict stays intact
         trainer = state.pop("trainer_", None)
+        state.pop("_rows", None)  # the one-row path of the ready-made models holds the trainer: made again
         if trainer is not None:
             state["_pickled_trainer"] = {"model": trainer.prepared.model.SerializeToString(),
                                          "weights": trainer.weight_names, "loss": trainer.loss,

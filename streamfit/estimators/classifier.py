@@ -184,7 +184,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         labels = self._check_labels(y, len(X))
         sw = self._sample_weight(sample_weight, len(X))
         self._first_call(X, classes, first)
-        self._one_pass(self._fit_inputs(X, sw, first), self._encode(labels), sw)
+        T = self._encode(labels)  # before the feature statistics take the batch: an unknown label leaves no trace
+        self._one_pass(self._fit_inputs(X, sw, first), T, sw)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:

@@ -23,6 +23,7 @@ from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
 from streamfit.losses import Loss
 from streamfit.models._graphs import INPUT, dense_model, destandardized, layers_of, standardized
+from streamfit.models._rows import ClassifierRows, RegressorRows
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler, scaler_from_state
 from streamfit.schedules import Schedule, as_schedule
@@ -252,6 +253,16 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
     def _targets(self, y: Any, n: int) -> np.ndarray:
         return check_targets(y, n)
 
+    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
+        """One pass over ``X`` in minibatches of ``batch_size`` (one row of a stream: the one-row path)."""
+        rows = self.__dict__.get("_rows")
+        if (rows is not None and sample_weight is None and type(X) is np.ndarray and X.shape == rows.shape
+                and rows.current(self) and rows.partial_fit(self, X, y)):
+            return self
+        super().partial_fit(X, y, sample_weight)
+        _keep_rows(self, X, RegressorRows)
+        return self
+
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
         """:meth:`partial_fit`, returning each row's prediction made just before training on it.
 
@@ -269,6 +280,11 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
+        rows = self.__dict__.get("_rows")
+        if rows is not None and type(X) is np.ndarray and X.shape == rows.shape and rows.current(self):
+            out = rows.predict(self, X)
+            if out is not None:
+                return out
         out = self._predict(X, np.float64)
         scaler = getattr(self, "target_scaler_", None)
         return out if scaler is None else self._to_target_units(out, scaler.mean_, scaler.scale_)
@@ -327,3 +343,29 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
 
     def _check_labels(self, y: Any, n: int) -> np.ndarray:
         return check_labels(y, n)
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
+        """One pass over ``X``; the first call needs ``classes`` (one row of a stream: the one-row path)."""
+        rows = self.__dict__.get("_rows")
+        if (rows is not None and classes is None and sample_weight is None and type(X) is np.ndarray
+                and X.shape == rows.shape and rows.current(self) and rows.partial_fit(self, X, y)):
+            return self
+        super().partial_fit(X, y, classes, sample_weight)
+        _keep_rows(self, X, ClassifierRows)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        rows = self.__dict__.get("_rows")
+        if rows is not None and type(X) is np.ndarray and X.shape == rows.shape and rows.current(self):
+            out = rows.predict(self, X)
+            if out is not None:
+                return out
+        return super().predict(X)
+
+
+def _keep_rows(est: Any, X: Any, kind: type) -> None:
+    """After a general ``partial_fit`` of one ndarray row: keep (or renew) the one-row path for the next."""
+    if type(X) is np.ndarray and X.ndim == 2 and X.shape[0] == 1:
+        rows = est.__dict__.get("_rows")
+        if (rows is None or not rows.current(est)) and kind.fits(est):
+            est._rows = kind(est)

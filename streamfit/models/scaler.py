@@ -116,27 +116,56 @@ class RunningScaler:
 
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
         """Merge the rows of ``X`` (weighted by ``sample_weight``) into the statistics."""
-        self._f32 = None
         if sample_weight is None and len(X) == 1 and len(self._mean) <= self.small:  # one row: Welford's update
-            count = self.count + 1.0
-            inv = 1.0 / count
-            mean, m2 = self._mean, self._m2
-            row = X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else np.asarray(X).reshape(-1).tolist()
-            for i, x in enumerate(row):
-                delta = x - mean[i]
-                mean[i] += delta * inv
-                m2[i] += delta * (x - mean[i])
-            self.count = count
+            self.update_row(X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else
+                            np.asarray(X).reshape(-1).tolist())
             return
         self.count, self.mean_, self.m2_ = merge_moments(self.count, self.mean_, self.m2_, X, sample_weight)
+
+    def update_row(self, row: list[float]) -> None:
+        """Welford's update by one unweighted row given as Python floats (the one-row path of a stream).
+
+        The float32 mean and scale that :meth:`transform` uses are refreshed in place in the same pass, so
+        a per-event stream pays one loop over the features per row and no numpy calls but two.
+        """
+        count = self.count + 1.0
+        inv = 1.0 / count
+        mean, m2 = self._mean, self._m2
+        scales = []
+        eps4, sqrt = 4 * _EPS32, math.sqrt
+        for i, x in enumerate(row):
+            delta = x - mean[i]
+            m = mean[i] + delta * inv
+            mean[i] = m
+            s2 = m2[i] + delta * (x - m)
+            m2[i] = s2
+            scale = sqrt(s2 / count)  # as scale_ computes it: the same float64 operations, the same bits
+            scales.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
+        self.count = count
+        f32 = self._f32
+        if f32 is None:
+            self._f32 = (np.array(mean, np.float32), np.array(scales, np.float32))
+        else:  # written in place: the one-row path holds these arrays
+            f32[0][:] = mean
+            f32[1][:] = scales
+
+    def float32(self) -> tuple[np.ndarray, np.ndarray]:
+        """The current mean and scale as float32 arrays (what :meth:`transform` and the exported graph use).
+
+        The arrays are reused and updated in place by :meth:`update_row`: read, do not keep or modify."""
+        if self._f32 is None:
+            self._f32 = (np.array(self._mean, np.float32), np.array(self._scale_list(), np.float32))
+        return self._f32
+
+    def float64(self) -> tuple[list[float], list[float]]:
+        """The current mean and scale as Python floats (float64: the bits of :attr:`mean_`, :attr:`scale_`)."""
+        return self._mean, self._scale_list()
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """``(X - mean) / scale`` computed in ``X``'s float type (as the exported graph computes it)."""
         X = np.asarray(X)
         if X.dtype == np.float32:  # the ready-made estimators' case: statistics cast once per update
-            if self._f32 is None:
-                self._f32 = (np.array(self._mean, np.float32), np.array(self._scale_list(), np.float32))
-            mean, scale = self._f32
+            mean, scale = self.float32()
             return (X - mean) / scale
         dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
         return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
@@ -186,6 +215,17 @@ class FixedScaler:
         X = np.asarray(X)
         dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
         return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
+
+    def float32(self) -> tuple[np.ndarray, np.ndarray]:
+        """The mean and scale as float32 arrays (made once: the scaling never changes)."""
+        f32 = self.__dict__.get("_f32")
+        if f32 is None:
+            f32 = self._f32 = (self.mean_.astype(np.float32), self.scale_.astype(np.float32))
+        return f32
+
+    def float64(self) -> tuple[list[float], list[float]]:
+        """The mean and scale as Python floats."""
+        return self.mean_.tolist(), self.scale_.tolist()
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": np.array(self.kind), "mean": self.mean_.copy(), "scale": self.scale_.copy()}

@@ -1,0 +1,187 @@
+"""The one-row path of the ready-made estimators: a per-event stream's ``(1, n_features)`` float row.
+
+A stream that predicts and learns one event at a time pays the estimator's Python on every row, and at
+batch 1 that was most of the cost (the general checks of ``X``, ``y`` and the scalers are written for
+batches).  :class:`RowPath` is what a fitted estimator keeps for such rows: the expected shape, a float32
+buffer made once, the trainer and scalers it was made for.  A row that fits (an ndarray of that shape
+and a float dtype, finite, a label already seen) is checked by a few attribute tests and one ``tolist``,
+the running scalers take Welford's update on Python floats, and the row goes to the trainer scaled in
+place; anything else -- a first sight of a label, a non-finite value, sample weights, ``classes=``, a
+batch -- returns ``None``/``False`` and takes the general path, which validates it and says what is wrong.
+Both paths compute the same float32 arithmetic (tests compare them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from streamfit.models.scaler import RunningScaler
+
+__all__ = ["RowPath", "ClassifierRows", "RegressorRows"]
+
+_F32 = np.dtype(np.float32)
+_PASSIVE_AGGRESSIVE = ("pa1", "pa2")  # steps sized per row from its loss: the general path computes them
+
+
+class RowPath:
+    """What the one-row path of a fitted estimator needs, made once (and again when the estimator's trainer
+    or scalers are replaced: :meth:`current` says whether it still fits)."""
+
+    __slots__ = ("trainer", "scaler", "running", "shape", "buf")
+
+    def __init__(self, est: Any) -> None:
+        self.trainer = est.trainer_
+        self.scaler = est.__dict__.get("scaler_")
+        self.running = isinstance(self.scaler, RunningScaler)
+        self.shape = (1, int(est.n_features_in_))
+        self.buf = np.empty(self.shape, _F32)
+
+    @classmethod
+    def fits(cls, est: Any) -> bool:
+        """Whether ``est`` can use a one-row path (float32 weights, one float input, plain steps)."""
+        trainer = est.__dict__.get("trainer_")
+        return (trainer is not None and trainer.dtype == _F32 and getattr(trainer, "_single", False)
+                and est.learning_rate not in _PASSIVE_AGGRESSIVE and getattr(est, "inputs", None) is None)
+
+    def current(self, est: Any) -> bool:
+        """Whether this path still fits ``est`` (its trainer and scalers not replaced, no
+        passive-aggressive steps asked for since)."""
+        d = est.__dict__
+        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
+                and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
+
+    def _row(self, X: np.ndarray) -> "tuple[np.ndarray, list[float]] | None":
+        """``X`` as a float32 row and its values, or None when it is not a finite float row."""
+        if X.dtype is not _F32:
+            if X.dtype.kind != "f":
+                return None
+            self.buf[...] = X  # the general path casts to float32 before anything else too
+            X = self.buf
+        values = X.tolist()[0]
+        return (X, values) if math.isfinite(sum(values)) else None
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        """``(X - mean) / scale`` in float32 into the buffer (as the scaler's transform and the exported graph)."""
+        if self.scaler is None:
+            return X
+        mean, scale = self.scaler.float32()
+        np.subtract(X, mean, out=self.buf)
+        return np.divide(self.buf, scale, out=self.buf)
+
+    def _features(self, X: np.ndarray) -> np.ndarray | None:
+        """The row a training step takes: checked, the feature statistics updated with it, scaled."""
+        row = self._row(X)
+        if row is None:
+            return None
+        if self.running:
+            self.scaler.update_row(row[1])
+        return self._scaled(row[0])
+
+    def _finish(self, est: Any, loss: float) -> None:
+        est.t_ = self.trainer.n_steps
+        est.loss_ = loss if math.isfinite(loss) else float("nan")
+
+    def _output(self, X: np.ndarray) -> np.ndarray | None:
+        """The model's output for a checked row (a reused buffer), or None for the general path."""
+        row = self._row(X)
+        return None if row is None else self.trainer._predict(self._scaled(row[0]), False)
+
+
+class ClassifierRows(RowPath):
+    """The one-row path of a ready-made classifier: labels are looked up among those already encoded."""
+
+    __slots__ = ("classes",)
+
+    def __init__(self, est: Any) -> None:
+        super().__init__(est)
+        self.classes = est.classes_
+
+    def current(self, est: Any) -> bool:
+        return super().current(est) and est.__dict__.get("classes_") is self.classes
+
+    def partial_fit(self, est: Any, X: np.ndarray, y: Any) -> bool:
+        """One step on the row; False (nothing done) when it must take the general path."""
+        if type(y) is np.ndarray:
+            if y.shape != (1,):
+                return False
+            label = y.item()
+        elif type(y) is list and len(y) == 1:
+            label = y[0]
+        else:
+            return False
+        try:
+            encoded = est.__dict__["_one_label"].get(label)  # filled by the general path's encoding
+        except (KeyError, TypeError):  # no cache yet, or an unhashable label
+            return False
+        if encoded is None:
+            return False
+        X = self._features(X)
+        if X is None:
+            return False
+        self._finish(est, self.trainer.step(X, encoded))
+        return True
+
+    def predict(self, est: Any, X: np.ndarray) -> np.ndarray | None:
+        out = self._output(X)
+        if out is None:
+            return None
+        if out.size == 1:
+            return self.classes[1:2].copy() if out.item(0) > 0 else self.classes[:1].copy()
+        i = int(out.argmax())
+        return self.classes[i:i + 1].copy()
+
+
+class RegressorRows(RowPath):
+    """The one-row path of a ready-made regressor with one output (targets scaled as the features are)."""
+
+    __slots__ = ("target", "t")
+
+    def __init__(self, est: Any) -> None:
+        super().__init__(est)
+        self.target = est.__dict__.get("target_scaler_")
+        self.t = np.empty(1, _F32)
+
+    @classmethod
+    def fits(cls, est: Any) -> bool:
+        return super().fits(est) and int(getattr(est, "n_outputs_", 0)) == 1
+
+    def current(self, est: Any) -> bool:
+        return super().current(est) and est.__dict__.get("target_scaler_") is self.target
+
+    def partial_fit(self, est: Any, X: np.ndarray, y: Any) -> bool:
+        if type(y) is np.ndarray:
+            if y.shape != (1,) or y.dtype.kind not in "fiub":
+                return False
+            self.t[...] = y
+        elif type(y) is list and len(y) == 1 and type(y[0]) in (float, int):
+            self.t[0] = y[0]
+        else:
+            return False
+        t = self.t.item(0)
+        if not math.isfinite(t):
+            return False
+        X = self._features(X)
+        if X is None:
+            return False
+        T = self.t
+        if self.target is not None:  # statistics first, as for the features
+            if isinstance(self.target, RunningScaler):
+                self.target.update_row([t])
+            mean, scale = self.target.float32()
+            np.subtract(T, mean, out=T)
+            np.divide(T, scale, out=T)
+        self._finish(est, self.trainer.step(X, T))
+        return True
+
+    def predict(self, est: Any, X: np.ndarray) -> np.ndarray | None:
+        out = self._output(X)
+        if out is None:
+            return None
+        value = out.item(0)
+        if self.target is not None:  # float64 arithmetic on the float32 output, as the general path's
+            mean, scale = self.target.float64()
+            value = value * scale[0] + mean[0]
+        return np.array((value,))

@@ -1,0 +1,101 @@
+"""The one-row path of the ready-made estimators (streamfit/models/_rows.py) against the general path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamfit import LinearRegressor, LogisticRegression
+from streamfit.exceptions import BadInputError
+
+
+def _rows(n: int = 300, d: int = 5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n, d))
+    X = Z * [1.0, 10.0, 0.1, 100.0, 3.0][:d] + [0.0, 50.0, -1.0, 1000.0, 2.0][:d]  # units far apart
+    return X, Z @ np.linspace(-1.0, 1.0, d) + 0.5 + 0.1 * rng.standard_normal(n)
+
+
+def _state(est: object) -> dict:
+    state = est.state_dict()  # type: ignore[attr-defined]
+    return {"weights": state["trainer"]["weights"], "optimizer": state["trainer"]["optimizer"],
+            **{k: state[k] for k in ("scaler", "target_scaler") if k in state}}
+
+
+def _assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        for name in a[key]:
+            np.testing.assert_array_equal(a[key][name], b[key][name], err_msg=f"{key}/{name}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("standardize", [True, False])
+def test_classifier_row_path_equals_the_general_path(dtype, standardize):
+    X, score = _rows()
+    X = X.astype(dtype)
+    y = np.where(score > 0.5, "yes", "no")
+    fast, general = (LogisticRegression(standardize=standardize, random_state=0) for _ in range(2))
+    classes = ["no", "yes"]
+    fast_pred, general_pred = [], []
+    for i in range(len(X)):
+        row = X[i:i + 1]
+        if i:
+            fast_pred.append(fast.predict(row)[0])
+            general_pred.append(general.predict(row.tolist())[0])  # a list: never the one-row path
+        fast.partial_fit(row, y[i:i + 1], classes=classes if i == 0 else None)
+        general.partial_fit(row, y[i:i + 1], classes=classes)  # classes= on every call: the general path
+        general.__dict__.pop("_rows", None)  # and its predictions too
+    assert "_rows" in fast.__dict__
+    assert fast_pred == general_pred
+    _assert_same(_state(fast), _state(general))
+    np.testing.assert_array_equal(fast.decision_function(X), general.decision_function(X))
+    assert fast.t_ == general.t_ == len(X) and fast.loss_ == general.loss_
+
+
+@pytest.mark.parametrize("standardize_target", [True, False])
+def test_regressor_row_path_equals_the_general_path(standardize_target):
+    X, y = _rows(seed=1)
+    fast, general = (LinearRegressor(standardize_target=standardize_target, random_state=0) for _ in range(2))
+    fast_pred, general_pred = [], []
+    for i in range(len(X)):
+        row = X[i:i + 1]
+        if i:
+            fast_pred.append(fast.predict(row))
+            general_pred.append(general.predict(row.tolist()))
+        fast.partial_fit(row, y[i:i + 1])
+        general.partial_fit(row.tolist(), y[i:i + 1])  # a list: the general path
+        general.__dict__.pop("_rows", None)
+    assert "_rows" in fast.__dict__
+    assert all(a.dtype == b.dtype == np.float64 and a.shape == b.shape == (1,) for a, b in zip(fast_pred, general_pred))
+    np.testing.assert_array_equal(np.concatenate(fast_pred), np.concatenate(general_pred))
+    _assert_same(_state(fast), _state(general))
+
+
+def test_row_path_still_refuses_bad_rows_and_labels_and_follows_replaced_state():
+    X, score = _rows(n=40)
+    y = score > 0.5
+    clf = LogisticRegression(random_state=0)
+    clf.partial_fit(X[:1], y[:1], classes=[False, True])
+    for i in range(1, 20):
+        clf.partial_fit(X[i:i + 1], y[i:i + 1])
+    assert "_rows" in clf.__dict__
+    before = _state(clf)
+    bad = X[20:21].copy()
+    bad[0, 2] = np.nan
+    with pytest.raises(BadInputError, match="NaN or infinity"):
+        clf.partial_fit(bad, y[20:21])
+    with pytest.raises(BadInputError, match="NaN or infinity"):
+        clf.predict(bad)
+    with pytest.raises(BadInputError, match="not in classes_"):
+        clf.partial_fit(X[20:21], np.array(["maybe"]))
+    with pytest.raises(ValueError, match="features"):
+        clf.partial_fit(X[20:21, :3], y[20:21])
+    _assert_same(_state(clf), before)  # nothing was learned from the refused rows, scaler included
+    # a restored state replaces the scaler: the row path follows it (it is made again for the new objects)
+    other = LogisticRegression(random_state=0)
+    other.load_state_dict(clf.state_dict())
+    for est in (clf, other):
+        for i in range(20, 40):
+            est.partial_fit(X[i:i + 1], y[i:i + 1])
+    _assert_same(_state(clf), _state(other))
