@@ -91,6 +91,7 @@ def from_sklearn(estimator: Any, **params: Any) -> ReadyMade:
         out.scaler_.load_state_dict(_scaler_state(scalers[0]))
     elif scalers:
         out.scaler_ = FixedScaler(*_affine(scalers, int(np.shape(layers[0][0])[0])))
+        out._bind_scaler()
     _continue_state(out, state)
     return out
 

@@ -167,15 +167,18 @@ def test_statistics_are_updated_before_training_on_each_batch():
     np.testing.assert_allclose(est.scaler_.mean_, [2.0, 200.0])
     seen = []
     step = est.trainer_.step
-    est.trainer_.step = lambda Xb, *a, **kw: seen.append(Xb.copy()) or step(Xb, *a, **kw)
+    host = est.trainer_.host_arrays  # the graph's first nodes scale X with these (the scaler writes them)
+    est.trainer_.step = lambda Xb, *a, **kw: seen.append((Xb.copy(), host["sf_mean"].copy(),
+                                                        host["sf_scale"].copy())) or step(Xb, *a, **kw)
     est.partial_fit(X + [2.0, 1.0], [0.0, 1.0])
     np.testing.assert_allclose(est.scaler_.mean_, [3.0, 200.5])
     np.testing.assert_allclose(est.scaler_.var_, [2.0, 10000.25])
     assert est.scaler_.count == 4.0
     # the batch was scaled with statistics that already include it
-    expected = ((X + [2.0, 1.0]).astype(np.float32) - est.scaler_.mean_.astype(np.float32)) / \
-        est.scaler_.scale_.astype(np.float32)
-    np.testing.assert_array_equal(seen[0], expected)
+    Xb, mean, scale = seen[0]
+    np.testing.assert_array_equal(Xb, X + [2.0, 1.0])
+    np.testing.assert_array_equal(mean, est.scaler_.mean_.astype(np.float32))
+    np.testing.assert_array_equal(scale, est.scaler_.scale_.astype(np.float32))
 
 
 # -- state, pickling, parameters ---------------------------------------------------------------------------

@@ -99,3 +99,37 @@ def test_row_path_still_refuses_bad_rows_and_labels_and_follows_replaced_state()
         for i in range(20, 40):
             est.partial_fit(X[i:i + 1], y[i:i + 1])
     _assert_same(_state(clf), _state(other))
+
+
+def test_graph_scaling_statistics_equal_numpy_and_river_and_resume_exactly():
+    """Row by row (the one-row path), the statistics the graph scales with are River's StandardScaler's and
+    numpy's two-pass ones; a checkpoint taken halfway and resumed continues bit for bit."""
+    river = pytest.importorskip("river")
+    from river import preprocessing
+
+    X, score = _rows(n=200)
+    y = score > 0.5
+    clf = LogisticRegression(random_state=0)
+    ref = preprocessing.StandardScaler()
+    keys = [f"x{j}" for j in range(X.shape[1])]
+    half = None
+    for i in range(len(X)):
+        clf.partial_fit(X[i:i + 1], y[i:i + 1], classes=[False, True] if i == 0 else None)
+        ref.learn_one(dict(zip(keys, X[i].astype(np.float32).tolist())))
+        if i == 99:
+            half = clf.state_dict()
+    assert river is not None and "_rows" in clf.__dict__
+    X32 = X.astype(np.float64).astype(np.float32).astype(np.float64)  # the rows as the model received them
+    np.testing.assert_allclose(clf.scaler_.mean_, X32.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(clf.scaler_.var_, X32.var(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(clf.scaler_.mean_, [ref.means[k] for k in keys], rtol=1e-12)
+    np.testing.assert_allclose(clf.scaler_.var_, [ref.vars[k] for k in keys], rtol=1e-10)
+    host = clf.trainer_.host_arrays  # what the graph reads: the scaler's float32 mean and scale
+    np.testing.assert_array_equal(host["sf_mean"], clf.scaler_.mean_.astype(np.float32))
+    np.testing.assert_array_equal(host["sf_scale"], clf.scaler_.scale_.astype(np.float32))
+    resumed = LogisticRegression(random_state=0)
+    resumed.load_state_dict(half)
+    for i in range(100, len(X)):
+        resumed.partial_fit(X[i:i + 1], y[i:i + 1])
+    _assert_same(_state(resumed), _state(clf))
+    np.testing.assert_array_equal(resumed.decision_function(X), clf.decision_function(X))

@@ -290,7 +290,7 @@ def build_own_gradient(pm: PreparedModel, input_grads: Sequence[str] = ()) -> An
         raise ModelError(f"the gradient of ops {bad} needs onnxruntime-training at train time (Python <= 3.12); "
                          f"streamfit's own gradient builder covers {sorted(SUPPORTED)}.  Compile the model on "
                          "Python <= 3.12 (`streamfit compile MODEL -o model.train.onnx`) and train the artifact here")
-    model = pm.model
+    model = pm.with_host_inputs(pm.model)  # host tensors: inputs the caller sets, never folded as constants
     graph = model.graph
     shapes = _shape_table(model, pm.initial)
     sources = set(pm.weights) | set(input_grads)

@@ -69,9 +69,13 @@ class PingPong:
 
 
 class HostScalars:
-    """0-d host arrays bound once as inputs: writing ``arrays[name][()]`` changes what the next run reads."""
+    """Host arrays bound once as inputs: writing ``arrays[name][...]`` changes what the next run reads.
 
-    def __init__(self, names: Iterable[str], dtype: np.dtype) -> None:
+    0-d arrays of ``dtype`` for ``names`` (the optimizer's scalars), and copies of ``tensors`` (a model's
+    host tensors, see :attr:`~streamfit._engine.model.PreparedModel.host`)."""
+
+    def __init__(self, names: Iterable[str], dtype: np.dtype, tensors: Mapping[str, np.ndarray] | None = None) -> None:
         cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
         self.arrays = {n: np.zeros((), dtype) for n in names}
+        self.arrays.update((n, np.array(a, order="C")) for n, a in (tensors or {}).items())
         self.values = {n: C.OrtValue.ortvalue_from_numpy(a, cpu) for n, a in self.arrays.items()}

@@ -83,7 +83,7 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
     config.build_gradient_graph = True
     ort_builder = C.OrtModuleGraphBuilder()
     try:
-        ort_builder.initialize(pm.model.SerializeToString(), config)
+        ort_builder.initialize(pm.with_host_inputs(pm.model).SerializeToString(), config)
         ort_builder.build(C.TrainingGraphTransformerConfiguration())
     except Exception as exc:
         raise ModelError(f"onnxruntime-training cannot build the gradient of this model: {exc}") from exc

@@ -42,7 +42,7 @@ class ForwardBackwardStep:
         self.y_rank = y_rank
         self.session = make_session(graphs.gradient.SerializeToString(), options, device, pm.dtype)
         self.feed_names = [i.name for i in self.session.get_inputs()]
-        expected = [i.name for i in pm.inputs] + list(pm.weights)
+        expected = [i.name for i in pm.inputs] + list(pm.weights) + list(pm.host)
         if sorted(self.feed_names) != sorted(expected):
             raise StreamfitError(f"unexpected gradient-graph inputs {self.feed_names}, expected {expected}")
         dev = device.ort_device()
@@ -58,8 +58,8 @@ class ForwardBackwardStep:
         self._state: Any = None
         self._stats_session: Any = None
         if pm.running_stats:  # the TrainingAgent has no room for extra outputs: a forward of its own
-            stats = running_stats_model(pm.model, [i.name for i in pm.inputs], pm.weights, pm.running_stats,
-                                        pm.dtype, Names)
+            stats = running_stats_model(pm.with_host_inputs(pm.model), [i.name for i in pm.inputs], pm.weights,
+                                        pm.running_stats, pm.dtype, Names)
             self._stats_session = make_session(stats.SerializeToString(), options, device, pm.dtype)
         self._updated = [n for n in params.names if n not in pm.buffers]
         self.lr_in_grad_weights = False  # dL/dY is the plain gradient; the update graph applies the lr
@@ -79,6 +79,7 @@ class ForwardBackwardStep:
         """Run the forward pass on the model inputs (model order), keeping what the backward needs; return Y."""
         live = dict(self.params.live())
         live.update(zip((i.name for i in self.pm.inputs), x_values))
+        live.update((name, self.scalars.values[name]) for name in self.pm.host)
         feeds = C.OrtValueVector()
         for name in self.feed_names:
             feeds.push_back(live[name])
@@ -126,6 +127,8 @@ class ForwardBackwardStep:
         src, dst = self.params.live(), self.params.spare()
         for name in list(self.pm.weights) + list(self.pm.buffers):
             io.bind_ortvalue_input(name, src[name])
+        for name in self.pm.host:
+            io.bind_ortvalue_input(name, self.scalars.values[name])
         for name in self.pm.buffers:
             io.bind_ortvalue_output(Names.new(name), dst[name])
         self._stats_session._sess.run_with_iobinding(io, None)

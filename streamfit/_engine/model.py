@@ -145,6 +145,23 @@ class PreparedModel:
     buffers: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     #: training and inference differ (batch statistics, dropout): progressive validation predicts separately
     train_differs: bool = False
+    #: host tensors: initializers that no step trains or updates but whose values the caller changes between
+    #: steps (a standardization's mean and scale kept by the estimator); initial values.  The gradient
+    #: graph takes them as inputs, the trainer binds them from host arrays, ``to_onnx`` exports their values.
+    host: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def with_host_inputs(self, model: ModelProto) -> ModelProto:
+        """A copy of ``model`` (the training copy or one made from it) with the host tensors as graph inputs."""
+        out = ModelProto()
+        out.CopyFrom(model)
+        if not self.host:
+            return out
+        kept = [i for i in out.graph.initializer if i.name not in self.host]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(kept)
+        out.graph.input.extend(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype),
+                                                             list(a.shape)) for name, a in self.host.items())
+        return out
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
         """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns)."""
@@ -271,13 +288,15 @@ def _is_trainable_use(use: tuple[str, int]) -> bool:
 
 def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights: Sequence[str] | None = None,
                   input_name: str | None = None, output_name: str | None = None, *,
-                  freeze_batchnorm: bool = False, seed: int = 0, owned: bool = False) -> PreparedModel:
+                  freeze_batchnorm: bool = False, seed: int = 0, owned: bool = False,
+                  host: Sequence[str] = ()) -> PreparedModel:
     """Load ``model`` and decide what to train.
 
     ``weights=None`` trains every float initializer that feeds computation (not ones used as shapes,
     axes, indices, bounds or normalization statistics, nor inputs of non-differentiable ML-domain ops);
-    an explicit list is taken in the caller's order.  Other initializers stay frozen.  ``owned``: ``model``
-    is a ModelProto nobody else holds, used (and changed) in place instead of copied.
+    an explicit list is taken in the caller's order.  Other initializers stay frozen, except the ``host``
+    tensors: float initializers, never trained, whose values the caller sets between steps.  ``owned``:
+    ``model`` is a ModelProto nobody else holds, used (and changed) in place instead of copied.
     """
     notes: list[str] = []
     proto = _make_loadable(model if owned and isinstance(model, ModelProto) else load_model(model), notes)
@@ -337,6 +356,12 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     unreachable = [w for w in weights if w not in reaching]
     if unreachable:
         raise ModelError(f"weights {unreachable} do not affect output {output_name!r}: no gradient reaches them")
+    host = list(host)
+    for name in host:
+        if name not in inits or inits[name].data_type not in _FLOATS:
+            raise ModelError(f"host tensor {name!r} must be a float initializer of the model")
+        if name in weights:
+            raise ModelError(f"{name!r} is both trained and a host tensor; host tensors are set by the caller")
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
     initial = {w: numpy_helper.to_array(inits[w]).copy() for w in weights}
     stats: list[RunningStats] = []
@@ -346,6 +371,7 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     buffers = {name: numpy_helper.to_array(inits[name]).astype(_FLOATS.get(inits[name].data_type, np.float32))
                for s in stats for name in (s.mean, s.var)}
     differs = bool(stats) or any(n.op_type == "Dropout" for n in proto.graph.node)
+    host_values = {name: numpy_helper.to_array(inits[name]).copy() for name in host}
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
-                         initial, notes, model_inputs, inference, tuple(stats), buffers, differs)
+                         initial, notes, model_inputs, inference, tuple(stats), buffers, differs, host_values)
 

@@ -71,6 +71,10 @@ class Trainer:
     builds of onnxruntime implement (:mod:`streamfit._engine.portable`): the step graphs then run on the
     newest onnxruntime too (same results up to float rounding; at small batches a little slower).
 
+    ``host=`` names initializers that no step trains but the caller changes between steps (the ready-made
+    models' input standardization: a mean and a scale the estimator keeps): every step and prediction reads
+    them from :attr:`host_arrays`, bound once, and :meth:`to_onnx` exports their current values.
+
     >>> import numpy as np
     >>> from streamfit._engine.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
@@ -89,7 +93,7 @@ class Trainer:
                  spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
                  sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None,
                  gradient: Literal["auto", "onnxruntime", "streamfit"] = "auto",
-                 portable: bool = False) -> None:
+                 portable: bool = False, host: Sequence[str] = ()) -> None:
         if step not in _STRATEGIES:
             raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
         if step == "forward_backward" and not has_ort_training():
@@ -110,7 +114,7 @@ class Trainer:
             freeze_batchnorm, seed, sparse = info.freeze_batchnorm, info.seed, False
             source, owned = self.artifact.model, True
         self.prepared = prepare_model(source, weights, input_name, output_name, freeze_batchnorm=freeze_batchnorm,
-                                      seed=seed, owned=owned)
+                                      seed=seed, owned=owned, host=host)
         self.loss = get_loss("squared_error" if loss is None else loss)
         self.optimizer = get_optimizer("sgd" if optimizer is None else optimizer)
         self.penalty = penalty
@@ -142,7 +146,7 @@ class Trainer:
         self._sparse: SparseTables | None = None
         self._train_pm = self.prepared
         self.scalars = HostScalars([Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.decay],
-                                   self.prepared.dtype)
+                                   self.prepared.dtype, self.prepared.host)
         if tables:
             self._train_pm = training_model(self.prepared, tables)
             self._sparse = SparseTables(tables, self.prepared, self.optimizer, penalty, self.device, self.scalars,
@@ -157,7 +161,8 @@ class Trainer:
         if self._sparse is not None and self.graphs is not None:
             self._sparse.set_grad_names(self.graphs.input_grad_names)
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
-        predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers))
+        predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers)
+                                                    + list(self.prepared.host))
         self._predict_session = make_session(predict_model.SerializeToString(), self.options, self.device,
                                              self.prepared.dtype)
         values: dict[str, np.ndarray] = {}
@@ -167,8 +172,10 @@ class Trainer:
                 values[Names.slot(w, slot)] = arr
         values.update(self.prepared.buffers)  # BatchNorm running statistics: updated by the steps, not trained
         self.params = PingPong(self.device, values)
-        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device,
-                                    fixed=self._sparse.values if self._sparse is not None else None)
+        fixed = {name: self.scalars.values[name] for name in self.prepared.host}
+        if self._sparse is not None:
+            fixed.update(self._sparse.values)
+        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device, fixed=fixed)
         self._predict_checked: set[tuple[Any, ...]] = set()
         self._l2 = penalty.l2 if penalty is not None else 0.0
         arrays = self.scalars.arrays  # bound once; a step writes these 0-d arrays in place when they change
@@ -201,6 +208,12 @@ class Trainer:
     @property
     def weight_names(self) -> list[str]:
         return list(self.prepared.weights)
+
+    @property
+    def host_arrays(self) -> dict[str, np.ndarray]:
+        """The host tensors (``host=``) as the arrays every step and prediction reads: write them in place
+        (``trainer.host_arrays[name][...] = value``) between calls; never trained."""
+        return {name: self.scalars.arrays[name] for name in self.prepared.host}
 
     @property
     def learning_rate(self) -> float:
@@ -558,7 +571,8 @@ class Trainer:
     def to_onnx(self) -> ModelProto:
         """The inference model with the trained weights; plain onnxruntime runs it.  With encoders in
         ``inputs=`` it takes the raw columns (one input per source column) and encodes them in its graph."""
-        model = self.prepared.inference_model({**self.get_weights(), **self.running_statistics()})
+        model = self.prepared.inference_model({**self.get_weights(), **self.running_statistics(),
+                                               **{k: v.copy() for k, v in self.host_arrays.items()}})
         columns = self._columns
         if columns is None or not any(s.encoder is not None for s in columns.plan.sources):
             return model

@@ -72,8 +72,10 @@ class OnnxEstimator(_SkBase):
                                   "adaptive": {"eta0": self.eta0}}.get(self.learning_rate, {})
         return as_schedule(self.learning_rate, **kwargs)
 
-    def _make_trainer(self, loss: "str | Loss", model: Any = None, weights: Any = None) -> Trainer:
-        """A Trainer from the parameters, for ``model`` (default: the ``model``/``weights`` parameters)."""
+    def _make_trainer(self, loss: "str | Loss", model: Any = None, weights: Any = None,
+                      host: "tuple[str, ...]" = ()) -> Trainer:
+        """A Trainer from the parameters, for ``model`` (default: the ``model``/``weights`` parameters);
+        ``host`` names initializers the estimator sets between steps (see :class:`Trainer`)."""
         from streamfit.losses import get_loss
 
         if model is None:
@@ -92,7 +94,7 @@ class OnnxEstimator(_SkBase):
                           penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
                           step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads,
                           freeze_batchnorm=bool(getattr(self, "freeze_batchnorm", False)),
-                          seed=self._dropout_seed(), sparse=self._sparse_tables)
+                          seed=self._dropout_seed(), sparse=self._sparse_tables, host=host)
         inputs = getattr(self, "inputs", None)
         check_mapping(inputs, trainer.model_inputs)
         if inputs is not None:  # widths, lengths, encoders against the declared inputs, before any data

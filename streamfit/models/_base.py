@@ -22,7 +22,9 @@ from onnx import ModelProto
 from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
 from streamfit.losses import Loss
-from streamfit.models._graphs import INPUT, dense_model, destandardized, layers_of, standardized
+from streamfit._engine.model import load_model
+from streamfit.models._graphs import (INPUT, SCALER_MEAN, SCALER_SCALE, dense_model, destandardized, layer_names,
+                                      layers_of, scaler_tensors, standardized)
 from streamfit.models._rows import ClassifierRows, RegressorRows
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler, scaler_from_state
@@ -86,7 +88,40 @@ class ReadyMade:
         n_in = int(np.shape(layers[0][0])[0])
         self.n_features_in_ = n_in
         self.scaler_ = RunningScaler(n_in) if self.standardize else None
-        return dense_model(layers, self._activation())
+        model = dense_model(layers, self._activation())
+        if not self.standardize:
+            return model
+        # the scaling is the graph's first two nodes, its mean and scale host tensors the scaler writes: every
+        # step and prediction reads them, and the trainer's model is the exported one
+        return standardized(model, np.zeros(n_in), np.ones(n_in))
+
+    def _make_trainer(self, loss: Any, model: Any = None, weights: Any = None, host: tuple[str, ...] = ()) -> Any:
+        proto = load_model(model) if model is not None and not host else None
+        if proto is not None and scaler_tensors(proto):
+            host = scaler_tensors(proto)
+            weights = weights if weights is not None else layer_names(proto)
+            model = proto
+        trainer = super()._make_trainer(loss, model, weights, host)  # type: ignore[misc]
+        self._bind_scaler(trainer)
+        return trainer
+
+    def _bind_scaler(self, trainer: Any = None) -> None:
+        """Let the scaler write its float32 mean and scale into the trainer's host tensors (kept current
+        by every update); without a scaler, the graph's scaling is the identity."""
+        trainer = trainer if trainer is not None else self.__dict__.get("trainer_")
+        arrays = trainer.host_arrays if trainer is not None else {}
+        if SCALER_MEAN not in arrays:
+            return
+        scaler = self.__dict__.get("scaler_")
+        if scaler is None:
+            arrays[SCALER_MEAN][...] = 0.0
+            arrays[SCALER_SCALE][...] = 1.0
+        else:
+            scaler.bind(arrays[SCALER_MEAN], arrays[SCALER_SCALE])
+
+    def _scaler_in_graph(self) -> bool:
+        """Whether the trainer's graph scales its inputs (a model pickled before it did scales on the host)."""
+        return SCALER_MEAN in self.trainer_.prepared.host  # type: ignore[attr-defined]
 
     def _layers(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The current ``(coef, intercept)`` of every layer (host copies)."""
@@ -164,6 +199,8 @@ class ReadyMade:
         if not C > 0:
             raise ValueError(f"eta0 is the passive-aggressive C and must be > 0, got {C!r}")
         total = 0.0
+        scaler = getattr(self, "scaler_", None)
+        scaled = scaler.transform(X) if scaler is not None and self._scaler_in_graph() else X  # what the model sees
         for i in range(len(X)):
             x, t = X[i:i + 1], T[i:i + 1]
             p = trainer.predict(x)
@@ -171,7 +208,7 @@ class ReadyMade:
                 outputs[i] = p.reshape(outputs[i].shape)
             loss = trainer.loss.numpy(p.astype(np.float64), t.astype(np.float64) if t.dtype.kind == "f" else t)[0]
             total += loss
-            sqnorm = float(np.square(x, dtype=np.float64).sum())
+            sqnorm = float(np.square(scaled[i], dtype=np.float64).sum())
             if self.learning_rate == "pa1":
                 tau = min(C, loss / sqnorm) if sqnorm > 0 else 0.0
             else:
@@ -187,17 +224,19 @@ class ReadyMade:
         if getattr(self, "scaler_", None) is None:
             return X
         self.scaler_.update(X, sample_weight)  # statistics first, then train on the batch they include
-        return self.scaler_.transform(X)
+        return X if self._scaler_in_graph() else self.scaler_.transform(X)
 
     def _inputs(self, X: np.ndarray) -> np.ndarray:
-        return X if getattr(self, "scaler_", None) is None else self.scaler_.transform(X)
+        if getattr(self, "scaler_", None) is None or self._scaler_in_graph():
+            return X
+        return self.scaler_.transform(X)
 
     def _inference_graph(self) -> ModelProto:
         """The trained graph; with ``standardize=True`` it scales its own inputs (before any raw-column
         encoding that ``to_onnx()`` puts in front of it)."""
         model = self.trainer_.to_onnx()  # type: ignore[attr-defined]
-        if getattr(self, "scaler_", None) is None:
-            return model
+        if getattr(self, "scaler_", None) is None or self._scaler_in_graph():
+            return model  # the trainer's graph scales: its exported copy carries the current mean and scale
         return standardized(model, self.scaler_.mean_, self.scaler_.scale_)
 
     def state_dict(self) -> dict[str, Any]:
@@ -211,6 +250,7 @@ class ReadyMade:
         """Restore :meth:`state_dict`; an unfitted estimator first builds the graph the weights fit."""
         super().load_state_dict(state)  # type: ignore[misc]
         self.scaler_ = scaler_from_state(state["scaler"], self.n_features_in_) if "scaler" in state else None
+        self._bind_scaler()
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "trainer_")

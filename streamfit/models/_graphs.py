@@ -13,11 +13,14 @@ import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 __all__ = ["ACTIVATIONS", "dense_model", "layers_of", "standardized", "destandardized", "coef_name",
-           "intercept_name"]
+           "intercept_name", "SCALER_MEAN", "SCALER_SCALE", "scaler_tensors", "layer_names"]
 
 #: Hidden-layer activations by scikit-learn's name -> ONNX operator (``None``: no node).
 ACTIVATIONS: dict[str, str | None] = {"identity": None, "relu": "Relu", "tanh": "Tanh", "logistic": "Sigmoid"}
 INPUT, OUTPUT = "X", "Y"
+#: the initializers of :func:`standardized`'s ``Sub``/``Div``: the ready-made estimators keep them as the
+#: trainer's host tensors, written by their running scaler
+SCALER_MEAN, SCALER_SCALE = "sf_mean", "sf_scale"
 _ELEM: dict[np.dtype, int] = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 _OPSET, _IR = 17, 8
 
@@ -70,6 +73,22 @@ def dense_model(layers: Sequence[tuple[np.ndarray, np.ndarray]], activation: str
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
 
 
+def scaler_tensors(model: ModelProto) -> tuple[str, ...]:
+    """The standardization initializers of a model made by :func:`standardized` (none: it has none)."""
+    names = {i.name for i in model.graph.initializer}
+    return (SCALER_MEAN, SCALER_SCALE) if SCALER_MEAN in names and SCALER_SCALE in names else ()
+
+
+def layer_names(model: ModelProto) -> list[str]:
+    """The trained weights of a dense model, in order: ``coef_0, intercept_0, coef_1, ...``."""
+    names = {i.name for i in model.graph.initializer}
+    out, i = [], 0
+    while coef_name(i) in names:
+        out += [coef_name(i), intercept_name(i)]
+        i += 1
+    return out
+
+
 def layers_of(weights: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The ``(coef, intercept)`` pairs, in order, from named weights (a trainer's or a state's)."""
     layers, i = [], 0
@@ -101,13 +120,13 @@ def standardized(model: ModelProto, mean: np.ndarray, scale: np.ndarray) -> Mode
         for k, value in enumerate(node.input):
             if value == name:
                 node.input[k] = inner
-    scale_nodes = [helper.make_node("Sub", [name, "sf_mean"], ["sf_centered"]),
-                   helper.make_node("Div", ["sf_centered", "sf_scale"], [inner])]
+    scale_nodes = [helper.make_node("Sub", [name, SCALER_MEAN], ["sf_centered"]),
+                   helper.make_node("Div", ["sf_centered", SCALER_SCALE], [inner])]
     nodes = scale_nodes + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
-    graph.initializer.extend([numpy_helper.from_array(np.asarray(mean, dtype).reshape(-1), "sf_mean"),
-                              numpy_helper.from_array(np.asarray(scale, dtype).reshape(-1), "sf_scale")])
+    graph.initializer.extend([numpy_helper.from_array(np.asarray(mean, dtype).reshape(-1), SCALER_MEAN),
+                              numpy_helper.from_array(np.asarray(scale, dtype).reshape(-1), SCALER_SCALE)])
     return out
 
 

@@ -30,12 +30,14 @@ class RowPath:
     """What the one-row path of a fitted estimator needs, made once (and again when the estimator's trainer
     or scalers are replaced: :meth:`current` says whether it still fits)."""
 
-    __slots__ = ("trainer", "scaler", "running", "shape", "buf")
+    __slots__ = ("trainer", "scaler", "running", "host_scaled", "shape", "buf")
 
     def __init__(self, est: Any) -> None:
         self.trainer = est.trainer_
         self.scaler = est.__dict__.get("scaler_")
         self.running = isinstance(self.scaler, RunningScaler)
+        #: the row is scaled here (a model pickled before the graph scaled its inputs), else by the graph
+        self.host_scaled = self.scaler is not None and not est._scaler_in_graph()
         self.shape = (1, int(est.n_features_in_))
         self.buf = np.empty(self.shape, _F32)
 
@@ -64,8 +66,9 @@ class RowPath:
         return (X, values) if math.isfinite(sum(values)) else None
 
     def _scaled(self, X: np.ndarray) -> np.ndarray:
-        """``(X - mean) / scale`` in float32 into the buffer (as the scaler's transform and the exported graph)."""
-        if self.scaler is None:
+        """The row the trainer takes: as it is when the graph scales it (the scaler keeps the graph's mean and
+        scale current), else ``(X - mean) / scale`` in float32 into the buffer (as the scaler's transform)."""
+        if not self.host_scaled:
             return X
         mean, scale = self.scaler.float32()
         np.subtract(X, mean, out=self.buf)
@@ -171,8 +174,7 @@ class RegressorRows(RowPath):
             if isinstance(self.target, RunningScaler):
                 self.target.update_row([t])
             mean, scale = self.target.float32()
-            np.subtract(T, mean, out=T)
-            np.divide(T, scale, out=T)
+            T[0] = (T[0] - mean[0]) / scale[0]  # numpy float32 scalars: the float32 arithmetic of transform()
         self._finish(est, self.trainer.step(X, T))
         return True
 

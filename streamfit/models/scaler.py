@@ -64,9 +64,27 @@ class RunningScaler:
     small = 64
 
     def __init__(self, n_features: int) -> None:
+        self._bound = False  # float32 mean and scale written into arrays given by bind()
         self.count = 0.0
         self.mean_ = np.zeros(n_features)
         self.m2_ = np.zeros(n_features)
+
+    def bind(self, mean: np.ndarray, scale: np.ndarray) -> None:
+        """Keep the float32 mean and scale in these arrays from now on (every update writes them in place):
+        the arrays a trainer's graph reads (its host tensors), so scaling costs no host work per row."""
+        if mean.shape != (len(self._mean),) or scale.shape != mean.shape:
+            raise ValueError(f"bind() needs two arrays of shape ({len(self._mean)},), got {mean.shape}, {scale.shape}")
+        self._f32 = (mean, scale)
+        self._bound = True
+        self._stale()
+
+    def _stale(self) -> None:
+        """The statistics changed: refresh the bound float32 arrays, or forget the cached ones."""
+        if not self.__dict__.get("_bound"):
+            self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
+        elif len(self.__dict__.get("_m2", ())) == len(self._mean):  # both set (not halfway through a load)
+            self._f32[0][:] = self._mean
+            self._f32[1][:] = self._scale_list()
 
     # the statistics are kept as Python floats; mean_/m2_ are float64 arrays made on demand
     @property
@@ -77,7 +95,7 @@ class RunningScaler:
     @mean_.setter
     def mean_(self, value: np.ndarray) -> None:
         self._mean = np.asarray(value, np.float64).reshape(-1).tolist()
-        self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
+        self._stale()
 
     @property
     def m2_(self) -> np.ndarray:
@@ -87,7 +105,7 @@ class RunningScaler:
     @m2_.setter
     def m2_(self, value: np.ndarray) -> None:
         self._m2 = np.asarray(value, np.float64).reshape(-1).tolist()
-        self._f32 = None
+        self._stale()
 
     @property
     def var_(self) -> np.ndarray:
@@ -130,18 +148,17 @@ class RunningScaler:
         """
         count = self.count + 1.0
         inv = 1.0 / count
-        mean, m2 = self._mean, self._m2
-        scales = []
+        mean, m2, scales = [], [], []
         eps4, sqrt = 4 * _EPS32, math.sqrt
-        for i, x in enumerate(row):
-            delta = x - mean[i]
-            m = mean[i] + delta * inv
-            mean[i] = m
-            s2 = m2[i] + delta * (x - m)
-            m2[i] = s2
+        for x, m, s2 in zip(row, self._mean, self._m2):
+            delta = x - m
+            m += delta * inv
+            s2 += delta * (x - m)
+            mean.append(m)
+            m2.append(s2)
             scale = sqrt(s2 / count)  # as scale_ computes it: the same float64 operations, the same bits
             scales.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
-        self.count = count
+        self._mean, self._m2, self.count = mean, m2, count
         f32 = self._f32
         if f32 is None:
             self._f32 = (np.array(mean, np.float32), np.array(scales, np.float32))
@@ -215,6 +232,12 @@ class FixedScaler:
         X = np.asarray(X)
         dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)
         return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
+
+    def bind(self, mean: np.ndarray, scale: np.ndarray) -> None:
+        """Write the float32 mean and scale into these arrays (a trainer's host tensors) and use them."""
+        mean[...] = self.mean_
+        scale[...] = self.scale_
+        self._f32 = (mean, scale)
 
     def float32(self) -> tuple[np.ndarray, np.ndarray]:
         """The mean and scale as float32 arrays (made once: the scaling never changes)."""
