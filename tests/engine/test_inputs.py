@@ -334,7 +334,9 @@ def test_one_validation_pass_per_call(monkeypatch):
     assert calls == {"streamfit.models._base.check_features": 1, "streamfit.models._base.check_labels": 1,
                      "streamfit.models._base.check_sample_weight": 1, "streamfit.models._validation.as_labels": 2}
     calls.clear()
-    clf.predict(X[:1])
+    clf.predict(X[:1])  # a (1, n) float row after a one-row partial_fit: the one-row path's own check only
+    assert calls == {}
+    clf.predict(X[:1].tolist())
     assert calls == {"streamfit.models._base.check_features": 1}
 
 
