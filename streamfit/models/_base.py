@@ -403,7 +403,7 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
         return super().predict(X)
 
 
-def _keep_rows(est: Any, X: Any, kind: type) -> None:
+def _keep_rows(est: Any, X: Any, kind: "type[ClassifierRows] | type[RegressorRows]") -> None:
     """After a general ``partial_fit`` of one ndarray row: keep (or renew) the one-row path for the next."""
     if type(X) is np.ndarray and X.ndim == 2 and X.shape[0] == 1:
         rows = est.__dict__.get("_rows")

@@ -121,10 +121,10 @@ class ClassifierRows(RowPath):
             return False
         if encoded is None:
             return False
-        X = self._features(X)
-        if X is None:
+        row = self._features(X)
+        if row is None:
             return False
-        self._finish(est, self.trainer.step(X, encoded))
+        self._finish(est, self.trainer.step(row, encoded))
         return True
 
     def predict(self, est: Any, X: np.ndarray) -> np.ndarray | None:
@@ -166,8 +166,8 @@ class RegressorRows(RowPath):
         t = self.t.item(0)
         if not math.isfinite(t):
             return False
-        X = self._features(X)
-        if X is None:
+        row = self._features(X)
+        if row is None:
             return False
         T = self.t
         if self.target is not None:  # statistics first, as for the features
@@ -175,7 +175,7 @@ class RegressorRows(RowPath):
                 self.target.update_row([t])
             mean, scale = self.target.float32()
             T[0] = (T[0] - mean[0]) / scale[0]  # numpy float32 scalars: the float32 arithmetic of transform()
-        self._finish(est, self.trainer.step(X, T))
+        self._finish(est, self.trainer.step(row, T))
         return True
 
     def predict(self, est: Any, X: np.ndarray) -> np.ndarray | None:

@@ -65,6 +65,7 @@ class RunningScaler:
 
     def __init__(self, n_features: int) -> None:
         self._bound = False  # float32 mean and scale written into arrays given by bind()
+        self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
         self.count = 0.0
         self.mean_ = np.zeros(n_features)
         self.m2_ = np.zeros(n_features)
@@ -80,11 +81,12 @@ class RunningScaler:
 
     def _stale(self) -> None:
         """The statistics changed: refresh the bound float32 arrays, or forget the cached ones."""
-        if not self.__dict__.get("_bound"):
-            self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
+        f32 = self.__dict__.get("_f32")
+        if not self.__dict__.get("_bound") or f32 is None:
+            self._f32 = None
         elif len(self.__dict__.get("_m2", ())) == len(self._mean):  # both set (not halfway through a load)
-            self._f32[0][:] = self._mean
-            self._f32[1][:] = self._scale_list()
+            f32[0][:] = self._mean
+            f32[1][:] = self._scale_list()
 
     # the statistics are kept as Python floats; mean_/m2_ are float64 arrays made on demand
     @property
