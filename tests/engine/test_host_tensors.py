@@ -17,8 +17,11 @@ def _data(n: int = 64, d: int = 3, seed: int = 0) -> tuple[np.ndarray, np.ndarra
     return X, (X @ np.array([1.0, -0.5, 2.0], np.float32) + 0.25).astype(np.float32)
 
 
-@pytest.mark.parametrize("step,gradient", [("fused", "onnxruntime"), ("fused", "streamfit"),
-                                           ("forward_backward", "onnxruntime")])
+_ORT = pytest.mark.needs_ort_training  # the onnxruntime gradient builder
+
+
+@pytest.mark.parametrize("step,gradient", [pytest.param("fused", "onnxruntime", marks=_ORT), ("fused", "streamfit"),
+                                           pytest.param("forward_backward", "onnxruntime", marks=_ORT)])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_host_tensors_equal_scaling_on_the_host(step, gradient, optimizer):
     """A graph that scales X with host tensors the caller changes every step trains exactly as the plain
