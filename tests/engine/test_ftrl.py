@@ -45,7 +45,7 @@ def _data(seed=0, rows=120, features=6):
     return X, y
 
 
-@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+@pytest.mark.parametrize("step", ["fused", pytest.param("forward_backward", marks=pytest.mark.needs_ort_training)])
 @pytest.mark.parametrize("batch,beta,l1,l2,summed", [(1, 1.0, 0.0, 0.0, True), (1, 0.5, 0.05, 0.1, True),
                                                      (4, 1.0, 0.02, 0.0, True), (8, 0.5, 0.02, 0.1, True),
                                                      (4, 1.0, 0.02, 0.0, False)])
