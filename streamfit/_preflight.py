@@ -259,7 +259,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
     if rows is None:
         pm = prepare_model(spec["model"])
         x1 = _synthetic_x(pm, 1)
-        return pm.model, x1 if isinstance(x1, dict) else {pm.input_name: x1}
+        return pm.standalone_model(), x1 if isinstance(x1, dict) else {pm.input_name: x1}
     trainer = _make(spec, "fused")
     X, y = _synthetic(trainer, rows)
     y_rank = trainer.predict({k: v[:1] for k, v in X.items()} if isinstance(X, dict) else X[:1]).ndim

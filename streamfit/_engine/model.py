@@ -31,7 +31,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from streamfit._engine.ml_ops import rewrite_ml_ops
+from streamfit._engine.held import attach, load_holding
+from streamfit._engine.ml_ops import ML, rewrite_ml_ops
 from streamfit._engine.running_stats import RunningStats, eval_semantics
 from streamfit._engine.trainable import make_trainable
 from streamfit.exceptions import ModelError
@@ -162,9 +163,13 @@ class PreparedModel:
         out.graph.input.extend(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype),
                                                              list(a.shape)) for name, a in self.host.items())
         return out
+    #: trained weights held out of ``model`` and ``inference`` (data-less stubs there; the data is in
+    #: ``initial``, see :mod:`streamfit._engine.held`)
+    held: frozenset[str] = frozenset()
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
-        """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns)."""
+        """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns);
+        held weights not in ``values`` get their ``initial`` data."""
         source = self.inference if self.inference is not None else self.model
         out = ModelProto()
         _copy_fields(source, out, skip="graph")
@@ -174,11 +179,19 @@ class PreparedModel:
                 out.graph.initializer.append(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
             else:
                 out.graph.initializer.append(init)
-        return out
+        return attach(out, self.initial)
+
+    def standalone_model(self) -> ModelProto:
+        """A copy of the training model with the held weights' data (``initial``) put back."""
+        out = ModelProto()
+        out.CopyFrom(self.model)
+        return attach(out, self.initial)
 
     def predict_model(self, names: Sequence[str]) -> ModelProto:
         """The inference model with the initializers ``names`` turned into graph inputs (bound per run)."""
-        out = self.inference_model({})
+        out = ModelProto()
+        out.CopyFrom(self.inference if self.inference is not None else self.model)
+        attach(out, self.initial, self.held - set(names))
         moved = [init for init in out.graph.initializer if init.name in set(names)]
         kept = [init for init in out.graph.initializer if init.name not in set(names)]
         del out.graph.initializer[:]
@@ -299,7 +312,16 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     ``model`` is a ModelProto nobody else holds, used (and changed) in place instead of copied.
     """
     notes: list[str] = []
-    proto = _make_loadable(model if owned and isinstance(model, ModelProto) else load_model(model), notes)
+    if not isinstance(model, (bytes, bytearray, str, os.PathLike, ModelProto)):
+        raise ModelError(f"expected a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    try:  # large float initializers come out of the protobufs here, once (see streamfit._engine.held)
+        proto, held = load_holding(model, owned=owned)
+    except Exception as exc:  # onnx raises DecodeError, OSError, ...: all mean "not a model we can read"
+        raise ModelError(f"cannot load the ONNX model: {exc}") from exc
+    if held and (proto.producer_name == "skl2onnx" or any(n.domain == ML for n in proto.graph.node)):
+        attach(proto, held)  # the ML-op rewrites read initializers as constants
+        held = {}
+    proto = _make_loadable(proto, notes)
     graph = proto.graph
     inits = {init.name: init for init in graph.initializer}
     init_names = set(inits)
@@ -318,11 +340,6 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     del graph.output[:]
     graph.output.extend(kept)
     inits = rewrite_ml_ops(proto, notes)  # ai.onnx.ml linear models -> trainable MatMul + Add (ml_ops.py)
-    inference = ModelProto()
-    inference.CopyFrom(proto)
-    real = [i for i in inference.graph.input if i.name not in init_names]
-    del inference.graph.input[:]
-    inference.graph.input.extend(real)
     # Initializers also listed as graph inputs (IR < 4 style) are plain initializers for us.
     real_inputs = [i for i in graph.input if i.name not in init_names]
     del graph.input[:]
@@ -363,7 +380,12 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
         if name in weights:
             raise ModelError(f"{name!r} is both trained and a host tensor; host tensors are set by the caller")
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
-    initial = {w: numpy_helper.to_array(inits[w]).copy() for w in weights}
+    frozen = set(held) - set(weights)
+    if frozen:  # large frozen initializers stay in the graphs that read them
+        attach(proto, held, frozen)
+    inference = ModelProto()  # the author's graph: predicted and exported (held weights are stubs in both)
+    inference.CopyFrom(proto)
+    initial = {w: held[w] if w in held else numpy_helper.to_array(inits[w]).copy() for w in weights}
     stats: list[RunningStats] = []
     proto = make_trainable(proto, notes, freeze_batchnorm=freeze_batchnorm, seed=seed, running_stats=stats)
     if eval_semantics(inference):
@@ -373,5 +395,6 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     differs = bool(stats) or any(n.op_type == "Dropout" for n in proto.graph.node)
     host_values = {name: numpy_helper.to_array(inits[name]).copy() for name in host}
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[dtypes.pop()],
-                         initial, notes, model_inputs, inference, tuple(stats), buffers, differs, host_values)
+                         initial, notes, model_inputs, inference, tuple(stats), buffers, differs, host_values,
+                         held=frozenset(w for w in weights if w in held))
 

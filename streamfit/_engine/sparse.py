@@ -130,15 +130,10 @@ def training_model(pm: PreparedModel, tables: tuple[SparseTable, ...]) -> Prepar
     names = {t.name for t in tables}
     elem = next(i.data_type for i in pm.model.graph.initializer if i.name in names)
     model = onnx.ModelProto()
-    source = pm.model.graph.initializer
-    held = [i for i in source if i.name in names]
-    kept_inits = [i for i in source if i.name not in names]
-    del source[:]  # the copy below must not duplicate the tables' data (a table may be GiBs)
-    source.extend(kept_inits)
-    try:
-        model.CopyFrom(pm.model)
-    finally:
-        source.extend(held)
+    model.CopyFrom(pm.model)  # cheap: a large table is a data-less stub there (streamfit._engine.held)
+    kept_inits = [i for i in model.graph.initializer if i.name not in names]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept_inits)
     graph = model.graph
     kept = [n for n in graph.node if not (n.op_type == "Gather" and n.input and n.input[0] in names)]
     del graph.node[:]

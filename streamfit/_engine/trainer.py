@@ -500,9 +500,13 @@ class Trainer:
     # -- state --------------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """Host copies of the trained weights (tables included)."""
+        return self._weights(copy=True)
+
+    def _weights(self, copy: bool) -> dict[str, np.ndarray]:
+        """The trained weights; ``copy=False`` gives the live row-sparse tables themselves (not copied)."""
         if self._sparse is None:
             return self.params.read(self.prepared.weights)
-        values = {**self.params.read(self._train_pm.weights), **self._sparse.read()}
+        values = {**self.params.read(self._train_pm.weights), **(self._sparse.read() if copy else self._sparse.arrays)}
         return {w: values[w] for w in self.prepared.weights}
 
     @property
@@ -571,7 +575,8 @@ class Trainer:
     def to_onnx(self) -> ModelProto:
         """The inference model with the trained weights; plain onnxruntime runs it.  With encoders in
         ``inputs=`` it takes the raw columns (one input per source column) and encodes them in its graph."""
-        model = self.prepared.inference_model({**self.get_weights(), **self.running_statistics(),
+        # the live tables are serialized into the copy directly: a table is not copied twice
+        model = self.prepared.inference_model({**self._weights(copy=False), **self.running_statistics(),
                                                **{k: v.copy() for k, v in self.host_arrays.items()}})
         columns = self._columns
         if columns is None or not any(s.encoder is not None for s in columns.plan.sources):

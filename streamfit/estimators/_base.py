@@ -261,7 +261,7 @@ class OnnxEstimator(_SkBase):
         trainer = state.pop("trainer_", None)
         state.pop("_rows", None)  # the one-row path of the ready-made models holds the trainer: made again
         if trainer is not None:
-            state["_pickled_trainer"] = {"model": trainer.prepared.model.SerializeToString(),
+            state["_pickled_trainer"] = {"model": trainer.prepared.standalone_model().SerializeToString(),
                                          "weights": trainer.weight_names, "loss": trainer.loss,
                                          "state": trainer.state_dict()}
         return state
