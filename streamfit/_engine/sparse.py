@@ -242,6 +242,13 @@ class _Staged:
             self.io.bind_ortvalue_input(name, value)
         for name, (value, _) in self.outputs.items():
             self.io.bind_ortvalue_output(name, value)
+        #: the blocks (and new blocks) as 1-D arrays of rows, for row-wise take/put
+        self.items = {name: _row_items(pair[1]) for name, pair in {**self.inputs, **self.outputs}.items()
+                      if name in owner._block_names}
+        self.position_items = {name: _row_items(pair[1].reshape((-1,) + pair[1].shape[len(xs[i].shape):]))
+                               for t, slots in zip(owner.tables, owner._slots)
+                               for (i, _), use in zip(slots, t.uses)
+                               for name, pair in [(use.rows, self.fused_inputs[use.rows])]}
         self.check = np.zeros((), owner.dtype)
         self._check_value = C.OrtValue.ortvalue_from_numpy(self.check, C.OrtDevice(C.OrtDevice.cpu(),
                                                                                    C.OrtDevice.default_memory(), 0))
@@ -271,7 +278,7 @@ class SparseTables:
         self.arrays: dict[str, np.ndarray] = {}
         self.state: dict[str, dict[str, np.ndarray]] = {}
         self.values: dict[str, C.OrtValue] = {}
-        self._marks: dict[str, np.ndarray] = {}  # per table: scratch slot per row (no sort to find distinct ids)
+        self._rows: dict[str, np.ndarray] = {}  # per table and state array: its rows as one 1-D array of items
         self._touched: dict[str, np.ndarray] = {}  # per table: rows written since clear_touched()
         self._lend: str | None = None  # read()/read_state() inside lend(): "live" arrays or "empty" ones
         for t in tables:
@@ -281,7 +288,9 @@ class SparseTables:
             self.arrays[t.name] = array
             self.state[t.name] = {k: np.ascontiguousarray(v) for k, v in optimizer.init_state(array).items()}
             self.values[t.name] = C.OrtValue.ortvalue_from_numpy(array, device.ort_device())
-            self._marks[t.name] = np.zeros(t.shape[0], np.int64)
+            self._rows[t.name] = _row_items(array)
+            for slot, arr in self.state[t.name].items():
+                self._rows[Names.slot(t.name, slot)] = _row_items(arr)
             self._touched[t.name] = np.zeros(t.shape[0], np.bool_)
         input_index = {i.name: k for k, i in enumerate(pm.inputs)}
         #: per table, per use: the index of its ids input among the model inputs, and its name
@@ -294,8 +303,14 @@ class SparseTables:
         self.session = make_session(self.model.SerializeToString(), options, device, pm.dtype)
         self.session_inputs = {i.name for i in self.session.get_inputs()}
         self._arange = np.zeros(0, np.int64)
+        self._keys = np.zeros(0, np.int64)
         self.touched_rows = 0  # distinct rows of the last staged batch (all tables)
         self._names = Names
+        self._block_names = set()
+        for t in tables:
+            w = _suffix(t.name, "rows")
+            for name in [w] + [Names.slot(w, slot) for slot in self.state[t.name]]:
+                self._block_names |= {name, Names.new(name)}
 
     def set_grad_names(self, names: Sequence[str]) -> None:
         """The gradient graph's names of the gradients of :attr:`rows_names` (same order)."""
@@ -323,30 +338,21 @@ class SparseTables:
                 flat = ids.reshape(-1)
                 parts.append(np.where(flat < 0, flat + rows, flat) if lo < 0 else flat)  # from the end, as Gather
             flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            size = flat.size
-            if self._arange.size < size:
-                self._arange = np.arange(size, dtype=np.int64)
-            ar = self._arange[:size]
-            marks = self._marks[t.name]
-            marks[flat] = ar  # one position of each id wins ...
-            rep = marks[flat]  # ... each position finds it,
-            first = rep == ar  # and each id has exactly one position that is its own
-            uniq = flat[first]
             inv = staged.inputs[_suffix(t.name, "inv")][1]
-            np.take(np.cumsum(first) - 1, rep, out=inv)  # the block row of each position
+            uniq = _distinct(flat, rows, inv, self)  # sorted: the rows are read and written in address order
             staged.uniq[n] = uniq
             u = len(uniq)
             touched += u
             w = _suffix(t.name, "rows")
-            block = staged.inputs[w][1]
-            np.take(table, uniq, axis=0, out=block[:u])
-            for slot, arr in self.state[t.name].items():
-                np.take(arr, uniq, axis=0, out=staged.inputs[self._names.slot(w, slot)][1][:u])
+            block = staged.items[w]
+            np.take(self._rows[t.name], uniq, out=block[:u])
+            for slot in self.state[t.name]:
+                name = self._names.slot(w, slot)
+                np.take(self._rows[self._names.slot(t.name, slot)], uniq, out=staged.items[name][:u])
             at = 0
             for (i, _), use in zip(slots, t.uses):
                 count = xs[i].size
-                pos = staged.fused_inputs[use.rows][1]
-                np.take(block, inv[at:at + count], axis=0, out=pos.reshape((count,) + t.shape[1:]))
+                np.take(block, inv[at:at + count], out=staged.position_items[use.rows])
                 at += count
         self.touched_rows = touched
 
@@ -355,14 +361,14 @@ class SparseTables:
         self.session._sess.run_with_iobinding(staged.io, None)
         if not np.isfinite(staged.check):
             return False
-        new = self._names.new
+        new, slot_name = self._names.new, self._names.slot
         for t, uniq in zip(self.tables, staged.uniq):
             u = len(uniq)
             w = _suffix(t.name, "rows")
-            self.arrays[t.name][uniq] = staged.outputs[new(w)][1][:u]
+            np.put(self._rows[t.name], uniq, staged.items[new(w)][:u])  # sorted distinct rows: one pass in order
             self._touched[t.name][uniq] = True
-            for slot, arr in self.state[t.name].items():
-                arr[uniq] = staged.outputs[new(self._names.slot(w, slot))][1][:u]
+            for slot in self.state[t.name]:
+                np.put(self._rows[slot_name(t.name, slot)], uniq, staged.items[new(slot_name(w, slot))][:u])
         return True
 
     # -- touched rows (for delta checkpoints) --------------------------------------------------------
@@ -421,6 +427,46 @@ class SparseTables:
                 if key in values:
                     _copy_into(arr, values[key], key)
                     self._touched[name].fill(True)
+
+
+def _row_items(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's rows (axis 0) as a 1-D array of opaque items (a view): ``np.take``/``np.put``
+    with row indices then copy whole rows, much faster than fancy indexing of a 2-D array."""
+    if not array.flags.c_contiguous:
+        raise ValueError("row items need a C-contiguous array")
+    row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+    return array.reshape(array.shape[0], -1).view(np.dtype((np.void, row_bytes))).reshape(-1)
+
+
+def _distinct(flat: np.ndarray, rows: int, inv: np.ndarray, owner: "SparseTables") -> np.ndarray:
+    """The distinct ids of ``flat`` (in ``0..rows-1``), sorted; writes into ``inv`` the index in them of
+    each position.  One sort of packed ``id << b | position`` keys (SIMD ``np.sort``; no table-sized
+    scratch, so nothing per step grows with the table), or a stable argsort when they do not fit 63 bits."""
+    size = flat.size
+    if size == 0:
+        return flat[:0].astype(np.int64)
+    if owner._arange.size < size:
+        owner._arange = np.arange(size, dtype=np.int64)
+        owner._keys = np.empty(size, np.int64)
+    bits = max(1, (size - 1).bit_length())
+    if (rows - 1) >> (63 - bits) == 0:
+        keys = owner._keys[:size]
+        np.copyto(keys, flat, casting="unsafe")  # int32 ids widen before the shift
+        keys <<= bits
+        keys |= owner._arange[:size]
+        keys.sort()
+        ids = keys >> bits
+        pos = keys & ((1 << bits) - 1)
+    else:
+        pos = np.argsort(flat, kind="stable")
+        ids = flat[pos].astype(np.int64, copy=False)
+    first = np.empty(size, bool)
+    first[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    block_row = np.cumsum(first)
+    block_row -= 1
+    inv[pos] = block_row
+    return ids[first]
 
 
 def _out_of_range(ids: np.ndarray, rows: int, input_name: str, table: str) -> None:

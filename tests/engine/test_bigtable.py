@@ -191,3 +191,23 @@ def test_a_2_24_row_table_trains_with_rss_below_3x_its_size(tmp_path):
     table = rows * DIM * 4
     assert r["peak"] < 3 * table, f"peak RSS growth {r['peak'] / table:.2f}x the table ({r})"
     assert r["huge"] >= table // 2, f"the table is not on transparent huge pages ({r})"
+
+
+@pytest.mark.parametrize("rows", [50, 1 << 62])  # packed sort keys; a stable argsort when they do not fit
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_distinct_ids_are_sorted_and_map_every_position(rows, dtype):
+    from streamfit._engine.sparse import _distinct
+
+    class Owner:
+        _arange = np.zeros(0, np.int64)
+        _keys = np.zeros(0, np.int64)
+
+    rng = np.random.default_rng(0)
+    high = min(rows, np.iinfo(dtype).max)
+    for size in (1, 7, 300):
+        flat = rng.integers(0, high, size).astype(dtype)
+        flat[size // 2:] = flat[: size - size // 2]  # duplicates
+        inv = np.full(size, -1, np.int64)
+        uniq = _distinct(flat, rows, inv, Owner())
+        np.testing.assert_array_equal(uniq, np.sort(np.array(list(set(flat.tolist())), np.int64)))
+        np.testing.assert_array_equal(uniq[inv], flat)
