@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.embedding_bag import rewrite_embedding_bags
 from streamfit._engine.held import attach, load_holding
 from streamfit._engine.ml_ops import ML, rewrite_ml_ops
 from streamfit._engine.running_stats import RunningStats, eval_semantics
@@ -340,6 +341,9 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     del graph.output[:]
     graph.output.extend(kept)
     inits = rewrite_ml_ops(proto, notes)  # ai.onnx.ml linear models -> trainable MatMul + Add (ml_ops.py)
+    if any(n.op_type == "Loop" for n in graph.node):  # PyTorch's EmbeddingBag loops -> Gather + ReduceSum
+        rewrite_embedding_bags(proto, notes)
+        inits = {init.name: init for init in graph.initializer}
     # Initializers also listed as graph inputs (IR < 4 style) are plain initializers for us.
     real_inputs = [i for i in graph.input if i.name not in init_names]
     del graph.input[:]
