@@ -69,3 +69,8 @@ def test_sparse_bench_smoke():
     out = _run("sparse.py", timeout=200)
     assert "== targets" in out and "streamfit FMClassifier k=4, AdaGrad, batch 1024" in out and "per step" in out
     assert "-- batch 1 (one row per step)" in out and "FTRL, batch 1 " in out and "VW's rows/s" in out
+
+
+def test_bigtable_bench_smoke():
+    out = _run("bigtable.py")
+    assert "ratio" in out and "floor, bare numpy" in out and "RSS growth" in out
