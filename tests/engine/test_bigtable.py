@@ -211,3 +211,20 @@ def test_distinct_ids_are_sorted_and_map_every_position(rows, dtype):
         uniq = _distinct(flat, rows, inv, Owner())
         np.testing.assert_array_equal(uniq, np.sort(np.array(list(set(flat.tolist())), np.int64)))
         np.testing.assert_array_equal(uniq[inv], flat)
+
+
+def test_an_estimator_with_a_held_table_pickles_with_its_trained_values():
+    """Pickling carries the model (with the table's data put back) and the trained state."""
+    import pickle
+
+    from streamfit import OnnxRegressor
+
+    rows = 1 << 15
+    est = OnnxRegressor(table_model(rows))
+    for X, y in _batches(rows, 5):
+        est.partial_fit(X, y)
+    assert est.trainer_.prepared.held == {"E"}
+    clone = pickle.loads(pickle.dumps(est))
+    X = next(_batches(rows, 1, seed=5))[0]
+    np.testing.assert_array_equal(clone.predict(X), est.predict(X))
+    np.testing.assert_array_equal(clone.trainer_.get_weights()["E"], est.trainer_.get_weights()["E"])
