@@ -41,6 +41,24 @@ StepKind = Literal["fused", "forward_backward"]
 _STRATEGIES = {"fused": FusedStep, "forward_backward": ForwardBackwardStep}
 
 
+def _source(model: "str | os.PathLike[str] | bytes | ModelProto") -> "str | os.PathLike[str] | ModelProto":
+    """The model to prepare: a proto as given, bytes parsed; a path stays a path unless its file is a training
+    artifact (only the header is read to tell), so a big table's external data is read once, straight into
+    its array (:mod:`streamfit._engine.held`), never into a protobuf first."""
+    if isinstance(model, ModelProto):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        import onnx
+
+        try:
+            header = onnx.load(os.fspath(model), load_external_data=False)
+        except Exception:  # not readable: load_model raises the ModelError
+            return load_model(model)
+        if not is_artifact(header):
+            return model
+    return load_model(model)
+
+
 class Trainer:
     """Online training of an ONNX model's weights with onnxruntime-training.
 
@@ -102,10 +120,11 @@ class Trainer:
         if on_nonfinite not in ("raise", "skip"):
             raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
         self.device = parse_device(device)
-        source = model if isinstance(model, ModelProto) else load_model(model)  # the caller's: not changed here
+        source = _source(model)  # the caller's proto is not changed here
         owned = source is not model
         #: the training artifact this trainer runs (``streamfit compile``), or None: graphs built here
-        self.artifact: Artifact | None = read_artifact(source) if is_artifact(source) else None
+        self.artifact: Artifact | None = read_artifact(source) if isinstance(source, ModelProto) and \
+            is_artifact(source) else None
         if self.artifact is not None:
             info = self.artifact.info
             loss, optimizer, penalty = check_compiled(info, loss, optimizer, penalty, step, self.device.kind,
