@@ -28,7 +28,7 @@ __all__ = ["HELD_MIN_BYTES", "HELD_LOCATION", "is_held", "stub", "load_holding",
 HELD_MIN_BYTES = 1 << 20
 #: The external-data location of a stub (no file has this name).
 HELD_LOCATION = "<held in memory by streamfit>"
-_HOLDABLE = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64)}
+_HOLDABLE: dict[int, np.dtype] = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64)}
 #: Arrays at least this large are allocated on 2 MiB-aligned anonymous memory advised for huge pages.
 HUGE_MIN_BYTES = 1 << 22
 _HUGE = 1 << 21
@@ -100,7 +100,7 @@ def _array_from_file(init: TensorProto, base_dir: str) -> np.ndarray:
         handle = open(os.path.join(base_dir, info.location), "rb")
     with handle:
         handle.seek(int(info.offset or 0))
-        view = memoryview(out.reshape(-1).view(np.uint8))
+        view = memoryview(out.reshape(-1).view(np.uint8).data)
         got = 0
         while got < nbytes:
             n = handle.readinto(view[got:])
@@ -178,7 +178,8 @@ def load_holding(model: "str | os.PathLike[str] | bytes | ModelProto", hold: boo
     return out, held
 
 
-def attach(model: ModelProto, arrays: Mapping[str, np.ndarray], names: "set[str] | None" = None) -> ModelProto:
+def attach(model: ModelProto, arrays: Mapping[str, np.ndarray], names: "set[str] | frozenset[str] | None" = None
+           ) -> ModelProto:
     """Put data back into ``model``'s stubs (in place, from ``arrays``; only ``names`` when given)."""
     for init in model.graph.initializer:
         if is_held(init) and (names is None or init.name in names):
