@@ -393,6 +393,11 @@ class SparseTables:
         finally:
             self._lend = None
 
+    @property
+    def lending(self) -> bool:
+        """Inside :meth:`lend`."""
+        return self._lend is not None
+
     def _out(self, a: np.ndarray) -> np.ndarray:
         if self._lend == "live":
             return a

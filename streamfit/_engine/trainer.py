@@ -522,10 +522,12 @@ class Trainer:
         return self._weights(copy=True)
 
     def _weights(self, copy: bool) -> dict[str, np.ndarray]:
-        """The trained weights; ``copy=False`` gives the live row-sparse tables themselves (not copied)."""
+        """The trained weights; ``copy=False`` gives the live row-sparse tables themselves (not copied), unless
+        the tables are lent (:meth:`SparseTables.lend`: what the lend says)."""
         if self._sparse is None:
             return self.params.read(self.prepared.weights)
-        values = {**self.params.read(self._train_pm.weights), **(self._sparse.read() if copy else self._sparse.arrays)}
+        live = not copy and not self._sparse.lending
+        values = {**self.params.read(self._train_pm.weights), **(self._sparse.arrays if live else self._sparse.read())}
         return {w: values[w] for w in self.prepared.weights}
 
     @property
