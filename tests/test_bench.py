@@ -68,7 +68,13 @@ def test_columns_bench_smoke():
 def test_sparse_bench_smoke():
     out = _run("sparse.py", timeout=200)
     assert "== targets" in out and "streamfit FMClassifier k=4, AdaGrad, batch 1024" in out and "per step" in out
-    assert "-- batch 1 (one row per step)" in out and "FTRL, batch 1 " in out and "VW's rows/s" in out
+    assert "-- batch 1 (one row per step)" in out and "FTRL, batch 1 " in out
+    try:  # the VW comparison is printed only where vowpalwabbit is installed (it is not a test dependency)
+        import vowpalwabbit  # noqa: F401
+    except ImportError:
+        assert "vowpalwabbit is not installed" in out
+    else:
+        assert "VW's rows/s" in out
 
 
 def test_bigtable_bench_smoke():
