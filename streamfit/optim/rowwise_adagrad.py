@@ -3,17 +3,17 @@ TorchRec's row-wise AdaGrad for embedding tables: a 16th of the state of element
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
-from streamfit.optim.base import Optimizer, check_range
+from streamfit.optim.adagrad import AdaGrad
 
 __all__ = ["RowWiseAdaGrad"]
 
 
-class RowWiseAdaGrad(Optimizer):
+class RowWiseAdaGrad(AdaGrad):
     """``s[r] <- s[r] + mean(g[r]**2); w[r] <- w[r] - lr * g[r] / (sqrt(s[r]) + eps)`` for each row ``r``.
 
     The state of a weight of shape ``(rows, ...)`` has shape ``(rows, 1, ...)``; a 1-D weight has one
@@ -27,17 +27,7 @@ class RowWiseAdaGrad(Optimizer):
     """
 
     name = "rowwise_adagrad"
-    slots = ("sum_sq",)
-    shaped = True
-    zero_gradient_fixed = True
-
-    def __init__(self, eps: float = 1e-10, initial_accumulator_value: float = 0.0) -> None:
-        self.eps = check_range("eps", eps, 0.0)
-        self.initial_accumulator_value = check_range("initial_accumulator_value",
-                                                     initial_accumulator_value, 0.0)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"eps": self.eps, "initial_accumulator_value": self.initial_accumulator_value}
+    shaped = True  # parameters, slot name and zero-gradient behaviour are AdaGrad's; the state is per row
 
     @staticmethod
     def _slot_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
