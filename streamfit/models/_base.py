@@ -295,9 +295,8 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
         """One pass over ``X`` in minibatches of ``batch_size`` (one row of a stream: the one-row path)."""
-        rows = self.__dict__.get("_rows")
-        if (rows is not None and sample_weight is None and type(X) is np.ndarray and X.shape == rows.shape
-                and rows.current(self) and rows.partial_fit(self, X, y)):
+        rows = _rows_for(self, X) if sample_weight is None else None
+        if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, sample_weight)
         _keep_rows(self, X, RegressorRows)
@@ -320,8 +319,8 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        rows = self.__dict__.get("_rows")
-        if rows is not None and type(X) is np.ndarray and X.shape == rows.shape and rows.current(self):
+        rows = _rows_for(self, X)
+        if rows is not None:
             out = rows.predict(self, X)
             if out is not None:
                 return out
@@ -386,21 +385,28 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
         """One pass over ``X``; the first call needs ``classes`` (one row of a stream: the one-row path)."""
-        rows = self.__dict__.get("_rows")
-        if (rows is not None and classes is None and sample_weight is None and type(X) is np.ndarray
-                and X.shape == rows.shape and rows.current(self) and rows.partial_fit(self, X, y)):
+        rows = _rows_for(self, X) if classes is None and sample_weight is None else None
+        if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, classes, sample_weight)
         _keep_rows(self, X, ClassifierRows)
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        rows = self.__dict__.get("_rows")
-        if rows is not None and type(X) is np.ndarray and X.shape == rows.shape and rows.current(self):
+        rows = _rows_for(self, X)
+        if rows is not None:
             out = rows.predict(self, X)
             if out is not None:
                 return out
         return super().predict(X)
+
+
+def _rows_for(est: Any, X: Any) -> "ClassifierRows | RegressorRows | None":
+    """The estimator's one-row path if ``X`` is an ndarray of the row shape it was made for and it is current."""
+    rows = est.__dict__.get("_rows")
+    if rows is not None and type(X) is np.ndarray and X.shape == rows.shape and rows.current(est):
+        return rows
+    return None
 
 
 def _keep_rows(est: Any, X: Any, kind: "type[ClassifierRows] | type[RegressorRows]") -> None:
