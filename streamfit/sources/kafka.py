@@ -21,7 +21,8 @@ import anyio
 import pyarrow as pa
 
 from streamfit.exceptions import BadInputError, SourceError
-from streamfit.sources._base import Position, Source, SourceBatch, Unit, position_int
+from streamfit.sources._base import Position, Source, SourceBatch, Unit
+from streamfit.sources._kafka_position import KafkaPosition, PartitionPosition
 from streamfit.sources._wakeup import Wakeup
 from streamfit.sources.decoders import Decoder, _one_batch, get_decoder
 
@@ -29,7 +30,6 @@ __all__ = ["KafkaSource"]
 
 _log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger("streamfit.sources.librdkafka")  # instead of librdkafka's stderr
-_FORMAT = '{"topic": str, "partitions": {"<partition>": {"offset": int, "row": int}}}'
 
 
 def _import_kafka() -> Any:
@@ -44,17 +44,20 @@ class KafkaSource(Source):
     """Messages of ``topic`` read by consumer group ``group``; never ends until closed.
 
     Position ``{"topic": t, "partitions": {"0": {"offset": o, "row": r}, ...}}``: in each partition every
-    message before offset ``o`` is done and the first ``r`` rows of message ``o`` are.  :meth:`seek`
-    positions win over the group's committed offsets (applied when a partition is first assigned);
-    :meth:`commit` commits offset ``o`` per partition, so a partly consumed message is read again by a
-    new consumer unless it seeks.  Consecutive small messages of one partition (JSON lines...) are
-    concatenated up to ``coalesce_rows`` rows, larger ones pass without a copy; an undecodable value
-    yields a :class:`SourceBatch` with ``error`` (reason ``"undecodable"``) and is skipped.  ``config``
-    is passed to librdkafka (``session.timeout.ms``, ``fetch.wait.max.ms``, security...).
-    Partitions revoked by a rebalance leave the position: their owner continues from the group offsets
-    (decoded batches of theirs not yet returned are dropped).  A partition given back to this source (a
-    rebalance, a session timeout) continues after the last batch it returned, not at the group's committed
-    offset, which lags behind what was trained (unless another member committed further meanwhile).
+    message before offset ``o`` is done and the first ``r`` rows of message ``o`` are.  It names every
+    partition this source has returned rows of (or was sought to), also those away at the moment (taken by
+    a rebalance): a checkpoint written then resumes each of them where it was trained.  Whenever a partition
+    is assigned, it starts at the later of where the caller has it (the :meth:`seek` position, or after the
+    last batch returned) and the group's committed offset (another member trained up to there); never at
+    an older committed offset, which lags behind what was trained.  :meth:`commit` commits offset ``o`` of
+    each partition assigned to this source now (an away partition's owner commits it), so a partly
+    consumed message is read again by a new consumer unless it seeks.  Decoded batches of a partition
+    revoked by a rebalance not yet returned are dropped; its new owner continues from the group offsets.
+
+    Consecutive small messages of one partition (JSON lines...) are concatenated up to ``coalesce_rows``
+    rows, larger ones pass without a copy; an undecodable value yields a :class:`SourceBatch` with
+    ``error`` (reason ``"undecodable"``) and is skipped.  ``config`` is passed to librdkafka
+    (``session.timeout.ms``, ``fetch.wait.max.ms``, security...).
 
     ``fetch_ahead`` (default 1): ``consume`` calls (up to ``max_messages`` each) decoded ahead of the
     caller by a background thread; at most ``1 + fetch_ahead`` calls' messages are held decoded (the one
@@ -116,17 +119,17 @@ class KafkaSource(Source):
         self._consumer: Any = None
         self._lock: anyio.Lock | None = None
         self._queue: collections.deque[SourceBatch] = collections.deque()
-        self._live: dict[int, tuple[int, int]] = {}  # partition -> (offset, row) after the last batch
-        self._seek_offsets: dict[int, int] = {}  # applied on the first assignment of each partition
-        #: per partition, the position after the last batch returned to the caller (under _mutex)
-        self._returned: dict[int, tuple[int, int]] = {}
-        #: revoked partitions: where to continue if they come back (the group's offsets may lag behind)
-        self._resume_at: dict[int, tuple[int, int]] = {}
-        self._pending_skip: dict[int, tuple[int, int]] = {}  # partition -> (offset, rows to skip in it)
+        #: per partition, where it stands after the last batch fetched (assigned partitions) or returned (away
+        #: ones): every partition ever read or sought stays, so that every position names all of them
+        self._live: dict[int, PartitionPosition] = {}
+        #: per partition, the position after the last batch returned to the caller, i.e. trained (under _mutex):
+        #: where it continues whenever it is assigned (a resume, a rebalance), unless the group is further
+        self._returned: dict[int, PartitionPosition] = {}
+        self._pending_skip: dict[int, PartitionPosition] = {}  # partition -> (offset, rows to skip in it)
         # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
         self._mutex = threading.Lock()
         self._room = threading.Condition(self._mutex)  # the fetch thread waits here for the caller to catch up
-        self._ahead: collections.deque[tuple[int, SourceBatch | BaseException, dict[int, tuple[int, int]]]] = \
+        self._ahead: collections.deque[tuple[int, SourceBatch | BaseException, dict[int, PartitionPosition]]] = \
             collections.deque()
         self._fetched = 0  # non-empty consume calls appended to _ahead
         self._taken = 0  # the fetch number of the last batch returned
@@ -141,58 +144,60 @@ class KafkaSource(Source):
 
     # -- position ---------------------------------------------------------------------------------
     def seek(self, position: Position) -> None:
-        """Resume at a position: its offsets override the group's, rows inside a message are skipped."""
+        """Resume at a position: each partition continues there when assigned (or where another member of the
+        group committed it had read further); rows inside a message are skipped."""
         self._check_seek_allowed()
-        parts = position.get("partitions") if isinstance(position, Mapping) else None
-        if not isinstance(parts, Mapping) or position.get("topic") != self.topic:
-            raise ValueError(f"KafkaSource({self.topic}): invalid position {position!r}, expected {_FORMAT}")
-        for key, value in parts.items():
-            if not str(key).isdigit() or not isinstance(value, Mapping):
-                raise ValueError(f"KafkaSource: invalid partition entry {key!r}: {value!r} in position")
-            offset = position_int(value, "offset", "KafkaSource", _FORMAT)
-            row = position_int(value, "row", "KafkaSource", _FORMAT)
-            self._live[int(key)] = (offset, row)
+        for partition, at in KafkaPosition.parse(position, self.topic).partitions.items():
+            self._live[partition] = at
             # where the caller stands until a batch is returned: a rebalance before then (a session timeout
             # while the first fetch is under way) gives the partition back here, not at the older group offset
-            self._returned[int(key)] = (offset, row)
-            self._seek_offsets[int(key)] = offset
-            if row:
-                self._pending_skip[int(key)] = (offset, row)
+            self._returned[partition] = at
+            if at.row:
+                self._pending_skip[partition] = at
 
-    def _snapshot(self, live: Mapping[int, tuple[int, int]]) -> Position:
-        return {"topic": self.topic,
-                "partitions": {str(p): {"offset": o, "row": r} for p, (o, r) in sorted(live.items())}}
+    def _snapshot(self, live: Mapping[int, PartitionPosition]) -> Position:
+        return KafkaPosition(self.topic, live).to_json()
 
     # -- consumer in the worker thread -----------------------------------------------------------
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        self._assigned = (self._assigned or set()) | {tp.partition for tp in partitions if tp.topic == self.topic}
-        for tp in partitions:
-            if tp.topic != self.topic:
-                continue
-            if tp.partition in self._seek_offsets:
-                tp.offset = self._seek_offsets.pop(tp.partition)
-            elif tp.partition in self._resume_at:  # given back after a rebalance: continue where this source was
-                self._resume(consumer, tp, *self._resume_at.pop(tp.partition))
+        mine = [tp for tp in partitions if tp.topic == self.topic]
+        self._assigned = (self._assigned or set()) | {tp.partition for tp in mine}
+        with self._mutex:
+            trained = {tp.partition: self._returned[tp.partition] for tp in mine if tp.partition in self._returned}
+        if trained:  # sought, or given back after a rebalance: continue where the caller is
+            committed = self._committed(consumer, sorted(trained))
+            for tp in mine:
+                if tp.partition in trained:
+                    self._start_at(tp, trained[tp.partition], committed.get(tp.partition, -1))
         (consumer.incremental_assign if self._incremental else consumer.assign)(partitions)
 
-    def _resume(self, consumer: Any, tp: Any, offset: int, row: int) -> None:
-        """A partition this source had returned batches of is assigned again (a rebalance, a session timeout):
-        start after what it returned, not at the group's committed offset, which lags behind (offsets are
-        committed only once a checkpoint covering them is durable) and would replay those rows; unless
-        another member of the group has committed further meanwhile (it trained them)."""
-        committed = -1
+    def _committed(self, consumer: Any, partitions: list[int]) -> dict[int, int]:
+        """The group's committed offsets of ``partitions`` (those the broker reports)."""
         try:
-            got = consumer.committed([self._kafka.TopicPartition(self.topic, tp.partition)], timeout=5)
-            committed = got[0].offset if got and got[0].error is None else -1
+            got = consumer.committed([self._kafka.TopicPartition(self.topic, p) for p in partitions], timeout=5)
         except Exception as exc:  # the broker did not answer: this source's own position is the safe one
-            _log.debug("committed offset of %s[%d] unavailable on reassignment: %s", self.topic, tp.partition, exc)
-        if committed > offset:
-            tp.offset = committed
-            return
-        tp.offset = offset
-        self._live[tp.partition] = (offset, row)
-        if row:
-            self._pending_skip[tp.partition] = (offset, row)
+            _log.debug("committed offsets of %s%s unavailable on assignment: %s", self.topic, partitions, exc)
+            return {}
+        return {tp.partition: tp.offset for tp in got or () if tp.error is None and tp.offset >= 0}
+
+    def _start_at(self, tp: Any, trained: PartitionPosition, committed: int) -> None:
+        """A partition the caller has trained up to ``trained`` (a checkpoint's position, or the last batch returned
+        before a rebalance took it away) is assigned: start there, not at the group's committed offset, which lags
+        behind (offsets are committed only once a checkpoint covering them is durable) and would replay rows;
+        unless another member of the group has committed further meanwhile (it trained them)."""
+        at = trained.after_commit(committed)
+        tp.offset = at.offset
+        self._live[tp.partition] = at
+        if at != trained:
+            _log.info("%s[%d]: the group committed offset %d, after the %d:%d this source trained up to: another "
+                      "member trained the rows in between, continuing at %d", self.topic, tp.partition, at.offset,
+                      trained.offset, trained.row, at.offset)
+            with self._mutex:
+                self._returned[tp.partition] = at
+        if at.row:
+            self._pending_skip[tp.partition] = at
+        else:
+            self._pending_skip.pop(tp.partition, None)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = {tp.partition for tp in partitions if tp.topic == self.topic}
@@ -201,12 +206,7 @@ class KafkaSource(Source):
         self._eof -= revoked
         if revoked:
             self._forget_ahead(revoked)
-        with self._mutex:  # after the batches fetched ahead are dropped: what the caller got is final
-            for p in revoked:
-                if p in self._returned:
-                    self._resume_at[p] = self._returned[p]
         for p in revoked:
-            self._live.pop(p, None)
             self._pending_skip.pop(p, None)
         if self._incremental:
             consumer.incremental_unassign(partitions)
@@ -220,7 +220,8 @@ class KafkaSource(Source):
                 self._check_partitions(consumer)
                 stored = self._kafka.OFFSET_STORED  # the group's committed offset, else auto.offset.reset
                 self._assigned = set(self.partitions)
-                consumer.assign([self._kafka.TopicPartition(self.topic, p, self._seek_offsets.pop(p, stored))
+                consumer.assign([self._kafka.TopicPartition(self.topic, p, self._returned[p].offset
+                                                            if p in self._returned else stored)
                                  for p in self.partitions])
             else:
                 consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
@@ -249,14 +250,14 @@ class KafkaSource(Source):
         """One ``consume`` call turned into batches; positions advance as they are built."""
         return [sb for sb, _ in self._fetch_items()]
 
-    def _fetch_items(self) -> list[tuple[SourceBatch, dict[int, tuple[int, int]]]]:
+    def _fetch_items(self) -> list[tuple[SourceBatch, dict[int, PartitionPosition]]]:
         """:meth:`_fetch` with each batch's position dict (a rebalance edits those fetched ahead)."""
         kafka = self._kafka
         try:
             messages = self._consumer.consume(self.max_messages, self.poll_timeout)
         except kafka.KafkaException as exc:
             raise SourceError(f"Kafka consume from {self.topic!r} failed: {exc}") from exc
-        out: list[tuple[SourceBatch, dict[int, tuple[int, int]]]] = []
+        out: list[tuple[SourceBatch, dict[int, PartitionPosition]]] = []
         group: list[tuple[int, int, int, pa.RecordBatch]] = []  # (partition, offset, skipped, batch)
         for msg in messages:
             err = msg.error()
@@ -282,9 +283,9 @@ class KafkaSource(Source):
                 self._flush(group, out)
                 out.append(self._empty_batch(partition, offset, batch))
                 continue
-            if skip_at is not None and skip_at[0] == offset:
-                batch = batch.slice(min(skip_at[1], batch.num_rows))
-                skip_rows = skip_at[1]
+            if skip_at is not None and skip_at.offset == offset:
+                batch = batch.slice(min(skip_at.row, batch.num_rows))
+                skip_rows = skip_at.row
             else:
                 skip_rows = 0
             if group and (group[0][0] != partition or not group[0][3].schema.equals(batch.schema)
@@ -306,9 +307,9 @@ class KafkaSource(Source):
         _log.warning("Kafka (topic %s): %s", self.topic, err.str())
 
     def _error_batch(self, partition: int, offset: int, exc: Exception,
-                     raw: bytes | None = None) -> tuple[SourceBatch, dict[int, tuple[int, int]]]:
+                     raw: bytes | None = None) -> tuple[SourceBatch, dict[int, PartitionPosition]]:
         live = dict(self._live)
-        self._live[partition] = live[partition] = (offset + 1, 0)
+        self._live[partition] = live[partition] = PartitionPosition(offset + 1)
         where = f"partition {partition} offset {offset}"
         error = BadInputError(f"undecodable message in {self.topic!r} {where}: {exc}", reason="undecodable",
                               position={"topic": self.topic, "partition": partition, "offset": offset})
@@ -316,11 +317,11 @@ class KafkaSource(Source):
                            meta={"partition": partition, "offset": offset}, raw=raw), live
 
     def _empty_batch(self, partition: int, offset: int,
-                     batch: pa.RecordBatch) -> tuple[SourceBatch, dict[int, tuple[int, int]]]:
+                     batch: pa.RecordBatch) -> tuple[SourceBatch, dict[int, PartitionPosition]]:
         """A message of 0 rows: every position of it is the one after it."""
         before = dict(self._live)
         live = dict(before)
-        self._live[partition] = live[partition] = (offset + 1, 0)
+        self._live[partition] = live[partition] = PartitionPosition(offset + 1)
         where = f"partition {partition} offset {offset}"
         key = f"{self.topic}/{partition}/{offset}"
         return SourceBatch(batch, lambda r: self._snapshot(live), where=where,
@@ -328,7 +329,7 @@ class KafkaSource(Source):
                            units_fn=lambda: (Unit(key, 0, 0, where),)), before
 
     def _flush(self, group: list[tuple[int, int, int, pa.RecordBatch]],
-               out: list[tuple[SourceBatch, dict[int, tuple[int, int]]]]) -> None:
+               out: list[tuple[SourceBatch, dict[int, PartitionPosition]]]) -> None:
         """Turn the pending messages of one partition into one batch whose positions map rows to messages."""
         if not group:
             return
@@ -336,7 +337,7 @@ class KafkaSource(Source):
         offsets, skips, batches = [g[1] for g in group], [g[2] for g in group], [g[3] for g in group]
         group.clear()
         before = dict(self._live)
-        self._live[partition] = (offsets[-1] + 1, 0)
+        self._live[partition] = PartitionPosition(offsets[-1] + 1)
         starts = [0]
         for b in batches[:-1]:
             starts.append(starts[-1] + b.num_rows)
@@ -349,10 +350,10 @@ class KafkaSource(Source):
         def position_at(r: int) -> Position:
             live = dict(before)
             if r >= total:
-                live[partition] = (offsets[-1] + 1, 0)
+                live[partition] = PartitionPosition(offsets[-1] + 1)
             else:
                 k = bisect.bisect_right(starts, r) - 1
-                live[partition] = (offsets[k], skips[k] + r - starts[k])
+                live[partition] = PartitionPosition(offsets[k], skips[k] + r - starts[k])
             return snapshot(live)
 
         last = f"..{offsets[-1]}" if len(offsets) > 1 else ""
@@ -440,17 +441,27 @@ class KafkaSource(Source):
             waiter.set()
 
     def _forget_ahead(self, partitions: set[int]) -> None:
-        """In the fetch thread, on a rebalance: drop the revoked partitions' batches not yet returned and
-        take those partitions out of the positions of the others (as if fetched after the rebalance)."""
+        """In the fetch thread, on a rebalance: drop the revoked partitions' batches not yet returned; in the
+        positions of the others (and in every later one) those partitions stay where the caller has them, i.e.
+        after their last batch returned: that is what a checkpoint taken while they are away has trained."""
         with self._mutex:
             kept: collections.deque[Any] = collections.deque()
             for seq, sb, live in self._ahead:
                 if isinstance(sb, SourceBatch) and sb.meta.get("partition") in partitions:
                     continue
-                for p in partitions:
-                    live.pop(p, None)
                 kept.append((seq, sb, live))
             self._ahead = kept
+            for p in partitions:
+                at = self._returned.get(p)
+                for _, _, live in kept:
+                    if at is None:
+                        live.pop(p, None)
+                    else:
+                        live[p] = at
+                if at is None:  # nothing of it returned (nor sought): nothing of it trained
+                    self._live.pop(p, None)
+                else:
+                    self._live[p] = at
 
     def _take(self) -> SourceBatch | None:
         """The next batch fetched ahead, or ``None`` (then ``_waiter`` is set: the thread will wake it)."""
@@ -519,30 +530,34 @@ class KafkaSource(Source):
 
     def _note_returned(self, sb: SourceBatch) -> None:
         """Remember where the caller is, per partition (with ``_mutex`` held)."""
-        at = sb.position_at(sb.num_rows)
+        at = sb.position_at(sb.num_rows)  # built by this source: no need to check it again
         for key, value in at.get("partitions", {}).items():
-            self._returned[int(key)] = (int(value["offset"]), int(value["row"]))
+            self._returned[int(key)] = PartitionPosition(int(value["offset"]), int(value["row"]))
 
     async def commit(self, position: Position) -> None:
-        """Commit to the group, per partition, the offset of the first message not fully consumed."""
-        parts = position.get("partitions") if isinstance(position, Mapping) else None
-        if not isinstance(parts, Mapping) or position.get("topic") != self.topic:
-            raise ValueError(f"KafkaSource({self.topic}): invalid position {position!r}, expected {_FORMAT}")
-        offsets = [self._kafka.TopicPartition(self.topic, int(p),
-                                              position_int(v, "offset", "KafkaSource", _FORMAT))
-                   for p, v in parts.items()]
-        if not offsets:
+        """Commit to the group, per partition assigned to this source now, the offset of the first message not
+        fully consumed.  Partitions away (another member's now) are left alone: their owner's commits may be
+        further, and a position keeps them only to resume them exactly."""
+        parts = KafkaPosition.parse(position, self.topic).partitions
+        if not parts:
             return
         lock = await self._ensure_consumer()
         async with lock:
             if self._closed:
                 raise RuntimeError(f"KafkaSource({self.topic}) is closed")
-            consumer = self._consumer
+            consumer, kafka, topic = self._consumer, self._kafka, self.topic
+
+            def commit() -> None:  # in the consumer's thread, between two consume calls: the assignment holds
+                mine = self._assigned or set()
+                offsets = [kafka.TopicPartition(topic, p, at.offset) for p, at in parts.items() if p in mine]
+                if offsets:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+
             try:
                 if self._thread is not None:
-                    await self._in_consumer_thread(lambda: consumer.commit(offsets=offsets, asynchronous=False))
+                    await self._in_consumer_thread(commit)
                 else:
-                    await anyio.to_thread.run_sync(lambda: consumer.commit(offsets=offsets, asynchronous=False))
+                    await anyio.to_thread.run_sync(commit)
             except self._kafka.KafkaException as exc:
                 raise SourceError(f"Kafka commit to group {self.group!r} failed: {exc}") from exc
 

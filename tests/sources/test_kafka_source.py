@@ -68,9 +68,9 @@ async def test_seek_mid_message_skips_exactly_the_consumed_rows(kafka_broker, id
         cut = items[-1].num_rows // 2 + 3  # inside the batch, inside one of its messages
         consumed = _ids(items[:-1]) + items[-1].batch.column("id").to_pylist()[:cut]
         position = items[-1].position_at(cut)
-        # the group's committed offsets say "all done" where the position has a say: the position wins
-        ends = {"0": {"offset": 4, "row": 0}, "1": {"offset": 3, "row": 0}}
-        await first.commit({"topic": topic, "partitions": {p: ends[p] for p in position["partitions"]}})
+        # the group's committed offsets lag behind (an older checkpoint's): the position wins (a group offset
+        # further on wins over it: another member trained those rows, tests/sources/test_kafka_partitions_away.py)
+        await first.commit({"topic": topic, "partitions": {p: {"offset": 0, "row": 0} for p in position["partitions"]}})
     assert any(p["row"] for p in position["partitions"].values())
     second = _source(kafka_broker, topic, "g-seek")
     second.seek(position)
@@ -158,16 +158,26 @@ class _FakeConsumer:
         self.unassigned = True
 
 
-def test_a_rebalance_drops_revoked_batches_fetched_ahead_and_their_partition_from_positions(ids_table) -> None:
+def test_a_rebalance_drops_revoked_batches_fetched_ahead_and_keeps_their_partition_where_it_was_returned(
+        ids_table) -> None:
+    from streamfit.sources._kafka_position import PartitionPosition
+
     source = KafkaSource("127.0.0.1:1", "t", group="g")
+    source._returned[1] = PartitionPosition(7)  # the caller has partition 1 up to offset 7 (trained)
     built = []
     for partition, offset in ((0, 5), (1, 7), (0, 6)):  # fetched ahead, not returned yet
-        source._live[partition] = (offset, 0)
+        source._live[partition] = PartitionPosition(offset)
         source._flush([(partition, offset, 0, ids_table(0, 3).to_batches()[0])], built)
     source._ahead.extend((1, sb, live) for sb, live in built)
     source._on_revoke(_FakeConsumer(), [_FakeTopicPartition("t", 1)])
     kept = [sb for _, sb, _ in source._ahead]
     assert [sb.meta["partition"] for sb in kept] == [0, 0]
-    assert kept[0].position_at(3) == {"topic": "t", "partitions": {"0": {"offset": 6, "row": 0}}}
-    assert kept[1].position_at(1) == {"topic": "t", "partitions": {"0": {"offset": 6, "row": 1}}}
-    assert 1 not in source._live
+    # partition 1 stays in every position at offset 7 (its batch from 7 on was dropped: never trained)
+    assert kept[0].position_at(3) == {"topic": "t", "partitions": {"0": {"offset": 6, "row": 0},
+                                                                  "1": {"offset": 7, "row": 0}}}
+    assert kept[1].position_at(1) == {"topic": "t", "partitions": {"0": {"offset": 6, "row": 1},
+                                                                  "1": {"offset": 7, "row": 0}}}
+    assert source._live[1] == PartitionPosition(7)
+    # a partition of which nothing was returned (nor sought) leaves the positions: nothing of it was trained
+    source._on_revoke(_FakeConsumer(), [_FakeTopicPartition("t", 0)])
+    assert 0 not in source._live and source._live[1] == PartitionPosition(7)
