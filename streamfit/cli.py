@@ -23,16 +23,8 @@ __all__ = ["main"]
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of options (flags given on the command line win)")
     p.add_argument("--source", help="parquet:/dir, ipc:/file, ipc+tcp://127.0.0.1:PORT, kafka://HOST:PORT/topic?group=g")
-    p.add_argument("--model", help="ONNX model file to train")
-    p.add_argument("--loss")
-    p.add_argument("--optimizer", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"])
-    p.add_argument("--learning-rate", help="constant | invscaling | optimal | adaptive")
-    p.add_argument("--eta0", type=float)
-    p.add_argument("--power-t", type=float)
-    p.add_argument("--alpha", type=float)
-    p.add_argument("--l1-ratio", type=float)
-    p.add_argument("--penalty", choices=["l2", "l1", "elasticnet", "none"])
-    p.add_argument("--threads", type=int)
+    p.add_argument("--model", help="ONNX model file to train (OnnxRegressor/OnnxClassifier; not with a ready-made "
+                                   "--estimator)")
     p.add_argument("--checkpoint-dir")
     p.add_argument("--checkpoint-every-batches", type=int)
     p.add_argument("--checkpoint-every-seconds", type=float)
@@ -51,7 +43,12 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
     from streamfit._stream.options import add_option_flags
+    from streamfit.daemon.model_options import add_model_flags
 
+    add_model_flags(p.add_argument_group("the estimator: its class's constructor parameters "
+                                         "(streamfit.daemon.ModelOptions; also the config file's keys)"),
+                    p.add_argument_group("the optimizer's constructor parameters, as OPTIMIZER-PARAM (with --optimizer "
+                                         "OPTIMIZER; config keys optimizer_param)"))
     what = "(streamfit.StreamOptions; also the config file's keys)"
     add_option_flags(p, {"loop": p.add_argument_group(f"the stream {what}"),
                          "daemon": p.add_argument_group(f"the divergence guard {what}"),
@@ -160,21 +157,10 @@ def _setup_logging(json_lines: bool) -> None:
     root.propagate = False
 
 
-def _flags(ns: argparse.Namespace) -> dict[str, Any]:
-    flags = dict(vars(ns))
-    if flags.get("penalty") == "none":
-        flags["penalty"] = None
-        flags["_penalty_none"] = True
-    return flags
-
-
 def _config(ns: argparse.Namespace) -> Any:
     from streamfit.daemon.config import load_config
 
-    flags = _flags(ns)
-    cfg = load_config(ns.config, flags)
-    if flags.get("_penalty_none"):
-        cfg.penalty = None
+    cfg = load_config(ns.config, dict(vars(ns)))
     ns.log_json = cfg.log_json  # a failure from here on is reported as the run logs
     return cfg
 
@@ -247,7 +233,7 @@ def _runner(cfg: Any, serve: bool) -> Any:
 
     if cfg.source is None:
         raise ConfigError("no source given: --source URI (or 'source = ...' in the config file)")
-    if cfg.check and cfg.model is not None:  # before any training: a crashing model never starts
+    if cfg.check and cfg.model is not None and cfg.estimator.startswith("Onnx"):  # a crashing model never starts
         from streamfit.exceptions import ModelError
 
         result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer)
@@ -268,7 +254,7 @@ def _runner(cfg: Any, serve: bool) -> Any:
                   full_every=cfg.full_every, publish_every=cfg.publish_every,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
                   # the estimator holds the inputs (build_estimator gave it cfg.stream.inputs); serve draws no bar
-                  options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve))
+                  options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve, task=cfg.task))
 
 
 def _print_summary(summary: Any, output: str | None) -> None:

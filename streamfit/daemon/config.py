@@ -15,12 +15,15 @@ else:  # pragma: no cover
 
 from streamfit._stream.options import (StreamOptions, _inputs_from_text, from_text_values, nearest, option_names,
                                        options_from_flags)
+from streamfit.daemon.model_options import ModelOptions, model_option_names, model_options_from_flags
 from streamfit.exceptions import ConfigError, OptionError
 
 __all__ = ["RunConfig", "load_config", "build_estimator", "config_keys"]
 
 
 _STREAM_NAMES = frozenset(option_names())
+_MODEL_NAMES = frozenset(model_option_names())
+assert not _STREAM_NAMES & _MODEL_NAMES, _STREAM_NAMES & _MODEL_NAMES
 #: config-file keys of earlier versions -> the option's name now (read with a warning)
 RENAMED = {"guard_max_rollbacks": "poison_after", "guard_min_lr_scale": "min_lr_scale",
            "guard_recover_after": "lr_recover_after"}
@@ -38,16 +41,6 @@ class RunConfig:
 
     source: str | None = None
     model: str | None = None
-    loss: str | None = None
-    optimizer: str = "sgd"
-    learning_rate: str = "invscaling"
-    eta0: float = 0.01
-    power_t: float = 0.25
-    alpha: float = 1e-4
-    l1_ratio: float = 0.15
-    penalty: str | None = "l2"
-    momentum: float = 0.9
-    threads: int | None = None
     checkpoint_dir: str | None = None
     checkpoint_every_batches: int | None = None
     checkpoint_every_seconds: float | None = None
@@ -65,16 +58,23 @@ class RunConfig:
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
     source_options: dict[str, Any] = field(default_factory=dict)
     stream: StreamOptions = field(default_factory=StreamOptions)
+    #: the estimator and its parameters (estimator, loss, optimizer, eta0, categorical, buckets, ftrl_l1, ...)
+    estimator_options: ModelOptions = field(default_factory=ModelOptions)
 
     def __getattr__(self, name: str) -> Any:
         if name in _STREAM_NAMES and "stream" in self.__dict__:
             return getattr(self.stream, name)
+        if name in _MODEL_NAMES and "estimator_options" in self.__dict__:
+            if name == "estimator":
+                return self.estimator_options.class_name(self.task)
+            return self.estimator_options.value(name, self.task)  # as given, else the estimator's default
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def task(self) -> str:
-        """The stream's task, resolved: ``"classification"`` iff classes are given, unless set."""
-        return self.stream.resolved_task
+        """The task: the estimator's (a classifier's is classification), else the stream's resolved one
+        (``"classification"`` iff classes are given, unless set)."""
+        return self.estimator_options.task or self.stream.resolved_task
 
     def to_toml(self) -> str:
         """The run's TOML file: every key that differs from the default (``None`` values left out)."""
@@ -82,13 +82,13 @@ class RunConfig:
 
         lines = []
         for f in fields(self):
-            if f.name == "stream":
+            if f.name in ("stream", "estimator_options"):
                 continue
             value = getattr(self, f.name)
             default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
             if value is not None and value != default:
                 lines.append(f"{f.name} = {_toml_value(f.name, value)}")
-        return "".join(line + "\n" for line in lines) + self.stream.to_toml()
+        return "".join(line + "\n" for line in lines) + self.estimator_options.to_toml() + self.stream.to_toml()
 
 
 _TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
@@ -110,7 +110,8 @@ def _check_type(name: str, value: Any, annotation: str, where: str) -> None:
 
 def config_keys() -> tuple[str, ...]:
     """Every key a config file may hold: the run's own and the stream's options."""
-    return tuple(sorted({f.name for f in fields(RunConfig) if f.name != "stream"} | _STREAM_NAMES))
+    return tuple(sorted({f.name for f in fields(RunConfig) if f.name not in ("stream", "estimator_options")} | _STREAM_NAMES
+                        | _MODEL_NAMES))
 
 
 def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
@@ -121,8 +122,9 @@ def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
     (:class:`~streamfit.OptionError` for the stream's options).
     """
     values: dict[str, Any] = {}
-    known = {f.name: str(f.type) for f in fields(RunConfig) if f.name != "stream"}
+    known = {f.name: str(f.type) for f in fields(RunConfig) if f.name not in ("stream", "estimator_options")}
     stream = StreamOptions()
+    model_values: dict[str, Any] = {}
     if path is not None:
         try:
             with open(path, "rb") as f:
@@ -140,7 +142,7 @@ def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
                               DeprecationWarning, stacklevel=2)
                 data[new] = data.pop(old)
         for key in sorted(data):
-            if key not in known and key not in _STREAM_NAMES:
+            if key not in known and key not in _STREAM_NAMES and key not in _MODEL_NAMES:
                 near = nearest(key, keys)
                 raise ConfigError(f"{path}: unknown key {key!r}" + (f" (did you mean {near!r}?)" if near else "")
                                   + f"; known keys: {', '.join(keys)}")
@@ -152,8 +154,28 @@ def load_config(path: str | None, flags: dict[str, Any]) -> RunConfig:
             stream = from_text_values({k: v for k, v in data.items() if k in _STREAM_NAMES})
         except OptionError as exc:
             raise OptionError(f"{path}: {exc}", option=exc.option) from None
+        model_values = {k: v for k, v in data.items() if k in _MODEL_NAMES}
     values.update({k: v for k, v in flags.items() if k in known and v is not None})
-    return RunConfig(**values, stream=StreamOptions.build(stream, **options_from_flags(flags)))
+    given = model_options_from_flags(flags)
+    where = f"{path}: " if path is not None and set(model_values) - set(given) else ""
+    estimator = ModelOptions.from_text({**model_values, **given}, where=where)
+    cfg = RunConfig(**values, stream=StreamOptions.build(stream, **options_from_flags(flags)),
+                    estimator_options=estimator)
+    _check_estimator(cfg)
+    return cfg
+
+
+def _check_estimator(cfg: RunConfig) -> None:
+    """The estimator against the rest of the run: a model file only for an ONNX estimator, one task."""
+    kind = cfg.estimator_options.estimator
+    if kind is not None and not kind.startswith("Onnx") and cfg.model is not None:
+        raise ConfigError(f"model = {cfg.model!r} is an ONNX file to train with OnnxRegressor/OnnxClassifier; "
+                          f"estimator {kind!r} builds its own graph (give one of the two)")
+    task = cfg.estimator_options.task
+    if task is not None and cfg.stream.task is not None and cfg.stream.task != task:
+        raise ConfigError(f"task = {cfg.stream.task!r}, but estimator {kind!r} is for {task}")
+    if task == "regression" and cfg.stream.classes is not None:
+        raise ConfigError(f"classes = {list(cfg.stream.classes)!r}, but estimator {kind!r} is a regressor")
 
 
 def parse_inputs(value: Any) -> dict[str, Any] | None:
@@ -162,20 +184,14 @@ def parse_inputs(value: Any) -> dict[str, Any] | None:
 
 
 def build_estimator(cfg: RunConfig) -> Any:
-    """The estimator a configuration describes: an ONNX file (OnnxRegressor/OnnxClassifier by ``task``)."""
-    import streamfit
-
-    if cfg.model is None:
-        raise ConfigError("no model given: --model PATH.onnx (or 'model = ...' in the config file)")
-    if not Path(cfg.model).is_file():
-        raise ConfigError(f"model file {cfg.model!r} not found")
-    inputs = cfg.stream.inputs
-    common = dict(optimizer=cfg.optimizer, learning_rate=cfg.learning_rate, eta0=cfg.eta0, power_t=cfg.power_t,
-                  alpha=cfg.alpha, l1_ratio=cfg.l1_ratio, penalty=cfg.penalty, momentum=cfg.momentum,
-                  batch_size=cfg.batch_size, threads=cfg.threads,
-                  on_nonfinite="skip" if cfg.guard else "raise")
-    if inputs is not None:
-        common["inputs"] = inputs
-    if cfg.task == "classification":
-        return streamfit.OnnxClassifier(cfg.model, loss=cfg.loss or "auto", **common)
-    return streamfit.OnnxRegressor(cfg.model, loss=cfg.loss or "squared_error", **common)
+    """The estimator a configuration describes: an ONNX file (OnnxRegressor/OnnxClassifier by ``task``) or a
+    ready-made model (``estimator = "LogisticRegression"``, ...) with the parameters given."""
+    kind = cfg.estimator_options.class_name(cfg.task)
+    if kind is not None and kind.startswith("Onnx"):
+        if cfg.model is None:
+            raise ConfigError("no model given: --model PATH.onnx (or 'model = ...' in the config file), or a "
+                              "ready-made --estimator (LinearRegressor, LogisticRegression, FMClassifier, ...)")
+        if not Path(cfg.model).is_file():
+            raise ConfigError(f"model file {cfg.model!r} not found")
+    return cfg.estimator_options.build(model=cfg.model, task=cfg.task, batch_size=cfg.batch_size, guard=cfg.guard,
+                               inputs=cfg.stream.inputs)
