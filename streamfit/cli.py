@@ -84,6 +84,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from streamfit.optim import _BY_NAME as _OPTIMIZERS
+
     common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", help="print the full traceback of a failure")
     parser = _Parser(prog="streamfit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("model", help="ONNX model file")
     check.add_argument("--task", choices=["regression", "classification"], default="regression")
     check.add_argument("--loss", help="default: squared_error, or by output width for classification")
-    check.add_argument("--optimizer", default="sgd", choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad"])
+    check.add_argument("--optimizer", default="sgd", choices=sorted(_OPTIMIZERS))
     check.add_argument("--no-cache", action="store_true", help="check again even if the result is cached")
     comp = sub.add_parser("compile", help="build a model's step graphs into a training artifact that any "
                           "onnxruntime >= 1.19 trains (needs a gradient builder: onnxruntime-training, Python <= 3.12, "
@@ -117,8 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("model", help="ONNX model file")
     comp.add_argument("-o", "--output", required=True, help="the artifact to write (e.g. model.train.onnx)")
     comp.add_argument("--loss", default="squared_error")
-    comp.add_argument("--optimizer", default="sgd",
-                      choices=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "rowwise_adagrad", "ftrl"])
+    comp.add_argument("--optimizer", default="sgd", choices=sorted(_OPTIMIZERS))
     comp.add_argument("--momentum", type=float, help="momentum of --optimizer momentum/nesterov")
     comp.add_argument("--penalty", choices=["l2", "l1", "elasticnet", "none"], default="none")
     comp.add_argument("--alpha", type=float, default=1e-4, help="penalty strength (default 1e-4)")

@@ -347,8 +347,9 @@ class ModelOptions:
                     raise OptionError(f"{name} is a parameter of optimizer {p.optimizer!r}, but the optimizer is "
                                       f"{optimizer!r} (give optimizer = {p.optimizer!r})", option=name)
             elif not set(candidates) & set(p.defaults):
+                chosen = f"estimator = {self.estimator!r}" if self.estimator else "no estimator given: an ONNX --model"
                 raise OptionError(f"{name} is a parameter of {', '.join(p.defaults)}, not of {' or '.join(candidates)}"
-                                  f" (estimator = {self.estimator!r})", option=name)
+                                  f" ({chosen})", option=name)
         self.optimizer()  # its parameters' ranges, now
 
     # ------------------------------------------------------------------------------------ building
@@ -422,9 +423,11 @@ class ModelOptions:
         kwargs.update(batch_size=batch_size, on_nonfinite="skip" if guard else "raise")
         if inputs is not None:
             kwargs["inputs"] = inputs
-        if cname.startswith("Onnx"):
-            return cls(model, **kwargs)
-        return cls(**kwargs)
+        estimator = cls(model, **kwargs) if cname.startswith("Onnx") else cls(**kwargs)
+        validate = getattr(estimator, "_precheck_params", None)  # what its first fit would refuse, now
+        if validate is not None:
+            validate()
+        return estimator
 
     def to_toml(self) -> str:
         """The options given, as config-file lines."""

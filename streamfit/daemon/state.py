@@ -78,7 +78,14 @@ def restore_estimator(estimator: Any, meta: Mapping[str, Any], arrays: Mapping[s
     if saved != type(estimator).__name__:
         raise ResumeError(f"the checkpoint holds a {saved}, but the configured estimator is a "
                               f"{type(estimator).__name__}")
-    estimator.load_state_dict(unflatten_state(meta["state"], arrays))
+    try:
+        estimator.load_state_dict(unflatten_state(meta["state"], arrays))
+    except (KeyError, ValueError) as exc:  # another optimizer, table size, factor count, ... than the checkpoint's
+        if isinstance(exc, CheckpointError):
+            raise
+        reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise ResumeError(f"the checkpoint does not fit the configured {saved}: {reason}; a run keeps its estimator's "
+                          "parameters (configure the ones it was trained with, or start a new run)") from exc
 
 
 @dataclass(frozen=True, eq=False)

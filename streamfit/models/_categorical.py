@@ -91,6 +91,13 @@ class Categorical:
             raise ValueError(f"{name}: passive-aggressive steps (learning_rate={self.learning_rate!r}) are not "
                              "available with categorical=")
 
+    def _precheck_params(self) -> None:
+        """Refuse now what the first fit would refuse in the hashed parameters (columns, buckets, seed), without
+        building the table: ``streamfit train|serve`` check a configuration with it before reading a row."""
+        if self._hashed:
+            self._check_hashed_params()
+            self._hashed_inputs()
+
     def _hashed_inputs(self) -> dict[str, Any]:
         from streamfit.features import Hashed
 

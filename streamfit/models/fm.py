@@ -47,6 +47,11 @@ class _HashedModel:
         if isinstance(self.n_factors, bool) or not isinstance(self.n_factors, (int, np.integer)) or self.n_factors < 0:
             raise ValueError(f"n_factors must be an int >= 0, got {self.n_factors!r}")
 
+    def _precheck_params(self) -> None:
+        """Refuse now what the first fit would refuse (columns, factors, buckets, seed), without building the tables."""
+        self._check_params()
+        self.inputs
+
     @property
     def inputs(self) -> dict[str, Any]:  # type: ignore[override]
         """The model inputs from the columns: hashed ids of the categorical ones, the dense ones as values."""
