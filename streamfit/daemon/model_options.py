@@ -15,6 +15,7 @@ chosen estimator or optimizer does not take fails when the options are built, na
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import inspect
 import re
 import typing
@@ -98,7 +99,7 @@ def _list_of(item: Callable[[str], Any], kinds: tuple[type, ...]) -> Callable[[A
 
 def _choice(choices: tuple[str, ...], none: str | None = None) -> Callable[[Any], Any]:
     def read(value: Any) -> Any:
-        if none is not None and value == none:
+        if none is not None and (value == none or value is None):
             return None
         if value not in choices:
             raise ValueError(value)
@@ -152,6 +153,7 @@ def _any_kinds() -> dict[str, _Kind]:
 
 
 def _kind(name: str, annotation: Any) -> _Kind:
+    """An option's text form from its constructor annotation (``int``, ``float | None``, ``Sequence[str]``, ...)."""
     optional = type(None) in typing.get_args(annotation)
     base = next((a for a in typing.get_args(annotation) if a is not type(None)), annotation) if optional else annotation
     if base is bool:
@@ -162,8 +164,7 @@ def _kind(name: str, annotation: Any) -> _Kind:
         return _Kind(f"{'None or ' if optional else ''}a number", _number(float, optional), metavar="X")
     if base is str:
         return _Kind(f"{'None or ' if optional else ''}a string", _text(optional))
-    if typing.get_origin(base) in (typing.Sequence, list, tuple, __import__("collections.abc").abc.Sequence) \
-            and typing.get_args(base) == (str,):
+    if typing.get_origin(base) in (collections.abc.Sequence, list, tuple) and typing.get_args(base) == (str,):
         return _Kind("a list of column names", _list_of(str, (str,)), metavar="COL[,COL...]")
     kinds = _any_kinds()
     if name in kinds:
@@ -197,7 +198,7 @@ class Param:
                               option=self.name) from None
 
 
-def _classes() -> dict[str, type]:
+def _classes() -> dict[str, Any]:
     import streamfit
 
     return {name: getattr(streamfit, name) for name in ESTIMATORS}
@@ -337,6 +338,7 @@ class ModelOptions:
         for name in self.params:
             if name not in known:
                 raise _unknown(name)
+        object.__setattr__(self, "params", {k: known[k].read(v) for k, v in self.params.items()})
         cls = self.class_name()
         candidates = (cls,) if cls is not None else ("OnnxRegressor", "OnnxClassifier")
         optimizer = self.value("optimizer")

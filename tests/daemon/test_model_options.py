@@ -104,3 +104,18 @@ def test_defaults_are_the_estimators_own():
     est = opts.build(model=None, task="classification", batch_size=128, guard=True)
     assert isinstance(est, streamfit.FMClassifier) and est.batch_size == 128 and est.on_nonfinite == "skip"
     assert est.get_params()["n_factors"] == 8
+
+
+def test_the_readme_config_of_a_categorical_model_loads_and_builds(tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "categorical" in b]
+    assert len(blocks) == 1
+    (tmp_path / "ctr.toml").write_text(blocks[0])
+    cfg = load_config(str(tmp_path / "ctr.toml"), {})
+    assert cfg.task == "classification" and cfg.estimator == "LogisticRegression"
+    est = build_estimator(cfg)
+    assert isinstance(est, streamfit.LogisticRegression) and est.buckets == 2 ** 20
+    assert est.optimizer.get_params() == {"beta": 1.0, "l1": 1.0, "l2": 0.0, "summed": True}
