@@ -393,12 +393,14 @@ class ModelOptions:
         return "classification" if self.estimator in _CLASSIFIERS else "regression"
 
     def value(self, name: str, task: str | None = None) -> Any:
-        """A parameter as given, else the estimator's default (the regressor's while the task is open)."""
+        """A parameter as given, else the estimator's default (the regressor's while the task is open; ``None``
+        when the estimator does not take it)."""
         if name in self.params:
             return self.params[name]
         p = _params()[name]
-        cls = self.class_name(task) or "OnnxRegressor"
-        return p.defaults.get(cls, next(iter(p.defaults.values())))
+        if p.optimizer is not None:
+            return next(iter(p.defaults.values()))
+        return p.defaults.get(self.class_name(task) or "OnnxRegressor")
 
     def optimizer(self, task: str | None = None) -> Any:
         """The optimizer: its name, or an instance when any of its parameters is given (``FTRL(l1=0.5)``)."""
