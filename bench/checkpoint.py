@@ -371,15 +371,13 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
                                   learning_rate="constant", eta0=0.01, penalty=None,
                                   inputs={"x": [f"x{j}" for j in range(8)], "ids": "ids"})
     log(f"model of {rows} x {dim} rows built in {time.perf_counter() - t0:.1f} s")
+    first = next(iter(_table_batches(subset, touched, batch, seed=2)))
+    est.partial_fit(pa.Table.from_batches([first]).drop(["y"]), first.column("y").to_numpy())  # build the trainer before the peak RSS is reset
+    state_bytes = sum(a.nbytes for a in est.trainer_.tables.arrays.values()) + sum(
+        a.nbytes for st in est.trainer_.tables.state_arrays().values() for a in st.values())
 
     def batches():
-        g = np.random.default_rng(1)
-        while True:
-            x = g.standard_normal((batch, 8)).astype(np.float32)
-            ids = subset[g.integers(0, touched, batch)]
-            cols = {f"x{j}": x[:, j] for j in range(8)}
-            cols["ids"], cols["y"] = ids.astype(np.int64), (x.sum(axis=1) + (ids % 7) * 0.1).astype(np.float32)
-            yield pa.record_batch(cols)
+        return _table_batches(subset, touched, batch, seed=1)
 
     tmp = tempfile.mkdtemp(prefix="bench-tables-")
     ck, pub = os.path.join(tmp, "ck"), os.path.join(tmp, "pub", "model.onnx")
@@ -408,12 +406,27 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
         return ok
 
     runner._submit = timed_submit  # bench-only: the pause of the loop while the snapshot is taken
+    writes: list[tuple[float, float]] = []
+    save = runner.store.save
+
+    def timed_save(*a: Any, **k: Any) -> Any:  # bench-only: when each checkpoint write ran (writer thread)
+        start = time.perf_counter()
+        try:
+            return save(*a, **k)
+        finally:
+            writes.append((start, time.perf_counter()))
+
+    runner.store.save = timed_save
     events = _Events()
     dlog = logging.getLogger("streamfit.daemon")
     dlog.addHandler(events)
     dlog.setLevel(logging.INFO)
     dlog.propagate = False
+    import gc
+
+    gc.collect()
     peak0 = C.rss_mb()
+    _reset_peak_rss()
     try:
         anyio.run(runner.run, stop)
     finally:
@@ -454,12 +467,51 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
         f"{max(during) if during else float('nan'):.2f} ms over {len(during)} batches; longest overall "
         f"{gaps.max():.1f} ms (the loop's snapshot pause: full {snapshot_ms.get('full', float('nan')):.0f} ms, "
         f"delta {snapshot_ms.get('delta', float('nan')):.1f} ms)")
-    out(f"RSS {C.rss_mb():.0f} MB at the end (at the start of the run {peak0:.0f} MB)")
+    during_ck = [g for g, t in zip(gaps, stamps[1:]) if any(a <= t and t - g / 1e3 <= b for a, b in writes)]
+    outside = [g for g, t in zip(gaps, stamps[1:]) if not any(a <= t and t - g / 1e3 <= b for a, b in writes)]
+    out(f"batch interval while a checkpoint was written: p50 {np.median(during_ck):.2f} ms, max "
+        f"{max(during_ck):.1f} ms over {len(during_ck)} batches; outside writes: p50 {np.median(outside):.2f} ms, "
+        f"max {max(outside):.1f} ms over {len(outside)} batches" if during_ck and outside else
+        "batch interval while a checkpoint was written: no batch overlapped a write")
+    peak = _peak_rss_mb()
+    out(f"RSS {C.rss_mb():.0f} MB at the end, {peak0:.0f} MB at the start of the run (model built, tables and "
+        f"optimizer state {state_bytes / 2**20:.0f} MiB); peak during the run {peak:.0f} MB: "
+        f"+{(peak - peak0) * 2**20 / state_bytes:.2f}x the tables and state above the start")
     if ratios:
         worst = max(ratios)
         out(f"== target: a delta checkpoint of 1 % touched rows writes <= 5 % of a full's bytes: "
             f"{'met' if worst <= 0.05 else 'MISSED'} (worst delta {100 * worst:.2f} %)")
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _table_batches(subset: Any, touched: int, batch: int, seed: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    g = np.random.default_rng(seed)
+    while True:
+        x = g.standard_normal((batch, 8)).astype(np.float32)
+        ids = subset[g.integers(0, touched, batch)]
+        cols = {f"x{j}": x[:, j] for j in range(8)}
+        cols["ids"], cols["y"] = ids.astype(np.int64), (x.sum(axis=1) + (ids % 7) * 0.1).astype(np.float32)
+        yield pa.record_batch(cols)
+
+
+def _reset_peak_rss() -> None:
+    """Linux: reset this process's VmHWM to its current RSS (``5`` to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
