@@ -8,6 +8,7 @@ daemon's memory stays flat over a long stream.
     python bench/checkpoint.py --rss --rss-rows 2000000 --rss-model mlp
     python bench/checkpoint.py --tables         # delta checkpoints of a 2^24 x 16 table (1 GiB), ~2 min
     python bench/checkpoint.py --tables --quick # the same on a 2^16-row table (CI)
+    python bench/checkpoint.py --cow            # a full checkpoint while training: copy vs copy-on-write, ~3 min
 
 1. Overhead (default).  The MLP 100-256-256-1 (ReLU, float32, plain SGD), batch 2048, trained through
    ``streamfit.daemon.Runner`` from an endless in-memory source (``--source memory``: the same 65536-row
@@ -37,12 +38,21 @@ daemon's memory stays flat over a long stream.
 3. ``--tables``.  An embedding model (8 dense inputs + a ``--table-rows`` x 16 float32 table through
    ``Gather``, ``two_input_model``; 2^24 rows = 1 GiB, AdaGrad: as much again of optimizer state) trained by
    the ``Runner`` from memory, batch 1024, every batch's ids drawn from the same 1 % of the table's rows, a
-   checkpoint every ``--table-every`` batches (a full every 3, deltas of touched rows between; the second full
-   is compacted by the writer from the chain on disk) and
+   checkpoint every ``--table-every`` batches (a full every 3, deltas of touched rows between; a full is a
+   copy-on-write snapshot the writer streams while training goes on) and
    ``--publish`` in the background every ``--publish-every`` s.  Printed: bytes written by the full and by
    each delta (the target: a delta <= 5 % of a full), their write times, the training loop's pause to
-   snapshot each kind, and the batch intervals (p50, and the longest one overlapping a publication:
-   publishing must not block training).
+   snapshot each kind, the batch intervals (p50, and the longest one overlapping a publication:
+   publishing must not block training; p50 and max while a checkpoint is written against outside writes),
+   the rows the fulls' snapshots saved aside, and the peak RSS above the start of the run (VmHWM, reset once
+   the trainer is built) per byte of tables and optimizer state.  ``--table-spread 1`` draws the ids from
+   the whole table instead of 1 % of it (the worst case of copy-on-write: every batch writes new rows).
+
+4. ``--cow``.  The same table model trained by ``partial_fit`` on the main thread while a thread writes one
+   full checkpoint of its tables, two arms interleaved: ``copy`` (tables and state copied on the training
+   thread, the copies written: a full before copy-on-write) and ``cow`` (a copy-on-write snapshot streamed).
+   Printed per arm (medians of ``--cow-rounds``): the training thread's pause, the step time during the
+   write against the steps just before it, the write time, the peak RSS above the round's start.
 """
 
 from __future__ import annotations
@@ -363,7 +373,7 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
 
     rows = 2 ** 16 if args.quick else args.table_rows
     dim, batch = 16, 1024
-    touched = max(batch, rows // 100)
+    touched = max(batch, int(rows * args.table_spread))
     rng = np.random.default_rng(0)
     subset = rng.permutation(rows)[:touched]
     t0 = time.perf_counter()
@@ -417,6 +427,17 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
             writes.append((start, time.perf_counter()))
 
     runner.store.save = timed_save
+    snaps: list[Any] = []
+    sparse = est.trainer_.tables
+    if hasattr(sparse, "snapshot"):  # copy-on-write fulls: keep each snapshot to report what it saved aside
+        take = sparse.snapshot
+
+        def kept_snapshot() -> Any:
+            snap = take()
+            snaps.append(snap)
+            return snap
+
+        sparse.snapshot = kept_snapshot
     events = _Events()
     dlog = logging.getLogger("streamfit.daemon")
     dlog.addHandler(events)
@@ -473,6 +494,9 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
         f"{max(during_ck):.1f} ms over {len(during_ck)} batches; outside writes: p50 {np.median(outside):.2f} ms, "
         f"max {max(outside):.1f} ms over {len(outside)} batches" if during_ck and outside else
         "batch interval while a checkpoint was written: no batch overlapped a write")
+    if snaps:
+        out(f"copy-on-write fulls: rows saved aside per snapshot {', '.join(str(x.saved_rows) for x in snaps)}; "
+            f"most held at once {max(x.peak_saved_bytes for x in snaps) / 2**20:.1f} MiB")
     peak = _peak_rss_mb()
     out(f"RSS {C.rss_mb():.0f} MB at the end, {peak0:.0f} MB at the start of the run (model built, tables and "
         f"optimizer state {state_bytes / 2**20:.0f} MiB); peak during the run {peak:.0f} MB: "
@@ -481,6 +505,91 @@ def tables(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[
         worst = max(ratios)
         out(f"== target: a delta checkpoint of 1 % touched rows writes <= 5 % of a full's bytes: "
             f"{'met' if worst <= 0.05 else 'MISSED'} (worst delta {100 * worst:.2f} %)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- 4. a full checkpoint while training: copy + write against copy-on-write streaming -----------------------------
+def cow_ab(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[str], None]) -> None:
+    """Steps of a table model on the main thread while a full checkpoint of its tables is written by another:
+    (copy) the tables and state copied on the training thread, the copies written (what a full did before);
+    (cow) a copy-on-write snapshot streamed by the writer.  Interleaved rounds; per arm: the training thread's
+    pause to take the snapshot, the step time while the write runs against the steps before it, the write time,
+    and the peak RSS above the start of the round per byte of tables and state."""
+    import gc
+
+    import numpy as np
+
+    import streamfit
+    from streamfit._engine.testing import two_input_model
+    from streamfit.checkpoint import CheckpointStore
+    from streamfit.daemon.state import snapshot_tables
+
+    rows = 2 ** 16 if args.quick else args.table_rows
+    dim, batch = 16, 1024
+    touched = max(batch, int(rows * args.table_spread))
+    subset = np.random.default_rng(0).permutation(rows)[:touched]
+    est = streamfit.OnnxRegressor(two_input_model(8, rows, dim=dim, seed=0), optimizer=args.table_optimizer,
+                                  learning_rate="constant", eta0=0.01, penalty=None)
+    g = np.random.default_rng(1)
+    data = [({"x": g.standard_normal((batch, 8)).astype(np.float32), "ids": subset[g.integers(0, touched, batch)]},
+             g.standard_normal(batch).astype(np.float32)) for _ in range(32)]
+    est.partial_fit(*data[0])
+    sparse = est.trainer_.tables
+    state_bytes = sum(a.nbytes for a in sparse.arrays.values()) + sum(
+        a.nbytes for st in sparse.state_arrays().values() for a in st.values())
+    tmp = tempfile.mkdtemp(prefix="bench-cow-")
+    results: dict[str, list[dict[str, float]]] = {"copy": [], "cow": []}
+    k = 0
+    for r in range(args.cow_rounds):
+        for arm in (("copy", "cow") if r % 2 == 0 else ("cow", "copy")):
+            before = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                est.partial_fit(*data[k % 32])
+                before.append(time.perf_counter() - t0)
+                k += 1
+            gc.collect()
+            base = C.rss_mb()
+            _reset_peak_rss()
+            store = CheckpointStore(os.path.join(tmp, f"{arm}-{r}"), keep=1)
+            t0 = time.perf_counter()
+            ts = snapshot_tables(est, None, copy=arm == "copy")
+            pause = time.perf_counter() - t0
+            span: list[float] = []
+
+            def write() -> None:
+                a = time.perf_counter()
+                store.save(1, ts.model, ts.arrays, {}, tables=ts.tables)
+                span.append(time.perf_counter() - a)
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            during = []
+            while writer.is_alive():
+                t0 = time.perf_counter()
+                est.partial_fit(*data[k % 32])
+                during.append(time.perf_counter() - t0)
+                k += 1
+            writer.join()
+            del ts
+            gc.collect()
+            peak = _peak_rss_mb()
+            results[arm].append({"pause": pause, "before": statistics.median(before),
+                                 "during": statistics.median(during), "steps": len(during), "write": span[0],
+                                 "peak": (peak - base) * 2**20 / state_bytes})
+            shutil.rmtree(os.path.join(tmp, f"{arm}-{r}"), ignore_errors=True)
+            log(f"round {r} {arm}: {results[arm][-1]}")
+    out(f"== a full checkpoint while training: {rows} x {dim} float32 table ({rows * dim * 4 / 2**20:.0f} MiB), "
+        f"{args.table_optimizer} ({state_bytes / 2**20:.0f} MiB of tables and state), batch {batch}, "
+        f"{args.cow_rounds} interleaved rounds (medians) ==")
+    out(f"{'arm':<6} {'pause ms':>9} {'step before ms':>15} {'step during ms':>15} {'during/before':>14} "
+        f"{'write s':>8} {'peak RSS +x':>12}")
+    for arm, rs in results.items():
+        def med(key: str) -> float:
+            return statistics.median(x[key] for x in rs)
+        out(f"{arm:<6} {med('pause') * 1e3:>9.1f} {med('before') * 1e3:>15.2f} {med('during') * 1e3:>15.2f} "
+            f"{statistics.median(x['during'] / x['before'] for x in rs):>14.2f} {med('write'):>8.2f} "
+            f"{med('peak'):>12.2f}")
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -534,7 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table-rows", type=int, default=2 ** 24, help="rows of the table (x 16 float32; --quick 2^16)")
     p.add_argument("--table-every", type=int, default=50, help="batches between checkpoints")
     p.add_argument("--table-optimizer", default="adagrad")
+    p.add_argument("--table-spread", type=float, default=0.01, help="fraction of the rows the ids are drawn from")
     p.add_argument("--publish-every", type=float, default=2.0, help="seconds between publications at most")
+    p.add_argument("--cow", action="store_true", help="a full checkpoint while training: copy vs copy-on-write")
+    p.add_argument("--cow-rounds", type=int, default=3)
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
@@ -550,7 +662,9 @@ def main(argv: list[str] | None = None) -> int:
         out(s)
     if args.quick:
         out("--quick: a smoke run (short arms, one round): the figures below say nothing about performance")
-    if args.tables:
+    if args.cow:
+        cow_ab(args, out, log)
+    elif args.tables:
         tables(args, out, log)
     elif args.rss:
         if args.quick:

@@ -32,6 +32,13 @@ def test_checkpoint_tables_bench_smoke():
     out = _run("checkpoint.py", "--tables")
     assert "== delta checkpoints" in out and " full " in out and " delta " in out
     assert "== target: a delta checkpoint of 1 % touched rows" in out and "publications:" in out
+    assert "copy-on-write fulls: rows saved aside" in out and "peak during the run" in out
+    assert "batch interval while a checkpoint was written" in out
+
+
+def test_checkpoint_cow_bench_smoke():
+    out = _run("checkpoint.py", "--cow")
+    assert "== a full checkpoint while training" in out and "\ncopy " in out and "\ncow " in out
 
 
 @pytest.mark.kafka

@@ -39,6 +39,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnxruntime.capi import _pybind_state as C
 
+from streamfit._engine.cow import CowSnapshot
 from streamfit._engine.model import ModelInput, PreparedModel
 from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
@@ -281,6 +282,7 @@ class SparseTables:
         self._rows: dict[str, np.ndarray] = {}  # per table and state array: its rows as one 1-D array of items
         self._touched: dict[str, np.ndarray] = {}  # per table: rows written since clear_touched()
         self._lend: str | None = None  # read()/read_state() inside lend(): "live" arrays or "empty" ones
+        self._snapshots: list[CowSnapshot] = []  # open copy-on-write snapshots (a full checkpoint being written)
         for t in tables:
             array = pm.initial[t.name]  # prepare_model's own copy: it becomes the live table (not copied again)
             if not (array.flags.c_contiguous and array.flags.writeable):
@@ -365,11 +367,36 @@ class SparseTables:
         for t, uniq in zip(self.tables, staged.uniq):
             u = len(uniq)
             w = _suffix(t.name, "rows")
+            snaps = tuple(self._snapshots)
+            for snap in snaps:  # the rows' values at the snapshot's step, saved aside before they change
+                snap.before_write(t.name, uniq)
+                for slot in self.state[t.name]:
+                    snap.before_write(slot_name(t.name, slot), uniq)
             np.put(self._rows[t.name], uniq, staged.items[new(w)][:u])  # sorted distinct rows: one pass in order
             self._touched[t.name][uniq] = True
             for slot in self.state[t.name]:
                 np.put(self._rows[slot_name(t.name, slot)], uniq, staged.items[new(slot_name(w, slot))][:u])
         return True
+
+    # -- copy-on-write snapshots (full checkpoints) ----------------------------------------------------
+    def snapshot(self) -> CowSnapshot:
+        """The tables and their optimizer state frozen now, without a copy (see :mod:`streamfit._engine.cow`):
+        keyed by table name and ``<table>__<slot>``; open until read through or closed."""
+        live = dict(self.arrays)
+        for st in self.state_arrays().values():
+            live.update(st)
+        snap = CowSnapshot(live, on_close=self._detach)
+        self._snapshots.append(snap)
+        return snap
+
+    def _detach(self, snap: CowSnapshot) -> None:
+        with contextlib.suppress(ValueError):
+            self._snapshots.remove(snap)
+
+    @property
+    def open_snapshots(self) -> int:
+        """Copy-on-write snapshots still being written."""
+        return len(self._snapshots)
 
     # -- touched rows (for delta checkpoints) --------------------------------------------------------
     def touched(self) -> TouchedRows:
@@ -422,6 +449,8 @@ class SparseTables:
 
     def write(self, values: Mapping[str, np.ndarray]) -> None:
         for name, value in values.items():
+            for snap in tuple(self._snapshots):
+                snap.before_write_all(name)
             _copy_into(self.arrays[name], value, name)
             self._touched[name].fill(True)
 
@@ -430,6 +459,8 @@ class SparseTables:
             for k, arr in st.items():
                 key = self._names.slot(name, k)
                 if key in values:
+                    for snap in tuple(self._snapshots):
+                        snap.before_write_all(key)
                     _copy_into(arr, values[key], key)
                     self._touched[name].fill(True)
 

@@ -112,15 +112,26 @@ class AsyncCheckpointWriter:
 
         Invalid arguments (object arrays, non-JSON meta) raise here, on the caller's thread; ``meta``
         is copied now, so the caller may keep mutating its dicts.  ``tables`` as in
-        :meth:`CheckpointStore.save` (a full or a delta of large arrays).  Raises :class:`CheckpointError`
+        :meth:`CheckpointStore.save` (a full or a delta of large arrays; a full's :class:`ArrayBlocks` are
+        released when written, or here when not queued).  Raises :class:`CheckpointError`
         if an earlier write failed, if the writer is closed, or if ``timeout`` seconds pass while
         waiting for the write in flight.
         """
+        if tables is not None and not isinstance(tables, TableArrays):
+            raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
+        queued = False
+        try:
+            queued = self._submit(step, model, arrays, meta, wait, timeout, tables)
+            return queued
+        finally:
+            if not queued and tables is not None:
+                tables.release()  # not written: a streamed snapshot must stop saving rows
+
+    def _submit(self, step: int, model: bytes, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None,
+                wait: bool, timeout: float | None, tables: TableArrays | None) -> bool:
         step = check_step(step)
         check_model(model)
         arrays = check_arrays(arrays)
-        if tables is not None and not isinstance(tables, TableArrays):
-            raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
         if meta is not None and not isinstance(meta, Mapping):
             raise CheckpointError(f"meta must be a mapping, got {type(meta).__name__}")
         meta = json_copy({} if meta is None else meta)

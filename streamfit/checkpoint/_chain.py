@@ -16,13 +16,13 @@ empty (zero rows).  ``model_fill`` names, for each such initializer, the array w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from streamfit.exceptions import CheckpointError
 
-__all__ = ["RowDelta", "TableArrays", "ChainLink", "fill_model", "apply_delta", "DELTA_ROWS", "DELTA_VALUES"]
+__all__ = ["ArrayBlocks", "RowDelta", "TableArrays", "ChainLink", "fill_model", "apply_delta", "DELTA_ROWS", "DELTA_VALUES"]
 
 #: member-name suffixes in ``delta.npz``: ``<array>#rows`` (int64) and ``<array>#values``
 DELTA_ROWS = "#rows"
@@ -66,6 +66,40 @@ class RowDelta:
         return int(self.rows.nbytes + self.values.nbytes)
 
 
+@dataclass(frozen=True, eq=False)
+class ArrayBlocks:
+    """A large array of a full checkpoint given as consecutive blocks of rows, read once by the writer, so
+    that it is never copied whole (a copy-on-write snapshot of a live table: see :mod:`streamfit._engine.cow`).
+
+    ``blocks()`` yields arrays of ``shape[1:]`` rows whose lengths add up to ``shape[0]`` (each may be a
+    reused buffer: consumed before the next is asked for); ``release()`` frees the snapshot behind it
+    (idempotent; called by the store after the write, and by whoever drops an unwritten one).
+
+    >>> import numpy as np
+    >>> a = np.arange(6.0).reshape(3, 2)
+    >>> blocks = ArrayBlocks(a.shape, a.dtype, lambda: iter((a[:2], a[2:])))
+    >>> blocks.nbytes, sum(len(b) for b in blocks.blocks())
+    (48, 3)
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    blocks: Callable[[], Iterator[np.ndarray]]
+    release: Callable[[], None] = field(default=lambda: None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        if self.dtype.hasobject:
+            raise CheckpointError("ArrayBlocks of Python objects; checkpoints refuse pickle")
+        if not self.shape:
+            raise CheckpointError("ArrayBlocks needs an array of rows (at least one dimension)")
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
 @dataclass(frozen=True)
 class TableArrays:
     """The large arrays of a checkpoint being saved (what :meth:`CheckpointStore.save` takes as ``tables``).
@@ -76,7 +110,7 @@ class TableArrays:
     initializer left empty in the model bytes to the array that fills it.
     """
 
-    arrays: Mapping[str, "np.ndarray | RowDelta"]
+    arrays: Mapping[str, "np.ndarray | ArrayBlocks | RowDelta"]
     parent: int | None = None
     model_fill: Mapping[str, str] = field(default_factory=dict)
     #: a delta to be written as a full: the store resolves the parent's chain from disk and applies these
@@ -89,6 +123,10 @@ class TableArrays:
             raise CheckpointError("a full checkpoint's tables must be whole arrays, not RowDelta")
         if self.parent is not None and False in kinds:
             raise CheckpointError(f"a delta checkpoint (parent {self.parent}) takes a RowDelta for every table")
+        for name, value in self.arrays.items():
+            if not isinstance(value, (np.ndarray, ArrayBlocks, RowDelta)):
+                raise CheckpointError(f"table {name!r} is {type(value).__name__}, expected a numpy array, "
+                                      "ArrayBlocks or RowDelta")
         if self.compact and self.parent is None:
             raise CheckpointError("compact=True writes a delta as a full: it needs a parent")
         unknown = sorted(set(self.model_fill.values()) - set(self.arrays))
@@ -98,6 +136,17 @@ class TableArrays:
     @property
     def is_delta(self) -> bool:
         return self.parent is not None
+
+    @property
+    def streamed(self) -> bool:
+        """Some table is given as :class:`ArrayBlocks` (readable once, by the writer)."""
+        return any(isinstance(v, ArrayBlocks) for v in self.arrays.values())
+
+    def release(self) -> None:
+        """Release every :class:`ArrayBlocks` (its snapshot); idempotent."""
+        for value in self.arrays.values():
+            if isinstance(value, ArrayBlocks):
+                value.release()
 
 
 @dataclass(frozen=True)

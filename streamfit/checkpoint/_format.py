@@ -35,7 +35,7 @@ from typing import Any, Mapping, TypeGuard
 import numpy as np
 from numpy.lib.npyio import NpzFile
 
-from streamfit.checkpoint._chain import DELTA_ROWS, DELTA_VALUES, ChainLink, RowDelta, fill_model
+from streamfit.checkpoint._chain import DELTA_ROWS, DELTA_VALUES, ArrayBlocks, ChainLink, RowDelta, fill_model
 from streamfit.checkpoint._fs import NoFollowDir, Refused
 from streamfit.exceptions import CheckpointError, CorruptCheckpointError
 
@@ -150,6 +150,41 @@ def check_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return out
 
 
+def check_tables(arrays: Mapping[str, Any]) -> dict[str, "np.ndarray | ArrayBlocks"]:
+    """:func:`check_arrays` for a full's tables, which may also be :class:`ArrayBlocks` (streamed)."""
+    blocks = {k: v for k, v in arrays.items() if isinstance(v, ArrayBlocks)}
+    plain = check_arrays({k: v for k, v in arrays.items() if k not in blocks})
+    for name in blocks:
+        if not isinstance(name, str) or not name or name in _RESERVED_ARRAY_NAMES:
+            raise CheckpointError(f"array name {name!r} is invalid or reserved by np.savez")
+    return {k: plain[k] if k in plain else blocks[k] for k in arrays}
+
+
+def write_npz(f: Any, arrays: Mapping[str, "np.ndarray | ArrayBlocks"]) -> None:
+    """Write ``arrays`` to the open binary file ``f`` as an uncompressed ``.npz`` (what ``np.savez`` writes,
+    read by ``np.load``); an :class:`ArrayBlocks` member is streamed block by block, never held whole."""
+    import zipfile
+
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as out:
+                if not isinstance(value, ArrayBlocks):
+                    np.lib.format.write_array(out, np.asanyarray(value), allow_pickle=False)
+                    continue
+                header = {"descr": np.lib.format.dtype_to_descr(value.dtype), "fortran_order": False,
+                          "shape": value.shape}
+                np.lib.format.write_array_header_1_0(out, header)
+                rows = 0
+                for block in value.blocks():
+                    if block.shape[1:] != value.shape[1:] or block.dtype != value.dtype:
+                        raise CheckpointError(f"array {name!r}: a block of {block.dtype} {block.shape} in an "
+                                              f"array of {value.dtype} {value.shape}")
+                    out.write(np.ascontiguousarray(block).reshape(-1).view(np.uint8).data)
+                    rows += block.shape[0]
+                if rows != value.shape[0]:
+                    raise CheckpointError(f"array {name!r}: its blocks held {rows} rows, expected {value.shape[0]}")
+
+
 def json_copy(value: Any, where: str = "meta") -> Any:
     """A plain dict/list copy of ``value``; refuse what JSON would reject or silently change.
 
@@ -177,7 +212,7 @@ def json_copy(value: Any, where: str = "meta") -> Any:
     )
 
 
-def array_entry(arr: np.ndarray) -> dict[str, Any]:
+def array_entry(arr: "np.ndarray | ArrayBlocks") -> dict[str, Any]:
     """The manifest's description of one array: JSON-normalized dtype descr and shape."""
     descr = json.loads(json.dumps(np.lib.format.dtype_to_descr(arr.dtype)))
     return {"dtype": descr, "shape": list(arr.shape)}
@@ -193,7 +228,7 @@ def build_manifest(
     step: int,
     meta: Mapping[str, Any],
     files: Mapping[str, Mapping[str, Any]],
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, "np.ndarray | ArrayBlocks"],
     link: ChainLink | None = None,
 ) -> dict[str, Any]:
     extra = {} if link is None else {"tables": link.to_json()}
@@ -256,7 +291,7 @@ def file_digest(path: Path) -> dict[str, Any]:
     h = hashlib.sha256()
     size = 0
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        while chunk := f.read(16 << 20):  # big reads: few GIL round trips while training runs
             h.update(chunk)
             size += len(chunk)
     return {"sha256": h.hexdigest(), "size": size}

@@ -21,7 +21,9 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from streamfit.checkpoint._chain import DELTA_ROWS, DELTA_VALUES, ChainLink, RowDelta, TableArrays, apply_delta
+from streamfit.checkpoint._chain import (
+    DELTA_ROWS, DELTA_VALUES, ArrayBlocks, ChainLink, RowDelta, TableArrays, apply_delta,
+)
 from streamfit.checkpoint._format import (
     DELTA_FILE,
     MANIFEST_FILE,
@@ -32,6 +34,8 @@ from streamfit.checkpoint._format import (
     build_manifest,
     check_arrays,
     check_model,
+    check_tables,
+    write_npz,
     array_entry,
     check_step,
     dir_name,
@@ -135,16 +139,24 @@ class CheckpointStore:
         written since ``tables.parent``, which must be the newest committed checkpoint, itself of a
         chain (see :mod:`streamfit.checkpoint._chain`).  Returns the checkpoint directory.
         """
-        step = check_step(step)
-        model_view = check_model(model)
-        snap = check_arrays(arrays)
         if tables is not None and not isinstance(tables, TableArrays):
             raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
+        try:
+            return self._save(step, model, arrays, meta, tables)
+        finally:
+            if tables is not None:
+                tables.release()  # a streamed snapshot is read once: done, or abandoned by a failed write
+
+    def _save(self, step: int, model: bytes, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None,
+              tables: TableArrays | None) -> Path:
+        step = check_step(step)
+        model_view = check_model(model)
+        snap: dict[str, Any] = check_arrays(arrays)
         if tables is not None and not tables.is_delta:
             clash = sorted(set(tables.arrays) & set(snap))
             if clash:
                 raise CheckpointError(f"arrays {clash} are given both as arrays and as tables")
-            snap = {**snap, **check_arrays(tables.arrays)}
+            snap = {**snap, **check_tables(tables.arrays)}
         if meta is None:
             meta = {}
         if not isinstance(meta, Mapping):
@@ -196,7 +208,8 @@ class CheckpointStore:
         """The chain link a checkpoint of ``tables`` will be: a full, or a delta after the newest checkpoint."""
         fill = dict(tables.model_fill)
         if not tables.is_delta:
-            listing = {n: array_entry(np.asarray(a)) for n, a in tables.arrays.items()}
+            listing = {n: array_entry(a if isinstance(a, (np.ndarray, ArrayBlocks)) else np.asarray(a))
+                       for n, a in tables.arrays.items()}
             return ChainLink("full", step, 0, None, None, listing, fill, {})
         newest = committed[-1] if committed else None
         if newest is None or newest.step != tables.parent:
@@ -248,7 +261,7 @@ class CheckpointStore:
 
     @staticmethod
     def _write_files(
-        tmp: Path, step: int, model: memoryview, arrays: dict[str, np.ndarray], meta: dict[str, Any],
+        tmp: Path, step: int, model: memoryview, arrays: dict[str, Any], meta: dict[str, Any],
         link: ChainLink | None = None, deltas: Mapping[str, Any] | None = None,
     ) -> None:
         """Fill the new directory ``tmp``: model, state (and the delta), then manifest; fsync all of it."""
@@ -256,7 +269,7 @@ class CheckpointStore:
         write_durably(tmp / MODEL_FILE, model)
         pause_point("model_written")
         with open(tmp / STATE_FILE, "xb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stubs type **kwds as the allow_pickle flag
+            write_npz(f, arrays)  # large tables streamed block by block from their snapshot
             f.flush()
             os.fsync(f.fileno())
         files = {MODEL_FILE: file_digest(tmp / MODEL_FILE), STATE_FILE: file_digest(tmp / STATE_FILE)}
@@ -507,6 +520,25 @@ class CheckpointStore:
                 apply_delta(tables[name], delta, name)
         return Checkpoint(path=head.path, step=head.step, manifest=head.manifest, meta=head.meta,
                           arrays={**head.arrays, **tables}, skeleton=head.skeleton, link=head.link)
+
+    def chain_of(self, path: StrPath) -> tuple[Path, tuple[dict[str, RowDelta], ...]]:
+        """For chain checkpoint ``path``: its full checkpoint's directory and, oldest first, the rows of each
+        delta after it up to ``path`` (each delta verified; the full's tables are not read)."""
+        p = Path(path)
+        if not p.is_absolute() and len(p.parts) == 1:
+            p = self.root / p
+        deltas: builtins.list[dict[str, RowDelta]] = []
+        link, _ = self._read_link(p)
+        if link is None:
+            raise CorruptCheckpointError(f"checkpoint {p}: not a readable checkpoint of a table chain")
+        while link.kind == "delta":
+            deltas.append(read_checkpoint(p).deltas)
+            assert link.parent is not None
+            p = p.parent / dir_name(link.parent)
+            link, _ = self._read_link(p)
+            if link is None:
+                raise CorruptCheckpointError(f"checkpoint {p}: its chain is broken there")
+        return p, tuple(reversed(deltas))
 
     def load_latest(self) -> Checkpoint | None:
         """The newest valid committed checkpoint, or ``None`` if there is none.

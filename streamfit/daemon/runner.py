@@ -119,8 +119,10 @@ class Runner:
 
     A model with row-sparse tables (embeddings, hashed models, factorization machines) is checkpointed as a
     chain: a full checkpoint every ``full_every`` checkpoints, and in between deltas of the table rows
-    touched since the previous one (dense weights in full each time); after the run's first full, the loop
-    snapshots only deltas, and a full is the writer's compaction of the chain on disk with the new rows.  ``publish_path`` gets the model of
+    touched since the previous one (dense weights in full each time).  A full is a copy-on-write snapshot
+    (:mod:`streamfit._engine.cow`): nothing is copied when it is taken; the writer streams the tables by row
+    blocks while training goes on, each step saving aside the old values of the rows it overwrites that the
+    writer has not passed yet.  ``publish_path`` gets the model of
     a durable checkpoint, written by a background thread at most every ``publish_every`` seconds, with a
     delta file of the rows changed beside it (:class:`~streamfit.checkpoint.BackgroundPublisher`).
     """
@@ -252,14 +254,14 @@ class Runner:
             model, arrays, state = snapshot_estimator(self.estimator)
             return _Snapshot(*counters, model, arrays, state, self._skipped_rows(), self._skipped_messages(), mark)
         tables_at = None
-        if checkpoint:  # after the first full, always a delta; a full is the store's compaction of one
-            full_due = self._chain_depth + 1 >= self.full_every
-            ts = snapshot_tables(self.estimator, self._chain_parent, compact=full_due)
+        if checkpoint:  # a full (a copy-on-write snapshot the writer streams) every full_every, else a delta
+            full_due = self._chain_parent is None or self._chain_depth + 1 >= self.full_every
+            ts = snapshot_tables(self.estimator, None if full_due else self._chain_parent)
         elif self._chain_parent is not None and tables.touched().count == 0:
             ts = snapshot_tables(self.estimator, self._chain_parent)  # zero rows: nothing copied
             tables_at = self._chain_parent
         else:
-            ts = snapshot_tables(self.estimator, None)
+            ts = snapshot_tables(self.estimator, None, copy=True)  # an in-memory rollback point
         return _Snapshot(*counters, ts.model, ts.arrays, ts.state, self._skipped_rows(), self._skipped_messages(),
                          mark, tables=None if tables_at is not None else ts.tables, tables_at=tables_at,
                          changed=ts.changed if checkpoint and self._chain_parent is not None else None)
@@ -351,11 +353,9 @@ class Runner:
             tables = estimator_tables(self.estimator)
             if tables is not None:
                 tables.clear_touched()
-            if self._publisher is not None and tables is not None:  # its replica starts from this state
-                live = list(tables.arrays.values())
-                own = {k: ckpt.arrays[k] if not any(np.may_share_memory(ckpt.arrays[k], t) for t in live)
-                       else ckpt.arrays[k].copy() for k in ckpt.link.tables}
-                self._publisher.prime(ckpt.skeleton, TableArrays(own, None, ckpt.link.model_fill))
+            if self._publisher is not None and tables is not None:  # it starts from this state, on disk
+                full, chain = self.store.chain_of(ckpt.path)
+                self._publisher.prime_chain(ckpt.skeleton, ckpt.link.model_fill, full, chain)
             snap = replace(snap, arrays={k: v for k, v in snap.arrays.items() if k not in ckpt.link.tables},
                            tables_at=ckpt.step)
         self._restore_layout(meta.get("columns"))
@@ -417,7 +417,7 @@ class Runner:
         summary = self._loop.summary() if self._loop is not None else None
         if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait,
                                    tables=snap.tables):
-            return False
+            return False  # (a streamed snapshot not queued is released by the writer)
         self._pending[snap.step] = snap
         self._submitted_step = snap.step
         good = snap
@@ -450,8 +450,10 @@ class Runner:
         if self.metrics is not None:
             self.metrics.ckpt_seconds.set(result.seconds)
         if self._publisher is not None:  # written by its own thread, at most every publish_every seconds
-            for done_snap in durable:  # every link, in order: the publisher's replica follows the chain
-                self._publisher.offer(done_snap.step, done_snap.model, done_snap.tables, done_snap.changed)
+            assert self.store is not None
+            for done_snap in durable:  # every link, in order: the publisher follows the chain
+                self._publisher.offer(done_snap.step, done_snap.model, done_snap.tables, done_snap.changed,
+                                      checkpoint=self.store.root / dir_name(done_snap.step))
         if snap.position is not None and self._source is not None and snap.step > self._committed_step:
             await self._source.commit(snap.position)
             self._committed_step = snap.step
@@ -480,8 +482,11 @@ class Runner:
         elif self.guard is not None and not self._suspects and (
                 self._good is None or self.batches - self._good.step >= self._guard_every):
             self._new_rollback_point()  # no checkpoints: in-memory rollback points only
-        if self.guard is not None and self._good is None:
-            self._new_rollback_point()  # the first trained batch is the first rollback point
+        if self.guard is not None and self._good is None:  # the first trained batch is the first rollback point
+            if self._writer is not None and estimator_tables(self.estimator) is not None:
+                self._submit(wait=True)  # big tables: a checkpoint on disk (streamed), not a copy in memory
+            else:
+                self._new_rollback_point()
         self._observe(event)
 
     def _new_rollback_point(self) -> None:

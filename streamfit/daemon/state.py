@@ -8,11 +8,12 @@ so loading a checkpoint parses JSON and reads plain arrays: nothing in it can ex
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
 
-from streamfit.checkpoint import RowDelta, TableArrays
+from streamfit.checkpoint import ArrayBlocks, RowDelta, TableArrays
 from streamfit.exceptions import CheckpointError, ResumeError
 
 __all__ = ["flatten_state", "unflatten_state", "snapshot_estimator", "restore_estimator", "TableSnapshot",
@@ -112,9 +113,22 @@ def estimator_tables(estimator: Any) -> Any:
     return tables if tables is not None and tables.tables else None
 
 
-def snapshot_tables(estimator: Any, parent: int | None, compact: bool = False) -> TableSnapshot:
-    """Snapshot ``estimator`` for a chain checkpoint: a full (``parent is None``: the tables copied whole) or
-    a delta after checkpoint ``parent`` (only the rows touched since the tracker was cleared).
+def frozen_arrays(tables: Any) -> dict[str, np.ndarray]:
+    """The live arrays of ``tables`` (a ``SparseTables``) by the names its snapshots use."""
+    live = dict(tables.arrays)
+    for st in tables.state_arrays().values():
+        live.update(st)
+    return live
+
+
+def snapshot_tables(estimator: Any, parent: int | None, compact: bool = False, copy: bool = False
+                    ) -> TableSnapshot:
+    """Snapshot ``estimator`` for a chain checkpoint: a full (``parent is None``) or a delta after checkpoint
+    ``parent`` (only the rows touched since the tracker was cleared, copied).
+
+    A full's tables are a copy-on-write snapshot (:class:`~streamfit.checkpoint.ArrayBlocks`: nothing copied
+    now; the writer streams them, the steps meanwhile save aside the rows they overwrite), to be handed to
+    one writer; ``copy=True`` copies them whole instead (an in-memory rollback point).
 
     Nothing table-sized is copied or serialized for a delta: the state tree is read with the live tables
     lent, and the model exported with them empty.  ``compact``: the delta is to be written as a full (by the
@@ -140,7 +154,15 @@ def snapshot_tables(estimator: Any, parent: int | None, compact: bool = False) -
     fill = {name: by_array[id(array)] for name, array in tables.arrays.items()}
     touched = tables.touched()
     big: dict[str, Any] = {}
+    if parent is None and not copy:  # a copy-on-write snapshot, streamed by the checkpoint writer
+        frozen = tables.snapshot()
+        keys = {id(a): key for key, a in frozen_arrays(tables).items()}
+        for path, (_, array) in found.items():
+            key = keys[id(array)]
+            big[path] = ArrayBlocks(array.shape, array.dtype, partial(frozen.blocks, key), frozen.close)
     for path, (name, array) in found.items():
+        if path in big:
+            continue
         if parent is None:
             big[path] = array.copy()
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from pathlib import Path
 
 import anyio
@@ -254,3 +255,60 @@ def test_a_poison_message_rolls_a_table_model_back_from_its_chain_on_disk(tmp_pa
     for name, w in ref.estimator.trainer_.get_weights().items():
         np.testing.assert_allclose(runner.estimator.trainer_.get_weights()[name], w, rtol=1e-6, atol=1e-7,
                                    err_msg=name)
+
+
+def test_a_full_checkpoint_is_the_state_at_its_step_while_training_goes_on(tmp_path, monkeypatch, reference):
+    """A full is a copy-on-write snapshot streamed while later batches train: each one holds exactly the state
+    captured by stopping training at its step, and the run ends where the uninterrupted reference does."""
+    from streamfit._engine import cow
+    from streamfit.daemon.state import snapshot_tables
+
+    monkeypatch.setattr(cow, "BLOCK_BYTES", 4096)  # 32 blocks per array
+    blocks = cow.CowSnapshot.blocks
+    snaps: list[cow.CowSnapshot] = []
+
+    def slow_blocks(self, name):  # a slow disk: batches train between the blocks of one write
+        if self not in snaps:
+            snaps.append(self)
+        for block in blocks(self, name):
+            yield block
+            time.sleep(0.004)
+
+    monkeypatch.setattr(cow.CowSnapshot, "blocks", slow_blocks)
+    captured: dict[int, dict[str, np.ndarray]] = {}
+    snapshot = Runner._snapshot
+
+    def capturing(self, checkpoint=False):
+        snap = snapshot(self, checkpoint)
+        if checkpoint and snap.tables is not None and not snap.tables.is_delta:  # stop here: copy the state
+            captured[snap.step] = dict(snapshot_tables(self.estimator, None, copy=True).tables.arrays)
+        return snap
+
+    monkeypatch.setattr(Runner, "_snapshot", capturing)
+    data, model = write_table_stream(tmp_path), write_table_model(tmp_path)
+    runner = _run(tmp_path, data, model)
+    store = CheckpointStore(tmp_path / "ck")
+    fulls = [name for name, kind in _kinds(tmp_path / "ck").items() if kind == "full"]
+    assert len(fulls) >= 2 and sum(s.saved_rows > 0 for s in snaps) >= 2  # batches overwrote unread rows
+    assert runner.estimator.trainer_.tables.open_snapshots == 0
+    for name in fulls:
+        ckpt = store.load(name)
+        want = captured[ckpt.step]
+        assert set(want) <= set(ckpt.arrays)
+        for key, value in want.items():
+            np.testing.assert_array_equal(ckpt.arrays[key], value, err_msg=f"{name} {key}")
+    _assert_same(_weights(tmp_path / "ck")[0], reference[0])
+
+
+def test_a_resumed_publisher_starts_from_the_chain_on_disk(tmp_path, reference):
+    """After a resume the publisher reads the tables from the chain's full checkpoint and its deltas (it holds
+    no copy): its last publication is the final model, and every later delta file patches the one before."""
+    data, model = write_table_stream(tmp_path), write_table_model(tmp_path)
+    pub = tmp_path / "pub" / "model.onnx"
+    _run(tmp_path, data, model, max_rows=FILES * ROWS // 2 + 3 * BATCH, full_every=100, publish_path=pub,
+         publish_every=0.0)
+    assert list(_kinds(tmp_path / "ck").values())[-1] == "delta"  # the resumed checkpoint is a chain's delta
+    runner = _run(tmp_path, data, model, resume=True, full_every=100, publish_path=pub, publish_every=0.0)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(pub).graph.initializer}
+    np.testing.assert_array_equal(inits["E"], runner.estimator.trainer_.get_weights()["E"])
+    np.testing.assert_allclose(inits["E"], reference[0]["trainer/weights/E"], rtol=1e-6, atol=1e-7)
