@@ -133,3 +133,55 @@ def test_graph_scaling_statistics_equal_numpy_and_river_and_resume_exactly():
         resumed.partial_fit(X[i:i + 1], y[i:i + 1])
     _assert_same(_state(resumed), _state(clf))
     np.testing.assert_array_equal(resumed.decision_function(X), clf.decision_function(X))
+
+
+@pytest.mark.parametrize("standardize", [True, False])
+def test_classifier_row_path_partial_fit_predict_equals_the_general_path(standardize, monkeypatch):
+    from streamfit.estimators.classifier import OnnxClassifier
+
+    calls = []
+    general_method = OnnxClassifier.partial_fit_predict
+    monkeypatch.setattr(OnnxClassifier, "partial_fit_predict",
+                        lambda self, *a, **k: calls.append(self) or general_method(self, *a, **k))
+    X, score = _rows(seed=2)
+    y = np.where(score > 0.5, "yes", "no")
+    fast, general = (LogisticRegression(standardize=standardize, random_state=0) for _ in range(2))
+    fast_out, general_out = [], []
+    for i in range(len(X)):
+        row = X[i:i + 1]
+        fast_out.append(fast.partial_fit_predict(row, y[i:i + 1], classes=["no", "yes"] if i == 0 else None))
+        general_out.append(general.partial_fit_predict(row, y[i:i + 1], classes=["no", "yes"]))  # the general path
+        general.__dict__.pop("_rows", None)
+    assert "_rows" in fast.__dict__
+    assert all(a.dtype == b.dtype == np.float64 and a.shape == b.shape == (1, 2) for a, b in zip(fast_out, general_out))
+    np.testing.assert_array_equal(np.concatenate(fast_out), np.concatenate(general_out))
+    _assert_same(_state(fast), _state(general))
+    # the first sight of each label only (it fills the label cache): every later row took the one-row path
+    assert sum(c is fast for c in calls) <= 2
+    # each row's probabilities come from the weights before its own step: the first row's from zero weights
+    np.testing.assert_array_equal(fast_out[0], [[0.5, 0.5]])
+
+
+@pytest.mark.parametrize("standardize_target", [True, False])
+def test_regressor_row_path_partial_fit_predict_equals_the_general_path(standardize_target, monkeypatch):
+    from streamfit.estimators.regressor import OnnxRegressor
+
+    calls = []
+    general_method = OnnxRegressor.partial_fit_predict
+    monkeypatch.setattr(OnnxRegressor, "partial_fit_predict",
+                        lambda self, *a, **k: calls.append(self) or general_method(self, *a, **k))
+    X, y = _rows(seed=3)
+    fast, general = (LinearRegressor(standardize_target=standardize_target, random_state=0) for _ in range(2))
+    fast_out, general_out = [], []
+    for i in range(len(X)):
+        row = X[i:i + 1]
+        fast_out.append(fast.partial_fit_predict(row, y[i:i + 1]))
+        general_out.append(general.partial_fit_predict(row.tolist(), y[i:i + 1]))  # a list: the general path
+        general.__dict__.pop("_rows", None)
+    assert "_rows" in fast.__dict__
+    assert all(a.dtype == b.dtype and a.shape == b.shape == (1,) for a, b in zip(fast_out, general_out))
+    np.testing.assert_array_equal(np.concatenate(fast_out), np.concatenate(general_out))
+    _assert_same(_state(fast), _state(general))
+    assert sum(c is fast for c in calls) == 1  # the first row only: every later one took the one-row path
+    # a prediction never sees its own row: the row's output before the step, in the units before the row
+    assert fast_out[0][0] == 0.0

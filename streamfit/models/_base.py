@@ -295,7 +295,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
         """One pass over ``X`` in minibatches of ``batch_size`` (one row of a stream: the one-row path)."""
-        rows = _rows_for(self, X) if sample_weight is None else None
+        rows = self.__dict__.get("_rows") if sample_weight is None else None
         if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, sample_weight)
@@ -308,9 +308,15 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
         With ``standardize_target`` the predictions are mapped back with the target statistics from
         before this batch: a prediction never sees its own row's target.
         """
+        rows = self.__dict__.get("_rows") if sample_weight is None else None
+        if rows is not None:
+            out = rows.partial_fit_predict(self, X, y)
+            if out is not None:
+                return out
         scaler = getattr(self, "target_scaler_", None)
         before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
         out = super().partial_fit_predict(X, y, sample_weight)
+        _keep_rows(self, X, RegressorRows)
         if getattr(self, "target_scaler_", None) is None:
             return out
         if before is None:  # the first batch: the model predicted from no statistics at all
@@ -319,7 +325,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        rows = _rows_for(self, X)
+        rows = self.__dict__.get("_rows")
         if rows is not None:
             out = rows.predict(self, X)
             if out is not None:
@@ -385,28 +391,30 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
         """One pass over ``X``; the first call needs ``classes`` (one row of a stream: the one-row path)."""
-        rows = _rows_for(self, X) if classes is None and sample_weight is None else None
+        rows = self.__dict__.get("_rows") if classes is None and sample_weight is None else None
         if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, classes, sample_weight)
         _keep_rows(self, X, ClassifierRows)
         return self
 
+    def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
+        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it
+        (one step per row of a stream: predict-then-learn at the cost of the step alone)."""
+        rows = self.__dict__.get("_rows") if classes is None and sample_weight is None else None
+        if rows is not None and rows.partial_fit(self, X, y):
+            return rows.proba(self)
+        out = super().partial_fit_predict(X, y, classes, sample_weight)
+        _keep_rows(self, X, ClassifierRows)
+        return out
+
     def predict(self, X: Any) -> np.ndarray:
-        rows = _rows_for(self, X)
+        rows = self.__dict__.get("_rows")
         if rows is not None:
             out = rows.predict(self, X)
             if out is not None:
                 return out
         return super().predict(X)
-
-
-def _rows_for(est: Any, X: Any) -> "ClassifierRows | RegressorRows | None":
-    """The estimator's one-row path if ``X`` is an ndarray of the row shape it was made for and it is current."""
-    rows = est.__dict__.get("_rows")
-    if rows is not None and type(X) is np.ndarray and X.shape == rows.shape and rows.current(est):
-        return rows
-    return None
 
 
 def _keep_rows(est: Any, X: Any, kind: "type[ClassifierRows] | type[RegressorRows]") -> None:

@@ -7,8 +7,12 @@ buffer made once, the trainer and scalers it was made for.  A row that fits (an 
 and a float dtype, finite, a label already seen) is checked by a few attribute tests and one ``tolist``,
 the running scalers take Welford's update on Python floats, and the row goes to the trainer scaled in
 place; anything else -- a first sight of a label, a non-finite value, sample weights, ``classes=``, a
-batch -- returns ``None``/``False`` and takes the general path, which validates it and says what is wrong.
-Both paths compute the same float32 arithmetic (tests compare them).
+batch, a trainer or scaler replaced since -- returns ``None``/``False`` and takes the general path, which
+validates it and says what is wrong.  Both paths compute the same float32 arithmetic (tests compare them).
+
+Every microsecond here is paid once per event beside a step of a few tens of microseconds, and Python run
+between two onnxruntime runs also slows the next run (its caches are cold), so the checks are written
+inline, without helper calls.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ class RowPath:
     """What the one-row path of a fitted estimator needs, made once (and again when the estimator's trainer
     or scalers are replaced: :meth:`current` says whether it still fits)."""
 
-    __slots__ = ("trainer", "scaler", "running", "host_scaled", "shape", "buf")
+    __slots__ = ("trainer", "scaler", "update", "host_scaled", "shape", "buf", "step")
 
     def __init__(self, est: Any) -> None:
         self.trainer = est.trainer_
+        self.step = self.trainer.step
         self.scaler = est.__dict__.get("scaler_")
-        self.running = isinstance(self.scaler, RunningScaler)
+        #: the running scaler's one-row update (None: no scaler, or a fixed one)
+        self.update = self.scaler.update_row if isinstance(self.scaler, RunningScaler) else None
         #: the row is scaled here (a model pickled before the graph scaled its inputs), else by the graph
         self.host_scaled = self.scaler is not None and not est._scaler_in_graph()
         self.shape = (1, int(est.n_features_in_))
@@ -49,14 +55,14 @@ class RowPath:
                 and est.learning_rate not in _PASSIVE_AGGRESSIVE and getattr(est, "inputs", None) is None)
 
     def current(self, est: Any) -> bool:
-        """Whether this path still fits ``est`` (its trainer and scalers not replaced, no
+        """Whether this path still fits ``est`` (its trainer, scalers and labels not replaced, no
         passive-aggressive steps asked for since)."""
-        d = est.__dict__
-        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
-                and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
+        raise NotImplementedError
 
-    def _row(self, X: np.ndarray) -> "tuple[np.ndarray, list[float]] | None":
-        """``X`` as a float32 row and its values, or None when it is not a finite float row."""
+    def _row(self, X: Any) -> "tuple[np.ndarray, list[float]] | None":
+        """``X`` as a float32 row and its values, or None when it is not a finite float row of the shape."""
+        if type(X) is not np.ndarray or X.shape != self.shape:
+            return None
         if X.dtype is not _F32:
             if X.dtype.kind != "f":
                 return None
@@ -74,20 +80,17 @@ class RowPath:
         np.subtract(X, mean, out=self.buf)
         return np.divide(self.buf, scale, out=self.buf)
 
-    def _features(self, X: np.ndarray) -> np.ndarray | None:
-        """The row a training step takes: checked, the feature statistics updated with it, scaled."""
-        row = self._row(X)
-        if row is None:
-            return None
-        if self.running:
-            self.scaler.update_row(row[1])
-        return self._scaled(row[0])
+    def _learn(self, est: Any, row: "tuple[np.ndarray, list[float]]", target: Any) -> bool:
+        """A step on a checked row: the feature statistics updated with it first, then the step taken."""
+        if self.update is not None:
+            self.update(row[1])
+        loss = self.step(row[0] if not self.host_scaled else self._scaled(row[0]), target)
+        d = est.__dict__
+        d["t_"] = self.trainer.n_steps
+        d["loss_"] = loss if math.isfinite(loss) else float("nan")
+        return True
 
-    def _finish(self, est: Any, loss: float) -> None:
-        est.t_ = self.trainer.n_steps
-        est.loss_ = loss if math.isfinite(loss) else float("nan")
-
-    def _output(self, X: np.ndarray) -> np.ndarray | None:
+    def _output(self, X: Any) -> np.ndarray | None:
         """The model's output for a checked row (a reused buffer), or None for the general path."""
         row = self._row(X)
         return None if row is None else self.trainer._predict(self._scaled(row[0]), False)
@@ -103,10 +106,16 @@ class ClassifierRows(RowPath):
         self.classes = est.classes_
 
     def current(self, est: Any) -> bool:
-        return super().current(est) and est.__dict__.get("classes_") is self.classes
+        d = est.__dict__
+        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
+                and d.get("classes_") is self.classes and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
 
-    def partial_fit(self, est: Any, X: np.ndarray, y: Any) -> bool:
+    def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
+        d = est.__dict__
+        if (d.get("trainer_") is not self.trainer or d.get("scaler_") is not self.scaler
+                or d.get("classes_") is not self.classes or d.get("learning_rate") in _PASSIVE_AGGRESSIVE):
+            return False
         if type(y) is np.ndarray:
             if y.shape != (1,):
                 return False
@@ -116,18 +125,27 @@ class ClassifierRows(RowPath):
         else:
             return False
         try:
-            encoded = est.__dict__["_one_label"].get(label)  # filled by the general path's encoding
+            encoded = d["_one_label"].get(label)  # filled by the general path's encoding
         except (KeyError, TypeError):  # no cache yet, or an unhashable label
             return False
         if encoded is None:
             return False
-        row = self._features(X)
-        if row is None:
-            return False
-        self._finish(est, self.trainer.step(row, encoded))
-        return True
+        row = self._row(X)
+        return row is not None and self._learn(est, row, encoded)
 
-    def predict(self, est: Any, X: np.ndarray) -> np.ndarray | None:
+    def proba(self, est: Any) -> np.ndarray:
+        """The class probabilities of the last step's output (computed before its update): one sigmoid on a
+        numpy float64 scalar for a binary logit -- the same ufunc and arithmetic as the general path's
+        ``_proba`` on its one-row array --, ``_proba`` itself otherwise."""
+        out = self.trainer.last_output
+        if out.size == 1 and est.binary_ and getattr(est, "output_kind_", "scores") != "probabilities":
+            p = 1.0 / (1.0 + np.exp(-out.item(0)))
+            return np.array(((1.0 - p, p),))
+        return est._proba(out.reshape(1 if est.binary_ else (1, -1)))
+
+    def predict(self, est: Any, X: Any) -> np.ndarray | None:
+        if not self.current(est):
+            return None
         out = self._output(X)
         if out is None:
             return None
@@ -140,11 +158,12 @@ class ClassifierRows(RowPath):
 class RegressorRows(RowPath):
     """The one-row path of a ready-made regressor with one output (targets scaled as the features are)."""
 
-    __slots__ = ("target", "t")
+    __slots__ = ("target", "target_update", "t")
 
     def __init__(self, est: Any) -> None:
         super().__init__(est)
         self.target = est.__dict__.get("target_scaler_")
+        self.target_update = self.target.update_value if isinstance(self.target, RunningScaler) else None
         self.t = np.empty(1, _F32)
 
     @classmethod
@@ -152,33 +171,55 @@ class RegressorRows(RowPath):
         return super().fits(est) and int(getattr(est, "n_outputs_", 0)) == 1
 
     def current(self, est: Any) -> bool:
-        return super().current(est) and est.__dict__.get("target_scaler_") is self.target
+        d = est.__dict__
+        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
+                and d.get("target_scaler_") is self.target and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
 
-    def partial_fit(self, est: Any, X: np.ndarray, y: Any) -> bool:
+    def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
+        """One step on the row; False (nothing done) when it must take the general path."""
+        d = est.__dict__
+        if (d.get("trainer_") is not self.trainer or d.get("scaler_") is not self.scaler
+                or d.get("target_scaler_") is not self.target or d.get("learning_rate") in _PASSIVE_AGGRESSIVE):
+            return False
+        T = self.t
         if type(y) is np.ndarray:
             if y.shape != (1,) or y.dtype.kind not in "fiub":
                 return False
-            self.t[...] = y
+            T[...] = y
         elif type(y) is list and len(y) == 1 and type(y[0]) in (float, int):
-            self.t[0] = y[0]
+            T[0] = y[0]
         else:
             return False
-        t = self.t.item(0)
-        if not math.isfinite(t):
-            return False
-        row = self._features(X)
+        t = T.item(0)
+        row = self._row(X) if math.isfinite(t) else None  # both checked before any statistics take them
         if row is None:
             return False
-        T = self.t
-        if self.target is not None:  # statistics first, as for the features
-            if isinstance(self.target, RunningScaler):
-                self.target.update_row([t])
-            mean, scale = self.target.float32()
+        target = self.target
+        if target is not None:  # statistics first, as for the features
+            if self.target_update is not None:
+                self.target_update(t)
+            mean, scale = target.float32()
             T[0] = (T[0] - mean[0]) / scale[0]  # numpy float32 scalars: the float32 arithmetic of transform()
-        self._finish(est, self.trainer.step(row, T))
-        return True
+        return self._learn(est, row, T)
 
-    def predict(self, est: Any, X: np.ndarray) -> np.ndarray | None:
+    def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
+        """One step on the row, returning the output the step computed before its update in target units
+        (float32, mapped with the target statistics from before the row, as the general path does); None
+        (nothing done) when it must take the general path."""
+        target = self.target
+        if target is not None:
+            mean, scale = target.float32()
+            mean, scale = mean[0], scale[0]  # numpy float32 scalars: copies, taken before the row's update
+        if not self.partial_fit(est, X, y):
+            return None
+        out = self.trainer.last_output.reshape(1)
+        if target is None:
+            return out.copy()
+        return np.array((out[0] * scale + mean,), _F32)
+
+    def predict(self, est: Any, X: Any) -> np.ndarray | None:
+        if not self.current(est):
+            return None
         out = self._output(X)
         if out is None:
             return None

@@ -168,6 +168,24 @@ class RunningScaler:
             f32[0][:] = mean
             f32[1][:] = scales
 
+    def update_value(self, x: float) -> None:
+        """:meth:`update_row` of a one-feature scaler (a regressor's target): the same float64 operations on
+        one Python float, without the per-feature lists."""
+        count = self.count + 1.0
+        m, s2 = self._mean[0], self._m2[0]
+        delta = x - m
+        m += delta * (1.0 / count)
+        s2 += delta * (x - m)
+        scale = math.sqrt(s2 / count)
+        self._mean, self._m2, self.count = [m], [s2], count
+        scale = 1.0 if scale <= _TOL64 or scale <= 4 * _EPS32 * abs(m) else scale
+        f32 = self._f32
+        if f32 is None:
+            self._f32 = (np.array([m], np.float32), np.array([scale], np.float32))
+        else:
+            f32[0][0] = m
+            f32[1][0] = scale
+
     def float32(self) -> tuple[np.ndarray, np.ndarray]:
         """The current mean and scale as float32 arrays (what :meth:`transform` and the exported graph use).
 
