@@ -126,6 +126,7 @@ class KafkaSource(Source):
         #: where it continues whenever it is assigned (a resume, a rebalance), unless the group is further
         self._returned: dict[int, PartitionPosition] = {}
         self._pending_skip: dict[int, PartitionPosition] = {}  # partition -> (offset, rows to skip in it)
+        self._sought: set[int] = set()  # partitions of the seek position not assigned yet
         # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
         self._mutex = threading.Lock()
         self._room = threading.Condition(self._mutex)  # the fetch thread waits here for the caller to catch up
@@ -152,6 +153,7 @@ class KafkaSource(Source):
             # where the caller stands until a batch is returned: a rebalance before then (a session timeout
             # while the first fetch is under way) gives the partition back here, not at the older group offset
             self._returned[partition] = at
+            self._sought.add(partition)
             if at.row:
                 self._pending_skip[partition] = at
 
@@ -188,10 +190,17 @@ class KafkaSource(Source):
         at = trained.after_commit(committed)
         tp.offset = at.offset
         self._live[tp.partition] = at
+        resumed = tp.partition in self._sought
+        self._sought.discard(tp.partition)
         if at != trained:
-            _log.info("%s[%d]: the group committed offset %d, after the %d:%d this source trained up to: another "
-                      "member trained the rows in between, continuing at %d", self.topic, tp.partition, at.offset,
-                      trained.offset, trained.row, at.offset)
+            where = f"{self.topic}[{tp.partition}]: the group committed offset {at.offset}, after the " \
+                    f"{trained.offset}:{trained.row} this source "
+            if resumed:  # a rebalance meanwhile, or an older checkpoint than the newest committed one
+                _log.warning(where + "resumed at: continuing at the group's offset (another member trained the rows "
+                             "in between; if this learner committed them from a newer checkpoint since lost, "
+                             "the model lacks them: resume with a new group to train them again)")
+            else:
+                _log.info(where + "had returned: another member trained the rows in between, continuing there")
             with self._mutex:
                 self._returned[tp.partition] = at
         if at.row:

@@ -81,7 +81,7 @@ async def _drain(source: KafkaSource, seconds: float) -> list[tuple[int, list[in
 
 
 @pytest.mark.parametrize("other_commits", [False, True], ids=["other-member-idle", "other-member-commits"])
-def test_a_checkpoint_while_a_partition_is_away_resumes_it_exactly_once(kafka_broker, other_commits):
+def test_a_checkpoint_while_a_partition_is_away_resumes_it_exactly_once(kafka_broker, other_commits, caplog):
     topic = kafka_broker.create_topic(partitions=2)
     group = f"g-{topic}"
     for p in (0, 1):
@@ -151,3 +151,5 @@ def test_a_checkpoint_while_a_partition_is_away_resumes_it_exactly_once(kafka_br
         f"partition {away} (taken away before the checkpoint {checkpoint}): resumed with {len(after)} rows, "
         f"expected {len(rest)}; rows trained twice: {len(repeated)} ({repeated[:3]}...), rows the other member "
         f"had trained: {len(theirs)}, missing: {len(set(rest) - set(after))}")
+    said = [r.getMessage() for r in caplog.records if "the group committed offset" in r.getMessage()]
+    assert len(said) == other_commits and all(f"[{away}]" in m and "offset 9" in m for m in said)
