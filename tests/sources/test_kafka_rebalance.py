@@ -156,3 +156,45 @@ def test_a_partition_given_back_continues_at_the_group_offset_when_another_membe
     rows = anyio.run(main)
     # offset 1 was fetched ahead before the rebalance and returned after it (the caller has it); then 7 on
     assert rows == list(range(0, 2 * ROWS)) + list(range(7 * ROWS, MESSAGES * ROWS))
+
+
+def test_a_session_timeout_before_the_first_batch_is_returned_keeps_the_rows_to_skip_in_the_message():
+    # the daemon's 8256 rows where 8192 were in the topic (one partition, 128-row messages): a resumed serve
+    # at offset o row 64, the group committed at o; while its model was being built (no batch taken yet) the
+    # consumer's session timed out (librdkafka's on_lost); given back at the group's offset o, message o was
+    # trained whole.  Here the broker (this test's own) stops answering for longer than the session timeout.
+    import os
+    import signal
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streamfit.testing import LocalKafkaBroker
+
+    with LocalKafkaBroker() as broker:
+        topic = broker.create_topic(partitions=1)
+        broker.produce_batches(topic, _batches(), partition=0)
+        other = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g"})
+        try:
+            other.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+        finally:
+            other.close()
+
+        async def main() -> list[int]:
+            # fetch_ahead: the fetch thread keeps consuming while the caller takes nothing
+            source = KafkaSource(broker.bootstrap, topic, group="g", config=broker.consumer_config,
+                                 coalesce_rows=0, max_messages=1, fetch_ahead=100)
+            source.seek({"topic": topic, "partitions": {"0": {"offset": 3, "row": 32}}})
+            async with source:
+                await source._ensure_consumer()
+                with anyio.fail_after(20):
+                    while source._fetched < 1:  # message 3 fetched (its first 32 rows skipped), not returned
+                        await anyio.sleep(0.01)
+                os.kill(broker.proc.pid, signal.SIGSTOP)
+                try:
+                    await anyio.sleep(3.5)  # session.timeout.ms is 2000
+                finally:
+                    os.kill(broker.proc.pid, signal.SIGCONT)
+                return await _rows_until(source, MESSAGES * ROWS - 1)
+
+        rows = anyio.run(main)
+        assert rows == list(range(3 * ROWS + 32, MESSAGES * ROWS)), f"{len(rows)} rows from {rows[0]}"
