@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Mapping
 
 import numpy as np
 
-__all__ = ["CowSnapshot", "BLOCK_BYTES"]
+__all__ = ["CowSnapshot", "BLOCK_BYTES", "row_items"]
 
 #: bytes of one streamed block (the writer's buffer).  Large: every block costs the writer a few GIL round
 #: trips (copy, checksum, write), each of which can wait a switch interval (5 ms) behind the training thread;
@@ -35,7 +35,11 @@ __all__ = ["CowSnapshot", "BLOCK_BYTES"]
 BLOCK_BYTES = 16 << 20
 
 
-def _row_items(array: np.ndarray) -> np.ndarray:
+def row_items(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's rows (axis 0) as a 1-D array of opaque items (a view): ``np.take``/``np.put``
+    with row indices then copy whole rows, much faster than fancy indexing of a 2-D array."""
+    if not array.flags.c_contiguous:
+        raise ValueError("row items need a C-contiguous array")
     row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
     return array.reshape(array.shape[0], -1).view(np.dtype((np.void, max(row_bytes, 1)))).reshape(-1)
 
@@ -76,7 +80,7 @@ class CowSnapshot:
             if not a.flags.c_contiguous or a.ndim < 1:
                 raise ValueError(f"{name!r}: a copy-on-write snapshot needs C-contiguous arrays of rows")
         self._live = dict(live)
-        self._items = {name: _row_items(a) for name, a in self._live.items()}
+        self._items = {name: row_items(a) for name, a in self._live.items()}
         self._lock = threading.Lock()
         self._cursor = {name: 0 for name in self._live}
         self._saved = {name: _Saved(a.shape[0]) for name, a in self._live.items()}
@@ -140,7 +144,7 @@ class CowSnapshot:
         live = self._live[name]
         n, step = live.shape[0], self._block_rows[name]
         buf = np.empty((min(step, n),) + live.shape[1:], live.dtype)
-        items = _row_items(buf) if n else buf
+        items = row_items(buf) if n else buf
         saved = self._saved[name]
         for start in range(0, n, step):
             stop = min(n, start + step)

@@ -40,6 +40,7 @@ from onnx import helper, numpy_helper
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.cow import CowSnapshot
+from streamfit._engine.cow import row_items as _row_items
 from streamfit._engine.model import ModelInput, PreparedModel
 from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
@@ -463,15 +464,6 @@ class SparseTables:
                         snap.before_write_all(key)
                     _copy_into(arr, values[key], key)
                     self._touched[name].fill(True)
-
-
-def _row_items(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous array's rows (axis 0) as a 1-D array of opaque items (a view): ``np.take``/``np.put``
-    with row indices then copy whole rows, much faster than fancy indexing of a 2-D array."""
-    if not array.flags.c_contiguous:
-        raise ValueError("row items need a C-contiguous array")
-    row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
-    return array.reshape(array.shape[0], -1).view(np.dtype((np.void, row_bytes))).reshape(-1)
 
 
 def _distinct(flat: np.ndarray, rows: int, inv: np.ndarray, owner: "SparseTables") -> np.ndarray:

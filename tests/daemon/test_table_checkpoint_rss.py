@@ -81,4 +81,5 @@ def test_checkpointing_a_1_gib_table_adds_a_small_fraction_of_it_to_the_peak_rss
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert "full" in r["kinds"] and r["published"] >= 1, r
+    print(f"peak RSS +{r['peak'] / r['state']:.3f}x the tables and state ({r})")  # shown with -s
     assert r["peak"] < 0.5 * r["state"], f"peak RSS +{r['peak'] / r['state']:.2f}x the tables and state ({r})"
