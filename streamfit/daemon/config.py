@@ -171,6 +171,11 @@ def _check_estimator(cfg: RunConfig) -> None:
     if kind is not None and not kind.startswith("Onnx") and cfg.model is not None:
         raise ConfigError(f"model = {cfg.model!r} is an ONNX file to train with OnnxRegressor/OnnxClassifier; "
                           f"estimator {kind!r} builds its own graph (give one of the two)")
+    hashed = kind in ("FMClassifier", "FMRegressor") or bool(cfg.estimator_options.params.get("categorical"))
+    for name in ("features", "inputs"):
+        if hashed and getattr(cfg.stream, name) is not None:
+            raise ConfigError(f"{name} = ... does not apply to {kind} over categorical columns: its columns are "
+                              "given as categorical = [...] and dense = [...]")
     task = cfg.estimator_options.task
     if task is not None and cfg.stream.task is not None and cfg.stream.task != task:
         raise ConfigError(f"task = {cfg.stream.task!r}, but estimator {kind!r} is for {task}")

@@ -102,7 +102,8 @@ def test_train_a_hashed_logistic_regression_from_flags_equals_partial_fit(tmp_pa
                  "--categorical", ",".join(CATEGORICAL), "--dense", ",".join(DENSE), "--buckets", "4096",
                  "--hash-seed", "7", "--optimizer", "adagrad", "--eta0", "0.1", "--penalty", "none",
                  "--label", "label", "--classes", "0,1", "--batch-size", str(BATCH), "--threads", "1",
-                 "--checkpoint-dir", str(tmp_path / "ck"), "-o", str(out), "--no-progress"])
+                 "--checkpoint-dir", str(tmp_path / "ck"), "-o", str(out), "--publish", str(tmp_path / "pub.onnx"),
+                 "--no-progress"])
     assert code == 0, capsys.readouterr().err
     ref = reference(streamfit.LogisticRegression(categorical=CATEGORICAL, dense=DENSE, buckets=4096, hash_seed=7,
                                                  optimizer="adagrad", eta0=0.1, penalty=None, batch_size=BATCH,
@@ -117,9 +118,12 @@ def test_train_a_hashed_logistic_regression_from_flags_equals_partial_fit(tmp_pa
     scores = session.run(None, raw_feed(test, session))[0]
     np.testing.assert_allclose(scores.reshape(len(test)), ref.decision_function(test.drop(["label"])).reshape(len(test)),
                                rtol=1e-5, atol=1e-6)
-    # the checkpoint's model is the same raw-column model
+    # the checkpoint's and the published model are the same raw-column model
     ckpt_model = onnx.load_from_string(CheckpointStore(tmp_path / "ck").load_latest().model_bytes)
     assert sorted(i.name for i in ckpt_model.graph.input) == sorted(CATEGORICAL + DENSE)
+    for other in (ckpt_model.SerializeToString(), str(tmp_path / "pub.onnx")):
+        again = ort.InferenceSession(other)
+        np.testing.assert_allclose(again.run(None, raw_feed(test, again))[0], scores, rtol=1e-6, atol=1e-7)
 
 
 def test_ftrl_from_the_config_file_equals_partial_fit(tmp_path, capsys):
@@ -209,6 +213,10 @@ def test_serve_an_fm_with_ftrl_killed_and_resumed_equals_an_uninterrupted_run(tm
     ("", ["--estimator", "FMClassifier", "--optimizer", "adagrad", "--ftrl-beta", "2"],
      r"ftrl_beta is a parameter of optimizer 'ftrl'"),
     ("", ["--estimator", "LogisticRegression", "--model", "x.onnx"], r"builds its own graph"),
+    ("", ["--estimator", "FMClassifier", "--categorical", "site", "--features", "price"],
+     r"features = \.\.\. does not apply to FMClassifier over categorical columns"),
+    ("", ["--estimator", "LogisticRegression", "--categorical", "site", "--dense", "site"],
+     r"columns \['site'\] are both categorical and dense"),
 ])
 def test_a_misspelt_or_misplaced_option_fails_before_any_row_is_read(tmp_path, capsys, toml, flags, message):
     import re
