@@ -163,24 +163,36 @@ def test_serve_an_fm_with_ftrl_killed_and_resumed_equals_an_uninterrupted_run(tm
     assert ref.returncode == 0, err
     ref_weights, ref_meta = checkpoint_weights(tmp_path / "ref")
     assert ref_meta["rows"] == total and ref_meta["estimator"]["class"] == "FMClassifier"
+    # the files land one per run, so every run has new rows to train and checkpoints due before it is killed
+    landing, files = tmp_path / "landing", sorted(data.glob("*.parquet"))
+    landing.mkdir()
+
+    def land(n: int) -> None:
+        for f in files[:n]:
+            if not (landing / f.name).exists():
+                (landing / f"{f.stem}.tmp").write_bytes(f.read_bytes())
+                (landing / f"{f.stem}.tmp").rename(landing / f.name)
+
     ck, health = tmp_path / "ck", tmp_path / "health.json"
     resume: list[str] = []
-    for point in ("step", "files_written", "step"):
+    for k, point in enumerate(("step", "files_written", "step")):
+        land(k + 1)
         health.unlink(missing_ok=True)
         env = None
         if point != "step":
             marker = tmp_path / f"marker-{point}"
             env = {"STREAMFIT_CHECKPOINT_TEST_PAUSE": f"{point}:{marker}"}
-        proc = _cli("serve", "--source", f"parquet:{data}", "--checkpoint-dir", str(ck), "--health-file", str(health),
-                    "--health-interval", "0", "--log-json", *SERVE_OPTS, *resume, env=env)
-        if point == "step":
-            _wait(lambda: _health(health).get("rows", 0) >= 320, proc, what="training progress")
+        proc = _cli("serve", "--source", f"parquet:{landing}", "--checkpoint-dir", str(ck), "--health-file",
+                    str(health), "--health-interval", "0", "--log-json", *SERVE_OPTS, *resume, env=env)
+        if point == "step":  # in the middle of the file that landed last
+            _wait(lambda: _health(health).get("rows", 0) >= k * 1024 + 320, proc, what="training progress")
         else:
             _wait(marker.exists, proc, what=f"checkpoint point {point}")
         _kill(proc)
         resume = ["--resume"]
+    land(len(files))
     health.unlink(missing_ok=True)
-    proc = _cli("serve", "--source", f"parquet:{data}", "--checkpoint-dir", str(ck), "--health-file", str(health),
+    proc = _cli("serve", "--source", f"parquet:{landing}", "--checkpoint-dir", str(ck), "--health-file", str(health),
                 "--health-interval", "0", "--log-json", *SERVE_OPTS, *resume)
     _wait(lambda: _health(health).get("rows", 0) >= total, proc, what="the whole stream")
     proc.send_signal(signal.SIGTERM)
