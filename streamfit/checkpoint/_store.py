@@ -552,7 +552,9 @@ class CheckpointStore:
         if scan.problem:
             logger.warning("%s; using the newest valid checkpoint directory", scan.problem)
         for _attempt in range(5):
-            if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir():
+            # a writer that committed again and retired the pointer's checkpoint since our scan is no damage
+            if scan.pointer not in (None, _NO_CHECKPOINT) and not (self.root / scan.pointer).is_dir() \
+                    and self._read_pointer()[0] == scan.pointer:
                 logger.warning(
                     "latest names %s, which is missing or not a directory; falling back to an older checkpoint",
                     scan.pointer,
