@@ -12,7 +12,6 @@ against one of 2^16 rows (interleaved rounds, median), and the RSS.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import statistics
@@ -283,7 +282,7 @@ def main() -> None:
     steps: dict[int, float] = {}
     bits = (16, args.big_bits)
     if not args.no_table:
-        print(f"\n-- step time against table size (batch 1024 x 20 ids, dim 16, AdaGrad, interleaved rounds)")
+        print("\n-- step time against table size (batch 1024 x 20 ids, dim 16, AdaGrad, interleaved rounds)")
         steps = table_steps(bits, dim=16, batch=1024, fields=20, rounds=3 if args.quick else 7,
                             steps=5 if args.quick else 20)
         for b, t in steps.items():

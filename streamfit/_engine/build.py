@@ -75,7 +75,7 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
         return build_own_gradient(pm, input_grads)
     if not has_ort_training():
         raise ModelError("the onnxruntime gradient builder needs onnxruntime-training at train time (Python <= 3.12); "
-                         f"this onnxruntime is an inference build")
+                         "this onnxruntime is an inference build")
     config = C.OrtModuleGraphBuilderConfiguration()
     config.initializer_names = list(pm.weights)
     config.initializer_names_to_train = list(pm.weights)

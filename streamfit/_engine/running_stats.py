@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import onnx
-from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit.exceptions import ModelError
 

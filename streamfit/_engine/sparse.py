@@ -41,7 +41,7 @@ from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.cow import CowSnapshot
 from streamfit._engine.cow import row_items as _row_items
-from streamfit._engine.model import ModelInput, PreparedModel
+from streamfit._engine.model import PreparedModel
 from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty

@@ -42,7 +42,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from streamfit.sources._base import Position, Source
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Quarantine, Rebatcher, TrainingBatch
 from streamfit._stream.columns import ColumnLayout
-from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
+from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.skips import Skipped, count_skips
 from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
@@ -333,7 +333,6 @@ class StreamLoop:
     def summary(self) -> StreamSummary:
         """The summary so far (final once :meth:`run` returned)."""
         elapsed = self._elapsed if self._state is LoopState.STOPPED else time.perf_counter() - self._t0
-        rb = self._rebatcher
         return StreamSummary(
             rows=self._rows,
             batches=self._batches,

@@ -23,7 +23,7 @@ import numpy as np
 from streamfit._stream import StreamLoop
 from streamfit._stream.columns import ColumnLayout
 from streamfit._stream.batching import Quarantine
-from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
+from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.options import StreamOptions
 from streamfit._stream.events import BatchEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, BackgroundPublisher, CheckpointStore, TableArrays
@@ -386,7 +386,7 @@ class Runner:
             except (OSError, ValueError) as exc:
                 raise CheckpointError(f"cannot read {path}: {exc}") from exc
             self.dead_letter.restore(state)
-            log_event("resume", f"dead-letter sink restored to the start of the run that wrote no checkpoint",
+            log_event("resume", "dead-letter sink restored to the start of the run that wrote no checkpoint",
                       dead_letter=state)
             return
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ from streamfit.distributed._averaging import mix
 from streamfit.distributed._learner import Learner
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
 from streamfit.distributed._shares import Share, plan_shares
-from streamfit.exceptions import CheckpointError, ResumeError, StreamfitError
+from streamfit.exceptions import ResumeError, StreamfitError
 
 __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
 

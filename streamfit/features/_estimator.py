@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
-import pyarrow as pa
 
 from streamfit.features._encoders import Encoder, EncoderState
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pyarrow as pa
 
 from streamfit.models._base import random_generator

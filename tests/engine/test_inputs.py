@@ -4,10 +4,9 @@ both step strategies, gradients against numpy, and every mismatch of data and mo
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from streamfit import InputMismatchError, ModelError, OnnxClassifier, OnnxRegressor
 from streamfit._engine.model import ModelInput

@@ -10,7 +10,6 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
-import pytest
 
 from streamfit._stream.batching import MESSAGE_REASONS, ROW_REASONS, Rebatcher
 from streamfit.exceptions import BadInputError
