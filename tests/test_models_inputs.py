@@ -95,3 +95,32 @@ def test_a_mapping_that_names_another_input_is_a_model_error():
     with pytest.raises(ModelError, match="inputs= names \\['x'\\], which the model does not have; its inputs are "
                                          "\\['X'\\]"):
         LinearRegressor(inputs={"x": ["a", "b"]}).partial_fit(table, y)
+
+
+def test_an_integer_column_in_memory_says_how_to_convert_it():
+    """The in-memory column plan has no cast= (the estimators take none): its error says to convert the column,
+    and doing what it says trains; a stream, which has cast=, is told to pass it."""
+    import pyarrow.compute as pc
+
+    from streamfit.exceptions import BadInputError
+
+    X, y, table = _data()
+    ints = table.set_column(0, "a", pa.array(np.round(X[:, 0] * 10).astype(np.int64)))
+    ints = ints.set_column(2, "emb", pa.FixedSizeListArray.from_arrays(pa.array(np.arange(3 * N)), 3))
+    est = LinearRegressor(inputs={"X": ["a", "b", "emb"]})
+    with pytest.raises(BadInputError) as err:
+        est.partial_fit(ints, y)
+    message = str(err.value)
+    assert "pass cast=True" not in message
+    assert "cast it to float32 first, e.g. with pyarrow.compute.cast(table['a'], pyarrow.float32())" in message
+    fixed = ints.set_column(0, "a", pc.cast(ints["a"], pa.float32()))
+    with pytest.raises(BadInputError, match=r"cast it to fixed_size_list<float32>\[3\] first, e\.g\. with "
+                                            r"pyarrow\.compute\.cast\(table\['emb'\], pyarrow\.list_\(pyarrow\."
+                                            r"float32\(\), 3\)\)"):
+        est.partial_fit(fixed, y)
+    fixed = fixed.set_column(2, "emb", pc.cast(fixed["emb"], pa.list_(pa.float32(), 3)))
+    est.partial_fit(fixed, y)
+    assert est.n_features_in_ == 5
+    with pytest.raises(BadInputError, match=r"pass cast=True to convert int columns"):
+        train_stream_sync(LinearRegressor(inputs={"X": ["a", "b", "emb"]}), ints.append_column("y", pa.array(y)),
+                          label="y", on_bad="raise")

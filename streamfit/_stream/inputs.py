@@ -147,12 +147,13 @@ class InputPlan:
 
     ``model_inputs``: objects with ``name``, ``dtype`` and ``shape`` (dim 0 the batch; ints fixed),
     e.g. :class:`streamfit._engine.model.ModelInput`.  ``states``: the encoders' learned state by input
-    name (fresh states when missing).
+    name (fresh states when missing).  ``offers_cast``: whether the caller has a ``cast=`` option the user
+    can set (a stream's); a refused column's error then says to pass it, else to convert the column first.
     """
 
     def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *, cast: bool = False,
                  states: Mapping[str, EncoderState] | None = None,
-                 feature_widths: "Sequence[int] | None | Literal[False]" = False) -> None:
+                 feature_widths: "Sequence[int] | None | Literal[False]" = False, offers_cast: bool = True) -> None:
         #: the feature matrix (``features=``): False, else the widths of its columns once fixed (None before)
         self._features = feature_widths is not False
         self._widths = None if feature_widths is False or feature_widths is None else list(feature_widths)
@@ -172,6 +173,7 @@ class InputPlan:
         for s, m in zip(self.sources, self.model_inputs):
             _check_against_model(s, m)
         self.cast = bool(cast)
+        self.offers_cast = offers_cast
         self.states: dict[str, EncoderState] = {}
         for s in self.sources:
             if s.encoder is not None:
@@ -217,6 +219,9 @@ class InputPlan:
     def _declared_row_shape(self, m: Any) -> tuple[Any, ...]:
         shape = tuple(m.shape)
         return shape[1:] if shape else ()
+
+    def _hint(self, dtype: np.dtype, col_kind: str, column: str, width: int | None = None) -> str:
+        return _hint(dtype, col_kind, column, width, self.offers_cast)
 
     def _fix_shape(self, m: Any, total: int | None, last: int | None = None) -> tuple[int, ...]:
         """The per-row shape of input ``m`` given the values per row the columns give (``total``)."""
@@ -278,14 +283,14 @@ class InputPlan:
                 if self._features:
                     expected = f"fixed_size_list<{dtype}>[{width if fixed is None else fixed}]"
                     if not ok:
-                        hint = " (pass cast=True to convert integer values)" if vkind in ("int", "bool", "decimal") \
-                            else ""
+                        hint = self._hint(dtype, vkind, c, width)
                         raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {expected}{hint}")
                     if fixed is not None and width != fixed:
                         raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {expected}")
                 elif not ok:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected values of "
-                                                         f"{dtype}{where}" + _hint(dtype.kind, vkind))
+                                                         f"{dtype}{where}"
+                                                         + self._hint(dtype, vkind, c, width))
                 parts.append(_Part(c, i, "vector", width, needs_cast))
                 continue
             if pa.types.is_dictionary(t):
@@ -293,7 +298,7 @@ class InputPlan:
                 ok, needs_cast = _accepts(dtype.kind, vkind, self.cast)
                 if not ok:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
-                                                         + _hint(dtype.kind, vkind))
+                                                         + self._hint(dtype, vkind, c))
                 parts.append(_Part(c, i, "dict", 1, needs_cast))
             elif pa.types.is_list(t) or pa.types.is_large_list(t):
                 raise ColumnProblem("wrong_type", c, f"column '{c}' is {t} (variable length), expected {dtype}{where}: "
@@ -303,7 +308,7 @@ class InputPlan:
                 ok, needs_cast = _accepts(dtype.kind, k, self.cast)
                 if not ok:
                     raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
-                                                         + _hint(dtype.kind, k))
+                                                         + self._hint(dtype, k, c))
                 parts.append(_Part(c, i, "scalar", 1, needs_cast))
             if fixed is not None and fixed != 1:
                 raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected "
@@ -562,9 +567,10 @@ class ColumnInputs:
     :class:`~streamfit.exceptions.BadInputError` naming the column, the row and the reason.
     """
 
-    def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *, cast: bool = False,
+    def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *,
                  states: Mapping[str, EncoderState] | None = None) -> None:
-        self.plan = InputPlan(model_inputs, inputs, cast=cast, states=states)
+        # in memory nothing is cast: the caller converts its columns (the error says how), as with numpy inputs
+        self.plan = InputPlan(model_inputs, inputs, states=states, offers_cast=False)
         self.names = frozenset(m.name for m in model_inputs)
         self._compiled: dict[pa.Schema, CompiledInputs] = {}
 
@@ -621,9 +627,18 @@ def _shape_text(shape: Sequence[Any]) -> str:
                            for i, d in enumerate(shape)) + "]"
 
 
-def _hint(input_kind: str, col_kind: str) -> str:
-    if input_kind == "f" and col_kind in ("int", "bool", "decimal"):
-        return f" (pass cast=True to convert {col_kind} columns)"
+def _hint(dtype: np.dtype, col_kind: str, column: str, width: int | None, offers_cast: bool) -> str:
+    """What the user can do about column ``column`` of kind ``col_kind`` refused by an input of ``dtype``
+    (``width``: of a vector column)."""
+    if dtype.kind == "f" and col_kind in ("int", "bool", "decimal"):
+        if offers_cast:
+            return f" (pass cast=True to convert {col_kind} columns)"
+        target, arrow = dtype.name, f"pyarrow.{dtype.name}()"
+        if width is not None:
+            target, arrow = f"fixed_size_list<{dtype.name}>[{width}]", f"pyarrow.list_({arrow}, {width})"
+        return (f" (in memory no column is converted: cast it to {target} first, e.g. with "
+                f"pyarrow.compute.cast(table['{column}'], {arrow}); train_stream(..., cast=True) converts a "
+                "stream's columns)")
     if col_kind == "other":
         return " (encode strings with streamfit.features.Hashed or Vocabulary)"
     return ""
