@@ -124,3 +124,39 @@ def test_an_integer_column_in_memory_says_how_to_convert_it():
     with pytest.raises(BadInputError, match=r"pass cast=True to convert int columns"):
         train_stream_sync(LinearRegressor(inputs={"X": ["a", "b", "emb"]}), ints.append_column("y", pa.array(y)),
                           label="y", on_bad="raise")
+
+
+@pytest.mark.parametrize("cls", [LinearRegressor, MLPRegressor, LogisticRegression, MLPClassifier])
+@pytest.mark.parametrize(("short", "mapping"), [(["a", "b", "emb"], {"X": ["a", "b", "emb"]}),
+                                                (Padded("v", length=5), {"X": Padded("v", length=5)})],
+                         ids=["columns", "an encoder"])
+def test_inputs_shorthand_is_the_one_input_X(cls, short, mapping):
+    """The ready-made models have one input, so inputs= may name its columns (or encoder) alone: it trains and
+    predicts as {"X": ...}, and get_params/clone keep the parameter as given."""
+    from sklearn.base import clone
+
+    X, y, table = _data(3)
+    classifier = cls in (LogisticRegression, MLPClassifier)
+    target = (y > 0).astype(np.int64) if classifier else y
+    extra = {"classes": [0, 1]} if classifier else {}
+    a, b = cls(inputs=short, random_state=0, batch_size=20), cls(inputs=mapping, random_state=0, batch_size=20)
+    a.partial_fit(table, target, **extra)
+    b.partial_fit(table, target, **extra)
+    _same(a, b)
+    np.testing.assert_array_equal(a.predict(table), b.predict(table))
+    assert a.get_params()["inputs"] is short and clone(a).get_params()["inputs"] == short
+    assert a.n_features_in_ == 5
+
+
+def test_inputs_shorthand_in_a_stream_and_its_errors():
+    X, y, table = _data(4)
+    est = LinearRegressor(inputs=["a", "b", "emb"], random_state=0, batch_size=30)
+    summary = train_stream_sync(est, table.append_column("y", pa.array(y)), label="y", batch_size=30)
+    assert summary.rows == N and est.n_features_in_ == 5
+    ref = LinearRegressor(inputs={"X": ["a", "b", "emb"]}, random_state=0, batch_size=30)
+    for i in range(0, N, 30):
+        ref.partial_fit(table.slice(i, 30), y[i:i + 30])
+    _same(est, ref)
+    with pytest.raises(ValueError, match=r"inputs\['X'\] must be a column name, a list of column names or a "
+                                         r"streamfit.features encoder, got 5"):
+        LinearRegressor(inputs=5).partial_fit(table, y)

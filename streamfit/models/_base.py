@@ -48,6 +48,19 @@ def random_generator(random_state: Any) -> "np.random.RandomState | np.random.Ge
     raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
 
 
+class _Inputs:
+    """``inputs`` of a ready-made model as the column plan reads it: always ``{model input: spec}`` (see
+    :meth:`ReadyMade._inputs_mapping`); what was assigned is kept as given, for ``get_params``."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        return obj._inputs_mapping()
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__["_inputs_param"] = value
+
+
 class ReadyMade:
     """Mixin (first base) of the ready-made estimators; subclasses say which layers to start from."""
 
@@ -57,6 +70,26 @@ class ReadyMade:
     scaler_: Any
     target_scaler_: Any
     alpha: float
+    inputs = _Inputs()
+
+    # -- inputs=: a mapping, or the shorthand for the one input "X" ----------------------------------------
+    def _inputs_mapping(self) -> Mapping[str, Any] | None:
+        """``inputs=`` as a mapping: the model has one input, ``"X"``, so anything but a mapping (a column, a
+        list of columns, an encoder) is what feeds it; one mapping object while the parameter stays the same
+        object (the column plan is cached on it)."""
+        given = self.__dict__.get("_inputs_param")
+        if given is None or isinstance(given, Mapping):
+            return given
+        cached = self.__dict__.get("_inputs_shorthand")
+        if cached is None or cached[0] is not given:
+            cached = self.__dict__["_inputs_shorthand"] = (given, {INPUT: given})
+        return cached[1]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        params = super().get_params(deep)  # type: ignore[misc]
+        if "inputs" in params:  # the parameter as given, not the mapping made of it
+            params["inputs"] = self.__dict__.get("_inputs_param")
+        return params
 
     # -- what a model writes -------------------------------------------------------------------------
     def _hidden_sizes(self) -> tuple[int, ...]:

@@ -21,23 +21,6 @@ from streamfit.models._fm_graph import DENSE, IDS, fm_model
 __all__ = ["Categorical"]
 
 
-class _Inputs:
-    """``inputs``: the hashed mapping while ``categorical`` is set, else what was assigned (``inputs=``)."""
-
-    def __get__(self, obj: Any, owner: Any = None) -> Any:
-        if obj is None:
-            return self
-        if obj._hashed:
-            try:
-                return obj._hashed_inputs()
-            except (TypeError, ValueError):  # bad parameters: reported by the fit's checks, not by a repr
-                pass
-        return obj.__dict__.get("_inputs_param")
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        obj.__dict__["_inputs_param"] = value
-
-
 class Categorical:
     """Mixin (first base) of :class:`~streamfit.LinearRegressor` and :class:`~streamfit.LogisticRegression`."""
 
@@ -47,7 +30,6 @@ class Categorical:
     hash_seed: int
     random_state: Any
     learning_rate: Any
-    inputs = _Inputs()
     weights: Any = None
     input_name: str | None = None
     output_name: str | None = None
@@ -67,11 +49,14 @@ class Categorical:
         # the hashed table: lazy rules (Adam, penalties) on touched rows, so a step never costs O(buckets)
         return True if self._hashed else "auto"
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        params = super().get_params(deep)  # type: ignore[misc]
-        if "inputs" in params:  # the parameter as given, not the mapping categorical= makes
-            params["inputs"] = self.__dict__.get("_inputs_param")
-        return params
+    def _inputs_mapping(self) -> Mapping[str, Any] | None:
+        """``inputs``: the hashed mapping while ``categorical`` is set, else the dense model's (``inputs=``)."""
+        if self._hashed:
+            try:
+                return self._hashed_inputs()
+            except (TypeError, ValueError):  # bad parameters: reported by the fit's checks, not by a repr
+                pass
+        return super()._inputs_mapping()  # type: ignore[misc, no-any-return]
 
     # -- the hashed model ---------------------------------------------------------------------------
     def _check_hashed_params(self) -> None:

@@ -52,8 +52,10 @@ class LinearRegressor(Categorical, ReadyRegressor):
         As for :class:`~streamfit.Trainer`.
     inputs
         The feature input ``"X"`` from Arrow columns, as :class:`~streamfit.OnnxRegressor`'s ``inputs=``:
-        ``{"X": [column, ...]}`` (scalar and vector columns, concatenated) or ``{"X": encoder}``; ``X`` may
-        then be an Arrow Table/RecordBatch or a dict of columns (the same holds for the other ready-made models).
+        ``{"X": [column, ...]}`` (scalar and vector columns, concatenated) or ``{"X": encoder}``; the model has
+        that one input, so the columns or the encoder alone say the same (``inputs=["a", "b"]``,
+        ``inputs=Padded("v", length=8)``).  ``X`` may then be an Arrow Table/RecordBatch or a dict of columns
+        (the same holds for the other ready-made models).
 
     Examples
     --------
@@ -66,6 +68,15 @@ class LinearRegressor(Categorical, ReadyRegressor):
     ...     _ = reg.partial_fit(X, X @ [1.0, -2.0, 0.5] + 3.0)
     >>> reg.coef_.round(1).tolist(), reg.intercept_.round(1).tolist()
     ([1.0, -2.0, 0.5], [3.0])
+
+    From columns (an Arrow table or a dict of them), in the order ``inputs=`` names them:
+
+    >>> cols = LinearRegressor(inputs=["a", "b", "c"], eta0=0.05, random_state=0)
+    >>> for _ in range(100):
+    ...     X = rng.standard_normal((32, 3))
+    ...     _ = cols.partial_fit({"a": X[:, 0], "b": X[:, 1], "c": X[:, 2]}, X @ [1.0, -2.0, 0.5] + 3.0)
+    >>> cols.coef_.round(1).tolist()
+    [1.0, -2.0, 0.5]
     """
 
     def __init__(self, *, categorical: Sequence[str] = (), dense: Sequence[str] = (), buckets: int = 2 ** 18,
