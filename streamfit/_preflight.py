@@ -253,6 +253,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
 
     from streamfit._engine.build import build_fused
     from streamfit._engine.model import prepare_model
+    from streamfit._engine.names import Names
 
     kind, rows = _parse_stage(stage)
     if rows is None:
@@ -284,12 +285,12 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
             feeds[name] = X
         elif name in trainer.prepared.initial:
             feeds[name] = trainer.prepared.initial[name]
-        elif name == "sf_target":
+        elif name == Names.target:
             feeds[name] = y
         else:
             dims = [d.dim_value if d.HasField("dim_value") else rows for d in t.shape.dim]
-            if name.split("__")[0] in trainer.prepared.initial:  # optimizer state: the weight's shape
-                dims = list(trainer.prepared.initial[name.split("__")[0]].shape)
+            if Names.slot_owner(name) in trainer.prepared.initial:  # optimizer state: the weight's shape
+                dims = list(trainer.prepared.initial[Names.slot_owner(name)].shape)
             feeds[name] = (rng.random(dims) * 0.1).astype(dtype) if dtype.kind == "f" else np.zeros(dims, dtype)
     return model, feeds
 

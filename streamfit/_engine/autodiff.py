@@ -18,6 +18,7 @@ import numpy as np
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.names import Names
 from streamfit.exceptions import ModelError
 
 __all__ = ["SUPPORTED", "NO_GRADIENT", "build_own_gradient", "unsupported_ops"]
@@ -77,9 +78,9 @@ class _Emitter:
                                  f"(node {node.name or node.output[0]!r})")
         if not axes:
             return self.op("Identity", [g], out)
-        axes_name = self.const("sf_axes_" + "_".join(map(str, axes)), np.array(axes, np.int64), np.int64)
+        axes_name = self.const(Names.axes(axes), np.array(axes, np.int64), np.int64)
         if all(a < lead for a in axes):  # leading axes only: keepdims=0 gives the target's shape (a bias)
-            return self.op("ReduceSum", [g, axes_name], out, name=f"sf_{out}_reduce", keepdims=0)
+            return self.op("ReduceSum", [g, axes_name], out, name=Names.reduce(out), keepdims=0)
         if lead == 0:
             return self.op("ReduceSum", [g, axes_name], out, keepdims=1)
         if not all(isinstance(d, int) for d in target):

@@ -1,8 +1,11 @@
 """The names streamfit gives the inputs, outputs and metadata it adds to the graphs it builds.
 
-One home for them: the builders (``build``, ``sparse``, ``running_stats``, ``rewrites``) write these names and
-the steps (``fused``, ``forward_backward``) bind them, so a name changes in one place.  Every name starts
-with ``sf_`` (model inputs and weights never should) or is a suffix of a model name (``<weight>__new``).
+One home for them: the builders (``build``, ``sparse``, ``running_stats``, ``rewrites``, ``autodiff``, the
+ready-made models' graphs) write these names and the steps (``fused``, ``forward_backward``) and the
+estimators bind or look for them, so a name changes in one place and two builders cannot pick the same one.
+Every name starts with ``sf_`` (model inputs and weights never should) or is a suffix of a model name
+(``<weight>__new``).  Not listed: the names one builder makes up for its own intermediate tensors and
+constants (``GraphBuilder(prefix="sf_f_")``, ``sf_ad_<hint>_<n>``), which nothing else reads.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ class Names:
 
     >>> Names.slot("W0", "m"), Names.new("W0"), Names.grad("W0"), Names.scalar("lr")
     ('W0__m', 'W0__new', 'W0__grad', 'sf_lr')
+    >>> Names.slot_owner(Names.slot("fc__w", "m")), Names.axes([0]), Names.reduce("b_grad"), Names.rows_dim("E", 0, 1)
+    ('fc__w', 'sf_axes_0', 'sf_b_grad_reduce', 'sf_E_0_d1')
     """
 
     target = "sf_target"
@@ -30,6 +35,18 @@ class Names:
     ones = "sf_ones"  # a batch-long vector of ones (bias gradients as a GEMV, see rewrites.bias_grads_as_matmul)
     #: model metadata: what the fused step checks itself, as canonical JSON (see :mod:`~streamfit._engine.checkplan`)
     check_plan_key = "streamfit.checks"
+    dropout_off = "sf_dropout_off"  # the inference copy's bool False initializer: every Dropout's training_mode
+    batch_dim = "sf_batch"  # the symbol given to an unnamed batch dimension of a graph input (shape analysis)
+    # the ready-made models' graphs (streamfit.models._graphs): the input scaling, exported with the model
+    scaler_mean = "sf_mean"  # initializers of X -> (X - mean) / scale, the estimators' host tensors
+    scaler_scale = "sf_scale"
+    centered = "sf_centered"  # X - mean
+    standardized = "sf_standardized"  # (X - mean) / scale, what the layers read
+    # ... and the targets mapped back: Y = standardized_output * target_scale + target_mean
+    standardized_output = "sf_standardized_output"
+    target_scaled = "sf_target_scaled"
+    target_mean = "sf_target_mean"
+    target_scale = "sf_target_scale"
 
     @staticmethod
     def scalar(name: str) -> str:
@@ -55,3 +72,30 @@ class Names:
     def table(table: str, what: str) -> str:
         """Names of a sparse table's pieces in the rows update graph (``rows``, ``inv``, ``grad<j>``)."""
         return f"{table}__{what}"
+
+    @staticmethod
+    def slot_owner(name: str) -> str:
+        """The weight a :meth:`slot` name belongs to (``"W0__m"`` -> ``"W0"``; ``""`` for another name)."""
+        return name.rpartition("__")[0]
+
+    @staticmethod
+    def rows_dim(table: str, use: int, dim: int) -> str:
+        """The symbol of dimension ``dim`` of the rows input of a sparse table's ``use``-th Gather, where the
+        ids input's own dimension has none (``"emb", 0, 1`` -> ``sf_emb_0_d1``)."""
+        return f"sf_{table}_{use}_d{dim}"
+
+    @staticmethod
+    def axes(axes: "tuple[int, ...] | list[int]") -> str:
+        """The int64 constant holding the ``axes`` of a gradient's ``ReduceSum`` (``[0]`` -> ``sf_axes_0``)."""
+        return "sf_axes_" + "_".join(map(str, axes))
+
+    @staticmethod
+    def reduce(output: str) -> str:
+        """The name of the ``ReduceSum`` node that sums a gradient over leading axes into ``output`` (a bias's
+        gradient); :func:`~streamfit._engine.rewrites.bias_grads_as_matmul` looks for these nodes."""
+        return f"sf_{output}_reduce"
+
+    @staticmethod
+    def is_reduce(node_name: str) -> bool:
+        """Whether ``node_name`` is a :meth:`reduce` name."""
+        return node_name.startswith("sf_") and node_name.endswith("_reduce")

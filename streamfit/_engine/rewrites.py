@@ -135,7 +135,7 @@ def _shape_table(forward: ModelProto, weights: dict[str, np.ndarray]) -> dict[st
     for vi in named.graph.input:  # an unnamed batch dimension gets a symbol, so tensors sharing it are known
         dims = vi.type.tensor_type.shape.dim
         if vi.type.tensor_type.HasField("shape") and dims and not dims[0].HasField("dim_value") and not dims[0].dim_param:
-            dims[0].dim_param = "sf_batch"
+            dims[0].dim_param = Names.batch_dim
     try:
         inferred = onnx.shape_inference.infer_shapes(named)
     except Exception:  # shape inference is best effort: no table, no rewrite
@@ -267,9 +267,9 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
                 model.graph.node.remove(red)
                 model.graph.node.remove(reshape)
                 if axes:
-                    axes_const = _const(model, f"sf_axes_{'_'.join(map(str, axes))}", np.array(axes, np.int64))
+                    axes_const = _const(model, Names.axes(axes), np.array(axes, np.int64))
                     new_nodes.append(helper.make_node("ReduceSum", [grad_in, axes_const], [grad_out], keepdims=0,
-                                                      name=f"sf_{grad_out}_reduce"))
+                                                      name=Names.reduce(grad_out)))
                 else:
                     _rename_uses(model, grad_out, grad_in)
                     for out in model.graph.output:
@@ -325,9 +325,9 @@ def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype, shapes: dict[str, l
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     extra = []
     for node in model.graph.node:
-        if node.op_type != "ReduceSum" or not node.name.startswith("sf_") or not node.name.endswith("_reduce"):
+        if node.op_type != "ReduceSum" or not Names.is_reduce(node.name):
             continue
-        if _attrs(node).get("keepdims", 1) != 0 or len(node.input) < 2 or node.input[1] != "sf_axes_0":
+        if _attrs(node).get("keepdims", 1) != 0 or len(node.input) < 2 or node.input[1] != Names.axes([0]):
             continue
         grad = node.input[0]
         shape = shapes.get(grad)

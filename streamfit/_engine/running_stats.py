@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
+from streamfit._engine.names import Names
 from streamfit.exceptions import ModelError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +121,7 @@ def training_dropout(rw: "_Rewriter", node: NodeProto, seed: int) -> list[NodePr
 def eval_semantics(model: ModelProto) -> int:
     """The inference copy in place: BatchNormalization in inference mode (one output), Dropout off."""
     count = 0
-    off = "sf_dropout_off"
+    off = Names.dropout_off
     needs_off = False
     for node in model.graph.node:
         if node.op_type == "BatchNormalization" and node.domain in ("", "ai.onnx"):

@@ -42,6 +42,7 @@ from onnxruntime.capi import _pybind_state as C
 from streamfit._engine.cow import CowSnapshot
 from streamfit._engine.cow import row_items as _row_items
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.names import Names
 from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
@@ -120,8 +121,6 @@ def find_tables(pm: PreparedModel, optimizer: Optimizer | None = None, penalty: 
 
 
 def _suffix(table: str, what: str) -> str:
-    from streamfit._engine.names import Names
-
     return Names.table(table, what)
 
 
@@ -143,7 +142,7 @@ def training_model(pm: PreparedModel, tables: tuple[SparseTable, ...]) -> Prepar
     by_input = {i.name: i for i in pm.inputs}
     for t in tables:
         for k, use in enumerate(t.uses):
-            dims = [d if isinstance(d, (int, str)) and d != 0 else f"sf_{t.name}_{k}_d{j}"
+            dims = [d if isinstance(d, (int, str)) and d != 0 else Names.rows_dim(t.name, k, j)
                     for j, d in enumerate(by_input[use.ids].shape)]
             graph.input.append(helper.make_tensor_value_info(use.rows, elem, dims + list(t.shape[1:])))
     weights = [w for w in pm.weights if w not in names]
@@ -156,7 +155,7 @@ def rows_update_model(sparse: "SparseTables", fold: bool, decay: bool) -> onnx.M
     new state)``, and ``sf_check`` (finite iff all new values are).
 
     ``fold``: plain SGD on lr-scaled gradients (the fused SGD step's), ``decay`` its L2 factor input."""
-    from streamfit._engine.build import Names, _rename_output
+    from streamfit._engine.build import _rename_output
     from streamfit._engine.graph import GraphBuilder
 
     b = GraphBuilder(sparse.dtype, prefix="sf_r_")
@@ -213,8 +212,6 @@ class _Staged:
     the fused graph) and their gradients (its outputs); and the distinct ids, set by ``gather``."""
 
     def __init__(self, owner: "SparseTables", xs: tuple[np.ndarray, ...]) -> None:
-        from streamfit._engine.build import Names
-
         device = owner.device
         self.inputs: dict[str, tuple[C.OrtValue, np.ndarray]] = {}  # rows update graph
         self.outputs: dict[str, tuple[C.OrtValue, np.ndarray]] = {}
@@ -267,7 +264,7 @@ class SparseTables:
 
     def __init__(self, tables: tuple[SparseTable, ...], pm: PreparedModel, optimizer: Optimizer,
                  penalty: Penalty | None, device: Any, scalars: Any, options: Any) -> None:
-        from streamfit._engine.build import Names, folds_lr_into_gradients
+        from streamfit._engine.build import folds_lr_into_gradients
         from streamfit._engine.device import make_session
 
         self.tables = tables

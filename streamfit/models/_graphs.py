@@ -12,6 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.names import Names
+
 __all__ = ["ACTIVATIONS", "dense_model", "layers_of", "standardized", "destandardized", "coef_name",
            "intercept_name", "SCALER_MEAN", "SCALER_SCALE", "scaler_tensors", "layer_names"]
 
@@ -20,7 +22,7 @@ ACTIVATIONS: dict[str, str | None] = {"identity": None, "relu": "Relu", "tanh": 
 INPUT, OUTPUT = "X", "Y"
 #: the initializers of :func:`standardized`'s ``Sub``/``Div``: the ready-made estimators keep them as the
 #: trainer's host tensors, written by their running scaler
-SCALER_MEAN, SCALER_SCALE = "sf_mean", "sf_scale"
+SCALER_MEAN, SCALER_SCALE = Names.scaler_mean, Names.scaler_scale
 _ELEM: dict[np.dtype, int] = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 _OPSET, _IR = 17, 8
 
@@ -115,13 +117,13 @@ def standardized(model: ModelProto, mean: np.ndarray, scale: np.ndarray) -> Mode
     name = inputs.pop()
     elem = next(i for i in graph.input if i.name == name).type.tensor_type.elem_type
     dtype = {v: k for k, v in _ELEM.items()}[elem]
-    inner = "sf_standardized"
+    inner = Names.standardized
     for node in graph.node:
         for k, value in enumerate(node.input):
             if value == name:
                 node.input[k] = inner
-    scale_nodes = [helper.make_node("Sub", [name, SCALER_MEAN], ["sf_centered"]),
-                   helper.make_node("Div", ["sf_centered", SCALER_SCALE], [inner])]
+    scale_nodes = [helper.make_node("Sub", [name, SCALER_MEAN], [Names.centered]),
+                   helper.make_node("Div", [Names.centered, SCALER_SCALE], [inner])]
     nodes = scale_nodes + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
@@ -143,12 +145,12 @@ def destandardized(model: ModelProto, mean: np.ndarray, scale: np.ndarray) -> Mo
         raise ValueError(f"expected a model with one output, got {[o.name for o in graph.output]}")
     name = graph.output[0].name
     dtype = {v: k for k, v in _ELEM.items()}[graph.output[0].type.tensor_type.elem_type]
-    inner = "sf_standardized_output"
+    inner = Names.standardized_output
     for node in graph.node:
         node.output[:] = [inner if o == name else o for o in node.output]
         node.input[:] = [inner if i == name else i for i in node.input]
-    graph.node.extend([helper.make_node("Mul", [inner, "sf_target_scale"], ["sf_target_scaled"]),
-                       helper.make_node("Add", ["sf_target_scaled", "sf_target_mean"], [name])])
-    graph.initializer.extend([numpy_helper.from_array(np.asarray(mean, dtype).reshape(-1), "sf_target_mean"),
-                              numpy_helper.from_array(np.asarray(scale, dtype).reshape(-1), "sf_target_scale")])
+    graph.node.extend([helper.make_node("Mul", [inner, Names.target_scale], [Names.target_scaled]),
+                       helper.make_node("Add", [Names.target_scaled, Names.target_mean], [name])])
+    graph.initializer.extend([numpy_helper.from_array(np.asarray(mean, dtype).reshape(-1), Names.target_mean),
+                              numpy_helper.from_array(np.asarray(scale, dtype).reshape(-1), Names.target_scale)])
     return out
