@@ -32,6 +32,8 @@ from streamfit.testing import ClickStream  # noqa: E402
 BITS = 18
 FM_FACTORS = 4
 FM_ALPHA = 1e-3  # L2 on the rows a batch touches (lazy): less noise from rare values' factors
+#: VW's factorization machine peer: one namespace per categorical field (VW's --lrq crosses two namespaces)
+VW_FIELD_NAMESPACES = "ABCDEFGHIJKLMNOPQRST"
 
 
 def cpu_name() -> str:
@@ -96,17 +98,35 @@ def streamfit_run(name: str, make: Callable[[], Any], stream: ClickStream, rows:
     return Result(name, rows, seconds, np.concatenate(out), np.concatenate(labels))
 
 
-def vw_lines(stream: ClickStream, rows: int) -> tuple[list[str], np.ndarray]:
+def vw_lines(stream: ClickStream, rows: int, per_field: bool = False) -> tuple[list[str], np.ndarray]:
+    """VW text lines: the categorical fields in namespace ``c`` (or, ``per_field``, each in a namespace of its
+    own, ``VW_FIELD_NAMESPACES``), the dense ones in ``d``."""
     table = stream.table(rows)
     cols = [table.column(c).to_numpy() for c in stream.categorical]
     dense = [table.column(c).to_numpy() for c in stream.dense]
     y = table.column("label").to_numpy()
+    if per_field and len(cols) > len(VW_FIELD_NAMESPACES):
+        raise ValueError(f"{len(cols)} fields, VW_FIELD_NAMESPACES names {len(VW_FIELD_NAMESPACES)}")
     lines = []
     for r in range(rows):
-        cat = " ".join(f"{f}_{cols[f][r]}" for f in range(len(cols)))
+        if per_field:
+            cat = " ".join(f"|{VW_FIELD_NAMESPACES[f]} {f}_{cols[f][r]}" for f in range(len(cols)))
+        else:
+            cat = "|c " + " ".join(f"{f}_{cols[f][r]}" for f in range(len(cols)))
         num = " ".join(f"d{j}:{dense[j][r]:.6g}" for j in range(len(dense)))
-        lines.append(f"{1 if y[r] else -1} |c {cat} |d {num}")
+        lines.append(f"{1 if y[r] else -1} {cat} |d {num}")
     return lines, y
+
+
+def vw_fm_args(n_fields: int, rank: int) -> str:
+    """VW's nearest to an order-2 factorization machine over ``n_fields`` categorical fields (lines with
+    ``per_field=True``): a rank-``rank`` low-rank quadratic (``--lrq ab<rank>``) for every pair of distinct
+    fields, with ``--lrqdropout``.  ``--lrq cc<rank>`` on one namespace holding all fields is no FM: it crosses
+    the namespace with itself, so each feature meets itself (x_i^2 |v_i|^2) and each pair comes twice, and
+    with VW's positive uniform [0, 1) factor initialization it starts at logits in the hundreds (progressive
+    log loss 0.737 on 200,000 rows against 0.545 for VW's linear model)."""
+    names = VW_FIELD_NAMESPACES[:n_fields]
+    return " ".join(f"--lrq {a}{b}{rank}" for i, a in enumerate(names) for b in names[i + 1:]) + " --lrqdropout"
 
 
 def vw_run(name: str, args: str, lines: list[str], y: np.ndarray) -> Result:
@@ -221,14 +241,16 @@ def main() -> None:
         import vowpalwabbit  # noqa: F401
 
         lines, y_vw = vw_lines(stream, args.rows)
+        field_lines, _ = vw_lines(stream, args.rows, per_field=True)
     except ImportError:
-        lines = []
+        lines = field_lines = []
     results: dict[str, Result] = {}
     print("\n-- progressive validation (predict each batch, then train on it)")
     runs: list[tuple[str, Callable[[], Result]]] = [
         ("vw", lambda: vw_run(f"VW logistic (-b {BITS})", "", lines, y_vw)),
         ("vw_ftrl", lambda: vw_run(f"VW logistic --ftrl (-b {BITS})", "--ftrl", lines, y_vw)),
-        ("vw_lrq", lambda: vw_run("VW logistic + --lrq cc4", "--lrq cc4", lines, y_vw)),
+        ("vw_fm", lambda: vw_run(f"VW logistic + --lrq k={FM_FACTORS} per field pair, --lrqdropout",
+                                 vw_fm_args(len(stream.categorical), FM_FACTORS), field_lines, y_vw)),
     ] if lines else []
     if not lines:
         print("  (vowpalwabbit is not installed: pip install vowpalwabbit==9.11.9)")
@@ -268,7 +290,7 @@ def main() -> None:
 
     n1 = args.rows_1
     print(f"\n-- batch 1 (one row per step), on the stream's first {n1:,} rows: rows/s, progressive log loss there")
-    peers = [k for k in ("vw", "vw_ftrl", "river_lr", "river_fm") if k in results]
+    peers = [k for k in ("vw", "vw_ftrl", "vw_fm", "river_lr", "river_fm") if k in results]
     for key in ["lr_adagrad_1", "lr_ftrl_1", "fm_1", "fm_ftrl_1"] + peers:
         r = results[key]
         print(f"  {r.name:<56} {r.rate:>9,.0f} rows/s   log loss {r.loss(n1):.4f}   AUC {auc(r.p[:n1], r.y[:n1]):.4f}")
@@ -310,6 +332,10 @@ def main() -> None:
         if n > 5000:
             print(f"         (first 5,000 rows: {fm_r.loss(5000):.4f} vs {river.loss(5000):.4f}: at batch 1024 the first "
                   f"1,024 rows meet an untrained model, {fm_r.loss(1024):.4f} there, River's {river.loss(1024):.4f})")
+    for key in ("fm_1024", "fm_ftrl_1024") if "vw_fm" in results else ():  # beside VW's FM analogue: no target
+        fm_r, vw_fm = results[key], results["vw_fm"]
+        print(f"  [info] {fm_r.name}: {fm_r.rate / vw_fm.rate:.1f}x the rows/s of VW's --lrq FM, log loss "
+              f"{fm_r.loss():.4f} vs {vw_fm.loss():.4f}")
     if steps:
         ratio = steps[bits[1]] / steps[bits[0]]
         target(ratio <= 1.2, f"step with a 2^{bits[1]}-row table / with a 2^{bits[0]}-row table: {ratio:.2f} (<= 1.2)")
