@@ -3,7 +3,8 @@
 Every checkpoint holds the estimator's full state *and* the source position right after the last
 batch it includes, written atomically; on resume both are restored together, so each row of the
 stream takes effect exactly once however the process died.  Kafka offsets are committed only once
-the checkpoint that covers them is durable.
+the checkpoint that covers them is durable, and noted first in the run's commit ledger: a resume from an
+older checkpoint than the newest committed one (that one lost) trains the rows after it again.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from streamfit._stream.options import StreamOptions
 from streamfit._stream.events import BatchEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, BackgroundPublisher, CheckpointStore, TableArrays
 from streamfit.checkpoint._format import dir_name
+from streamfit.daemon.commit_ledger import RunCommitLedger
 from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot_estimator, snapshot_tables
@@ -162,6 +164,8 @@ class Runner:
         self.source_spec = source
         self.source_options = dict(source_options or {})
         self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
+        #: this run's own group commits (Kafka): tells them from another member's on resume
+        self._commits = RunCommitLedger(checkpoint_dir) if checkpoint_dir is not None else None
         self.every_batches = every_batches
         self.every_seconds = every_seconds
         self.resume = resume
@@ -234,6 +238,9 @@ class Runner:
     def _open(self, position: Position | None) -> Source:
         spec = self.source_spec
         source = spec() if callable(spec) else open_source(spec, **self.source_options)
+        if self._commits is not None:  # the source notes its commits; those of checkpoints since this one are own
+            self._commits.since = self.batches
+            source.attach_commit_ledger(self._commits)
         if position is not None:
             try:
                 source.seek(position)
@@ -455,6 +462,8 @@ class Runner:
                 self._publisher.offer(done_snap.step, done_snap.model, done_snap.tables, done_snap.changed,
                                       checkpoint=self.store.root / dir_name(done_snap.step))
         if snap.position is not None and self._source is not None and snap.step > self._committed_step:
+            if self._commits is not None:
+                self._commits.step = snap.step
             await self._source.commit(snap.position)
             self._committed_step = snap.step
 
@@ -570,6 +579,8 @@ class Runner:
         elif self.store is not None and self.store.list():
             raise ResumeError(f"{self.store.root} already holds checkpoints: resume from them (--resume) or "
                               "use an empty checkpoint directory")
+        if self._commits is not None and self._resumed_from is None:
+            self._commits.reset()  # a fresh run: an earlier run's commits in this directory are not its own
         self._dead_letter_start()
         self._t0 = time.perf_counter()
         self._rows_at_start = self.rows

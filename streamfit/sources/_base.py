@@ -11,11 +11,14 @@ import abc
 import json
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pyarrow as pa
 
 from streamfit.exceptions import BadInputError
+
+if TYPE_CHECKING:
+    from streamfit.sources._commits import CommitLedger
 
 __all__ = ["Position", "SourceBatch", "Source", "Unit"]
 
@@ -102,6 +105,10 @@ class Source(abc.ABC):
 
         Sources without an external notion of progress ignore it.
         """
+
+    def attach_commit_ledger(self, ledger: "CommitLedger") -> None:
+        """Note this source's group commits in ``ledger`` and consult it on assignment, so that a committed
+        offset of this learner's own never skips rows its resumed model lacks (Kafka).  Others ignore it."""
 
     async def aclose(self) -> None:
         self._closed = True

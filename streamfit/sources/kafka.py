@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from streamfit.exceptions import BadInputError, SourceError
 from streamfit.sources._base import Position, Source, SourceBatch, Unit
+from streamfit.sources._commits import CommitLedger, GroupCommit
 from streamfit.sources._kafka_position import KafkaPosition, PartitionPosition
 from streamfit.sources._wakeup import Wakeup
 from streamfit.sources.decoders import Decoder, _one_batch, get_decoder
@@ -49,7 +50,10 @@ class KafkaSource(Source):
     a rebalance): a checkpoint written then resumes each of them where it was trained.  Whenever a partition
     is assigned, it starts at the later of where the caller has it (the :meth:`seek` position, or after the
     last batch returned) and the group's committed offset (another member trained up to there); never at
-    an older committed offset, which lags behind what was trained.  :meth:`commit` commits offset ``o`` of
+    an older committed offset, which lags behind what was trained.  With a commit ledger attached
+    (:meth:`attach_commit_ledger`: the daemon's Runner keeps one beside its checkpoints) a committed offset
+    that this learner committed itself (from a newer checkpoint since lost) does not win: the rows after the
+    position are trained again, since the model resumed lacks them.  :meth:`commit` commits offset ``o`` of
     each partition assigned to this source now (an away partition's owner commits it), so a partly
     consumed message is read again by a new consumer unless it seeks.  Decoded batches of a partition
     revoked by a rebalance not yet returned are dropped; its new owner continues from the group offsets.
@@ -127,6 +131,7 @@ class KafkaSource(Source):
         self._returned: dict[int, PartitionPosition] = {}
         self._pending_skip: dict[int, PartitionPosition] = {}  # partition -> (offset, rows to skip in it)
         self._sought: set[int] = set()  # partitions of the seek position not assigned yet
+        self._ledger: CommitLedger | None = None  # this learner's own commits (attach_commit_ledger)
         # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
         self._mutex = threading.Lock()
         self._room = threading.Condition(self._mutex)  # the fetch thread waits here for the caller to catch up
@@ -157,6 +162,14 @@ class KafkaSource(Source):
             if at.row:
                 self._pending_skip[partition] = at
 
+    def attach_commit_ledger(self, ledger: CommitLedger) -> None:
+        """Note every commit in ``ledger`` before it is sent; on assignment a committed offset ahead of the
+        position wins only if the ledger does not hold it (another member committed it).  Before iteration."""
+        self._check_seek_allowed()
+        if not isinstance(ledger, CommitLedger):
+            raise TypeError(f"KafkaSource: expected a CommitLedger (record, own_offsets), got {type(ledger).__name__}")
+        self._ledger = ledger
+
     def _snapshot(self, live: Mapping[int, PartitionPosition]) -> Position:
         return KafkaPosition(self.topic, live).to_json()
 
@@ -186,27 +199,45 @@ class KafkaSource(Source):
         """A partition the caller has trained up to ``trained`` (a checkpoint's position, or the last batch returned
         before a rebalance took it away) is assigned: start there, not at the group's committed offset, which lags
         behind (offsets are committed only once a checkpoint covering them is durable) and would replay rows;
-        unless another member of the group has committed further meanwhile (it trained them)."""
-        at = trained.after_commit(committed)
+        unless another member of the group has committed further meanwhile (it trained them).  A further offset
+        that the commit ledger holds is this learner's own (from a checkpoint since lost): it does not win."""
+        p = tp.partition
+        own = self._ledger.own_offsets(self.topic, self.group, p) if self._ledger is not None else frozenset()
+        mine = committed > trained.offset and committed in own
+        at = trained if mine else trained.after_commit(committed)
         tp.offset = at.offset
-        self._live[tp.partition] = at
-        resumed = tp.partition in self._sought
-        self._sought.discard(tp.partition)
-        if at != trained:
-            where = f"{self.topic}[{tp.partition}]: the group committed offset {at.offset}, after the " \
-                    f"{trained.offset}:{trained.row} this source "
+        self._live[p] = at
+        resumed = p in self._sought
+        self._sought.discard(p)
+        where = f"{self.topic}[{p}]: the group committed offset {committed}, after the {trained.offset}:" \
+                f"{trained.row} this source {'resumed at' if resumed else 'had returned'}"
+        if mine:  # this learner's own commit, of a checkpoint newer than the one resumed (lost, or not chosen)
+            _log.warning(where + ", and this learner committed it itself (its commit ledger) from a checkpoint "
+                         "since lost or not resumed: continuing at %d:%d, the rows in between are trained again "
+                         "(the model lacks them)", at.offset, at.row)
+        elif at != trained and self._ledger is not None:  # another member's commit: its rows are trained
+            lost = sorted(o for o in own if trained.offset < o < committed)
+            if lost:
+                _log.warning(where + " (another member: not in this learner's commit ledger): continuing there; "
+                             "this learner had committed offset %d from a checkpoint since lost: the model lacks "
+                             "the rows of offsets %d..%d", lost[-1], trained.offset, lost[-1] - 1)
+            else:
+                _log.info(where + " (another member: not in this learner's commit ledger): it trained the rows "
+                          "in between, continuing there")
+        elif at != trained:
             if resumed:  # a rebalance meanwhile, or an older checkpoint than the newest committed one
-                _log.warning(where + "resumed at: continuing at the group's offset (another member trained the rows "
+                _log.warning(where + ": continuing at the group's offset (another member trained the rows "
                              "in between; if this learner committed them from a newer checkpoint since lost, "
                              "the model lacks them: resume with a new group to train them again)")
             else:
-                _log.info(where + "had returned: another member trained the rows in between, continuing there")
+                _log.info(where + ": another member trained the rows in between, continuing there")
+        if at != trained:
             with self._mutex:
-                self._returned[tp.partition] = at
+                self._returned[p] = at
         if at.row:
-            self._pending_skip[tp.partition] = at
+            self._pending_skip[p] = at
         else:
-            self._pending_skip.pop(tp.partition, None)
+            self._pending_skip.pop(p, None)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = {tp.partition for tp in partitions if tp.topic == self.topic}
@@ -554,13 +585,17 @@ class KafkaSource(Source):
         async with lock:
             if self._closed:
                 raise RuntimeError(f"KafkaSource({self.topic}) is closed")
-            consumer, kafka, topic = self._consumer, self._kafka, self.topic
+            consumer, kafka, topic, ledger = self._consumer, self._kafka, self.topic, self._ledger
 
             def commit() -> None:  # in the consumer's thread, between two consume calls: the assignment holds
                 mine = self._assigned or set()
-                offsets = [kafka.TopicPartition(topic, p, at.offset) for p, at in parts.items() if p in mine]
-                if offsets:
-                    consumer.commit(offsets=offsets, asynchronous=False)
+                offsets = {p: at.offset for p, at in parts.items() if p in mine}
+                if not offsets:
+                    return
+                if ledger is not None:  # durable first: a commit sent is always one the ledger knows
+                    ledger.record(GroupCommit(topic, self.group, offsets))
+                consumer.commit(offsets=[kafka.TopicPartition(topic, p, o) for p, o in offsets.items()],
+                                asynchronous=False)
 
             try:
                 if self._thread is not None:
