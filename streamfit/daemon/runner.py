@@ -239,7 +239,7 @@ class Runner:
         spec = self.source_spec
         source = spec() if callable(spec) else open_source(spec, **self.source_options)
         if self._commits is not None:  # the source notes its commits; those of checkpoints since this one are own
-            self._commits.since = self.batches
+            self._commits.since = self._commits.step = self.batches  # a source's own rewind commits this point
             source.attach_commit_ledger(self._commits)
         if position is not None:
             try:

@@ -132,6 +132,8 @@ class KafkaSource(Source):
         self._pending_skip: dict[int, PartitionPosition] = {}  # partition -> (offset, rows to skip in it)
         self._sought: set[int] = set()  # partitions of the seek position not assigned yet
         self._ledger: CommitLedger | None = None  # this learner's own commits (attach_commit_ledger)
+        #: partitions resumed behind a committed offset of this learner's own: the group's offset to set back
+        self._rewind: dict[int, int] = {}
         # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
         self._mutex = threading.Lock()
         self._room = threading.Condition(self._mutex)  # the fetch thread waits here for the caller to catch up
@@ -215,6 +217,7 @@ class KafkaSource(Source):
             _log.warning(where + ", and this learner committed it itself (its commit ledger) from a checkpoint "
                          "since lost or not resumed: continuing at %d:%d, the rows in between are trained again "
                          "(the model lacks them)", at.offset, at.row)
+            self._rewind[p] = at.offset
         elif at != trained and self._ledger is not None:  # another member's commit: its rows are trained
             lost = sorted(o for o in own if trained.offset < o < committed)
             if lost:
@@ -248,6 +251,7 @@ class KafkaSource(Source):
             self._forget_ahead(revoked)
         for p in revoked:
             self._pending_skip.pop(p, None)
+            self._rewind.pop(p, None)
         if self._incremental:
             consumer.incremental_unassign(partitions)
         else:
@@ -293,6 +297,8 @@ class KafkaSource(Source):
     def _fetch_items(self) -> list[tuple[SourceBatch, dict[int, PartitionPosition]]]:
         """:meth:`_fetch` with each batch's position dict (a rebalance edits those fetched ahead)."""
         kafka = self._kafka
+        if self._rewind:
+            self._send_rewind()
         try:
             messages = self._consumer.consume(self.max_messages, self.poll_timeout)
         except kafka.KafkaException as exc:
@@ -334,6 +340,22 @@ class KafkaSource(Source):
             group.append((partition, offset, skip_rows, batch))
         self._flush(group, out)
         return out
+
+    def _send_rewind(self) -> None:
+        """Set the group's offset back to where training resumed on partitions whose committed offset was this
+        learner's own (a checkpoint since lost): a rebalance before the next commit then gives them to another
+        member there, not after rows no model holds.  The resumed checkpoint is durable: its offsets may be."""
+        offsets = {p: o for p, o in self._rewind.items() if p in (self._assigned or ())}
+        self._rewind.clear()
+        if not offsets:
+            return
+        if self._ledger is not None:
+            self._ledger.record(GroupCommit(self.topic, self.group, offsets))
+        try:
+            self._consumer.commit(offsets=[self._kafka.TopicPartition(self.topic, p, o) for p, o in offsets.items()],
+                                  asynchronous=False)
+        except self._kafka.KafkaException as exc:  # the next checkpoint's commit sets it
+            _log.warning("%s: setting the group's offsets back to %s failed: %s", self.topic, offsets, exc)
 
     def _handle_error(self, err: Any) -> None:
         kafka = self._kafka
