@@ -99,3 +99,18 @@ def test_resuming_from_an_older_checkpoint_than_the_lost_committed_one(tmp_path,
     resumed = CheckpointStore(ck).load_latest().arrays  # the rows after A trained once more, in the same order
     for name, value in uninterrupted.items():
         np.testing.assert_allclose(resumed[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_an_unreadable_ledger_is_set_aside_and_counts_nothing_as_own(tmp_path, caplog):
+    from streamfit.daemon.commit_ledger import RunCommitLedger
+    from streamfit.sources._commits import GroupCommit
+
+    ledger = RunCommitLedger(tmp_path)
+    ledger.record(GroupCommit("t", "g", {0: 8}))
+    path = tmp_path / "kafka-commits.json"
+    path.write_bytes(path.read_bytes()[:-3])  # a torn write (it is written atomically: a disk fault, an edit)
+    with caplog.at_level("WARNING"):
+        assert RunCommitLedger(tmp_path).own_offsets("t", "g", 0) == frozenset()
+    assert (tmp_path / "kafka-commits.json.corrupt").is_file() and not path.exists()
+    assert any("kafka-commits.json unreadable" in r.getMessage() and "set aside" in r.getMessage()
+               for r in caplog.records)
