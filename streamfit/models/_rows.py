@@ -11,8 +11,7 @@ batch, a trainer or scaler replaced since -- returns ``None``/``False`` and take
 validates it and says what is wrong.  Both paths compute the same float32 arithmetic (tests compare them).
 
 Every microsecond here is paid once per event beside a step of a few tens of microseconds, and Python run
-between two onnxruntime runs also slows the next run (its caches are cold), so the checks are written
-inline, without helper calls.
+between two onnxruntime runs also slows the next run (its caches are cold), so the checks are few and flat.
 """
 
 from __future__ import annotations
@@ -54,10 +53,19 @@ class RowPath:
         return (trainer is not None and trainer.dtype == _F32 and getattr(trainer, "_single", False)
                 and est.learning_rate not in _PASSIVE_AGGRESSIVE and getattr(est, "inputs", None) is None)
 
+    #: the estimator attribute, beside its trainer and feature scaler, whose replacement retires the path
+    #: (the classes a classifier encodes labels by, a regressor's target scaler)
+    watched = ""
+
+    def _watched(self) -> Any:
+        raise NotImplementedError
+
     def current(self, est: Any) -> bool:
         """Whether this path still fits ``est`` (its trainer, scalers and labels not replaced, no
         passive-aggressive steps asked for since)."""
-        raise NotImplementedError
+        d = est.__dict__
+        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
+                and d.get(self.watched) is self._watched() and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
 
     def _row(self, X: Any) -> "tuple[np.ndarray, list[float]] | None":
         """``X`` as a float32 row and its values, or None when it is not a finite float row of the shape."""
@@ -105,17 +113,16 @@ class ClassifierRows(RowPath):
         super().__init__(est)
         self.classes = est.classes_
 
-    def current(self, est: Any) -> bool:
-        d = est.__dict__
-        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
-                and d.get("classes_") is self.classes and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
+    watched = "classes_"
+
+    def _watched(self) -> Any:
+        return self.classes
 
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
-        d = est.__dict__
-        if (d.get("trainer_") is not self.trainer or d.get("scaler_") is not self.scaler
-                or d.get("classes_") is not self.classes or d.get("learning_rate") in _PASSIVE_AGGRESSIVE):
+        if not self.current(est):
             return False
+        d = est.__dict__
         if type(y) is np.ndarray:
             if y.shape != (1,):
                 return False
@@ -170,16 +177,14 @@ class RegressorRows(RowPath):
     def fits(cls, est: Any) -> bool:
         return super().fits(est) and int(getattr(est, "n_outputs_", 0)) == 1
 
-    def current(self, est: Any) -> bool:
-        d = est.__dict__
-        return (d.get("trainer_") is self.trainer and d.get("scaler_") is self.scaler
-                and d.get("target_scaler_") is self.target and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE)
+    watched = "target_scaler_"
+
+    def _watched(self) -> Any:
+        return self.target
 
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
-        d = est.__dict__
-        if (d.get("trainer_") is not self.trainer or d.get("scaler_") is not self.scaler
-                or d.get("target_scaler_") is not self.target or d.get("learning_rate") in _PASSIVE_AGGRESSIVE):
+        if not self.current(est):
             return False
         T = self.t
         if type(y) is np.ndarray:

@@ -18,6 +18,7 @@ from streamfit.checkpoint import CheckpointStore
 from streamfit.daemon import Runner
 from streamfit.sources import KafkaSource
 from tests.daemon.helpers import record_batches, write_model
+from tests.kafka_group import committed_offset
 
 pytestmark = pytest.mark.kafka
 
@@ -27,17 +28,6 @@ MESSAGES = 16  # of 128 rows: 2048 rows, 32 batches of 64; checkpoints every 8 b
 def _estimator(model):  # type: ignore[no-untyped-def]
     return OnnxRegressor(str(model), optimizer="adam", learning_rate="constant", eta0=0.01, penalty=None,
                          batch_size=64, threads=1)
-
-
-def _committed(broker, topic: str, group: str) -> int:  # type: ignore[no-untyped-def]
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
-        return int(tp.offset)
-    finally:
-        consumer.close()
 
 
 def _commit_as_another_member(broker, topic: str, group: str, offset: int) -> None:  # type: ignore[no-untyped-def]
@@ -74,7 +64,7 @@ def test_resuming_from_an_older_checkpoint_than_the_lost_committed_one(tmp_path,
     a_rows = CheckpointStore(ck).load(a.path.name).meta["rows"]
     assert b.step == 32 and 0 < a_rows < MESSAGES * 128
     uninterrupted = CheckpointStore(ck).load(b.path.name).arrays
-    assert _committed(kafka_broker, topic, group) == MESSAGES  # B's offsets are the group's
+    assert committed_offset(kafka_broker, topic, group) == MESSAGES  # B's offsets are the group's
     blob = bytearray((b.path / "state.npz").read_bytes())  # B is lost: the resume falls back to A
     blob[len(blob) // 2] ^= 0xFF
     (b.path / "state.npz").write_bytes(bytes(blob))

@@ -8,8 +8,6 @@ trained its rows twice (2560 rows where the topic held 2048: its 512 rows twice)
 
 from __future__ import annotations
 
-import threading
-
 import anyio
 import pytest
 
@@ -18,6 +16,7 @@ from streamfit.checkpoint import CheckpointStore
 from streamfit.daemon import Runner
 from streamfit.sources import KafkaSource
 from tests.daemon.helpers import record_batches, write_model
+from tests.kafka_group import GroupMember
 
 pytestmark = pytest.mark.kafka
 
@@ -27,32 +26,6 @@ MESSAGES = 4  # per partition and round; 128 rows each
 def _estimator(model):  # type: ignore[no-untyped-def]
     return OnnxRegressor(str(model), optimizer="adam", learning_rate="constant", eta0=0.01, penalty=None,
                          batch_size=64, threads=1)
-
-
-class _Member(threading.Thread):
-    """Another member of the group: joins, polls (committing nothing), leaves when ``stop`` is set."""
-
-    def __init__(self, broker, topic: str, group: str) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(daemon=True)
-        from confluent_kafka import Consumer
-
-        self.topic = topic
-        self.consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                  **broker.consumer_config})
-        self.assigned: list[int] = []
-        self.is_assigned, self.stop = threading.Event(), threading.Event()
-
-    def run(self) -> None:
-        self.consumer.subscribe([self.topic])
-        try:
-            while not self.stop.is_set():
-                self.consumer.poll(0.05)
-                if not self.assigned and self.consumer.assignment():
-                    self.assigned = [tp.partition for tp in self.consumer.assignment()]
-                    self.is_assigned.set()
-        finally:
-            self.consumer.close()
 
 
 async def _until(predicate, runner: Runner, what: str, seconds: float = 60) -> None:  # type: ignore[no-untyped-def]
@@ -71,7 +44,7 @@ def test_a_final_checkpoint_while_a_partition_is_away_resumes_exactly_once(tmp_p
     for p in (0, 1):
         kafka_broker.produce_batches(topic, rounds[0][p::2], partition=p)
     model = write_model(tmp_path)
-    member = _Member(kafka_broker, topic, group)
+    member = GroupMember(kafka_broker, topic, group)
 
     def source(until_eof: bool = False) -> KafkaSource:
         return KafkaSource(kafka_broker.bootstrap, topic, group=group, config=kafka_broker.consumer_config,

@@ -12,21 +12,11 @@ import pytest
 from streamfit.daemon.commit_ledger import RunCommitLedger
 from streamfit.sources import KafkaSource
 from streamfit.testing.kafka import ipc_bytes
+from tests.kafka_group import committed_offset
 
 pytestmark = [pytest.mark.kafka, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
 
 ROWS = 16  # per message
-
-
-def _committed(broker, topic: str, group: str) -> int:  # type: ignore[no-untyped-def]
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
-        return int(tp.offset)
-    finally:
-        consumer.close()
 
 
 @pytest.mark.anyio
@@ -49,7 +39,7 @@ async def test_an_own_commit_ahead_of_the_resumed_position_is_read_again(tmp_pat
     ledger.step = 20  # the checkpoint (since lost) that covered every message
     await first.commit({"topic": topic, "partitions": {"0": {"offset": 8, "row": 0}}})
     await first.aclose()
-    assert _committed(kafka_broker, topic, group) == 8
+    assert committed_offset(kafka_broker, topic, group) == 8
     saved = json.loads((tmp_path / "kafka-commits.json").read_text())["commits"]
     assert [(c["step"], c["group"], c["offsets"]) for c in saved] == [(20, group, {"0": 8})]
 
@@ -61,6 +51,6 @@ async def test_an_own_commit_ahead_of_the_resumed_position_is_read_again(tmp_pat
         got = await collect_ids(again)
     await again.aclose()
     assert got == list(range(3 * ROWS + 5, 8 * ROWS)), f"{len(got)} rows read after the resumed position"
-    assert _committed(kafka_broker, topic, group) == 3  # set back to the resumed checkpoint's offset
+    assert committed_offset(kafka_broker, topic, group) == 3  # set back to the resumed checkpoint's offset
     assert RunCommitLedger(tmp_path).own_offsets(topic, group, 0) == {8, 3}
 

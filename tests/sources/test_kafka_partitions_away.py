@@ -10,8 +10,6 @@ and a crash is the source closed without anything more.
 
 from __future__ import annotations
 
-import threading
-import time
 
 import anyio
 import numpy as np
@@ -19,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from streamfit.sources import KafkaSource
+from tests.kafka_group import GroupMember
 
 pytestmark = pytest.mark.kafka
 
@@ -32,42 +31,6 @@ def _messages(partition: int, first: int, stop: int) -> list[pa.RecordBatch]:
 
 def _ids(partition: int, first: int, stop: int) -> list[int]:
     return [i for b in _messages(partition, first, stop) for i in b.column("i").to_pylist()]
-
-
-class _Member(threading.Thread):
-    """Another member of the group: joins, polls (training nothing), commits ``commit_offset`` on the partition
-    it is given once ``commit_now`` is set, leaves when ``stop`` is set."""
-
-    def __init__(self, broker, topic: str, group: str) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(daemon=True)
-        from confluent_kafka import Consumer
-
-        self.topic = topic
-        self.consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                  **broker.consumer_config})
-        self.assigned: list[int] = []
-        self.is_assigned, self.stop, self.commit_now, self.committed = (threading.Event() for _ in range(4))
-        self.commit_offset: int | None = None
-
-    def run(self) -> None:
-        from confluent_kafka import TopicPartition
-
-        self.consumer.subscribe([self.topic])
-        try:
-            while not self.stop.is_set():
-                self.consumer.poll(0.05)
-                parts = [tp.partition for tp in self.consumer.assignment()]
-                if parts and not self.is_assigned.is_set():
-                    self.assigned = parts
-                    self.is_assigned.set()
-                if self.commit_now.is_set() and not self.committed.is_set():
-                    if self.commit_offset is not None:
-                        self.consumer.commit(offsets=[TopicPartition(self.topic, p, self.commit_offset)
-                                                      for p in self.assigned], asynchronous=False)
-                    self.committed.set()
-        finally:
-            self.consumer.close()  # leaves the group without committing anything else
 
 
 async def _drain(source: KafkaSource, seconds: float) -> list[tuple[int, list[int]]]:
@@ -87,7 +50,7 @@ def test_a_checkpoint_while_a_partition_is_away_resumes_it_exactly_once(kafka_br
     for p in (0, 1):
         kafka_broker.produce_batches(topic, _messages(p, 0, 6), partition=p)
     config = dict(kafka_broker.consumer_config)
-    member = _Member(kafka_broker, topic, group)
+    member = GroupMember(kafka_broker, topic, group)
 
     async def main() -> tuple[list[int], list[int], int, dict]:
         trained: list[int] = []
