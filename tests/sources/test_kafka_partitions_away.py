@@ -10,7 +10,6 @@ and a crash is the source closed without anything more.
 
 from __future__ import annotations
 
-
 import anyio
 import numpy as np
 import pyarrow as pa
