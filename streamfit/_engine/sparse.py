@@ -248,6 +248,13 @@ class _Staged:
                                for t, slots in zip(owner.tables, owner._slots)
                                for (i, _), use in zip(slots, t.uses)
                                for name, pair in [(use.rows, self.fused_inputs[use.rows])]}
+        #: per table: the names gather and update use (made once: a step of one row would pay them each time)
+        self.inv_names = [_suffix(t.name, "inv") for t in owner.tables]
+        self.block_names = [_suffix(t.name, "rows") for t in owner.tables]
+        self.state_items = [[(Names.slot(w, slot), Names.slot(t.name, slot)) for slot in owner.state[t.name]]
+                            for t, w in zip(owner.tables, self.block_names)]
+        self.new_items = [[(Names.new(w), t.name)] + [(Names.new(name), source) for name, source in items]
+                          for t, w, items in zip(owner.tables, self.block_names, self.state_items)]
         self.check = np.zeros((), owner.dtype)
         self._check_value = C.OrtValue.ortvalue_from_numpy(self.check, C.OrtDevice(C.OrtDevice.cpu(),
                                                                                    C.OrtDevice.default_memory(), 0))
@@ -329,26 +336,27 @@ class SparseTables:
         for n, (t, slots) in enumerate(zip(self.tables, self._slots)):
             table = self.arrays[t.name]
             rows = table.shape[0]
-            parts = []
-            for i, ids_name in slots:
-                ids = xs[i]
-                lo, hi = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
-                if lo < -rows or hi >= rows:
-                    _out_of_range(ids, rows, ids_name, t.name)
-                flat = ids.reshape(-1)
-                parts.append(np.where(flat < 0, flat + rows, flat) if lo < 0 else flat)  # from the end, as Gather
-            flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            inv = staged.inputs[_suffix(t.name, "inv")][1]
-            uniq = _distinct(flat, rows, inv, self)  # sorted: the rows are read and written in address order
+            inv = staged.inputs[staged.inv_names[n]][1]
+            if inv.size <= _FEW:  # a few ids (a batch of one row): Python on their values beats numpy's calls
+                uniq = _distinct_few(xs, slots, rows, inv, t.name)
+            else:
+                parts = []
+                for i, ids_name in slots:
+                    ids = xs[i]
+                    lo, hi = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
+                    if lo < -rows or hi >= rows:
+                        _out_of_range(ids, rows, ids_name, t.name)
+                    flat = ids.reshape(-1)
+                    parts.append(np.where(flat < 0, flat + rows, flat) if lo < 0 else flat)  # from the end, as Gather
+                flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+                uniq = _distinct(flat, rows, inv, self)  # sorted: the rows are read and written in address order
             staged.uniq[n] = uniq
             u = len(uniq)
             touched += u
-            w = _suffix(t.name, "rows")
-            block = staged.items[w]
+            block = staged.items[staged.block_names[n]]
             np.take(self._rows[t.name], uniq, out=block[:u])
-            for slot in self.state[t.name]:
-                name = self._names.slot(w, slot)
-                np.take(self._rows[self._names.slot(t.name, slot)], uniq, out=staged.items[name][:u])
+            for name, source in staged.state_items[n]:
+                np.take(self._rows[source], uniq, out=staged.items[name][:u])
             at = 0
             for (i, _), use in zip(slots, t.uses):
                 count = xs[i].size
@@ -361,19 +369,14 @@ class SparseTables:
         self.session._sess.run_with_iobinding(staged.io, None)
         if not np.isfinite(staged.check):
             return False
-        new, slot_name = self._names.new, self._names.slot
-        for t, uniq in zip(self.tables, staged.uniq):
+        for t, uniq, items in zip(self.tables, staged.uniq, staged.new_items):
             u = len(uniq)
-            w = _suffix(t.name, "rows")
-            snaps = tuple(self._snapshots)
-            for snap in snaps:  # the rows' values at the snapshot's step, saved aside before they change
-                snap.before_write(t.name, uniq)
-                for slot in self.state[t.name]:
-                    snap.before_write(slot_name(t.name, slot), uniq)
-            np.put(self._rows[t.name], uniq, staged.items[new(w)][:u])  # sorted distinct rows: one pass in order
+            for snap in tuple(self._snapshots):  # the rows' values at the snapshot's step, saved aside before they change
+                for _, target in items:
+                    snap.before_write(target, uniq)
+            for name, target in items:  # sorted distinct rows: one pass in order
+                np.put(self._rows[target], uniq, staged.items[name][:u])
             self._touched[t.name][uniq] = True
-            for slot in self.state[t.name]:
-                np.put(self._rows[slot_name(t.name, slot)], uniq, staged.items[new(slot_name(w, slot))][:u])
         return True
 
     # -- copy-on-write snapshots (full checkpoints) ----------------------------------------------------
@@ -461,6 +464,28 @@ class SparseTables:
                         snap.before_write_all(key)
                     _copy_into(arr, values[key], key)
                     self._touched[name].fill(True)
+
+
+#: at most this many ids in a step (all uses of a table): distinct ids found in Python (:func:`_distinct_few`)
+_FEW = 64
+
+
+def _distinct_few(xs: tuple[np.ndarray, ...], slots: Sequence[tuple[int, str]], rows: int, inv: np.ndarray,
+                  table: str) -> np.ndarray:
+    """:func:`_distinct` of a few ids (the uses' ids in ``xs``, concatenated) on Python ints: the same sorted
+    distinct ids and the same ``inv``, the same error for an id outside the table, in a handful of calls."""
+    flat: list[int] = []
+    for i, ids_name in slots:
+        values = xs[i].reshape(-1).tolist()
+        if values and (min(values) < -rows or max(values) >= rows):
+            _out_of_range(xs[i], rows, ids_name, table)
+        flat += values
+    if flat and min(flat) < 0:  # from the end, as Gather
+        flat = [v + rows if v < 0 else v for v in flat]
+    uniq = sorted(set(flat))
+    where = {v: k for k, v in enumerate(uniq)}
+    inv[:] = [where[v] for v in flat]
+    return np.array(uniq, np.int64)
 
 
 def _distinct(flat: np.ndarray, rows: int, inv: np.ndarray, owner: "SparseTables") -> np.ndarray:

@@ -260,6 +260,7 @@ class OnnxEstimator(_SkBase):
         state = dict(parent() if parent is not None else self.__dict__)  # a copy: the live dict stays intact
         trainer = state.pop("trainer_", None)
         state.pop("_rows", None)  # the one-row path of the ready-made models holds the trainer: made again
+        state.pop("_hashed_rows", None)
         if trainer is not None:
             state["_pickled_trainer"] = {"model": trainer.prepared.standalone_model().SerializeToString(),
                                          "weights": trainer.weight_names, "loss": trainer.loss,

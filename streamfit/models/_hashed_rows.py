@@ -1,0 +1,416 @@
+"""The one-row path of the hashed linear models (``categorical=``): one event per call.
+
+A per-event stream calls ``partial_fit``/``predict`` with a one-row Arrow table, record batch or dict of
+columns.  The general path builds a record batch, compiles and runs the column plan (numpy hashing of a
+``(1, fields)`` block, per-column checks) and the estimator's batch checks: about a millisecond per row,
+where the step itself is two short session runs.  :class:`HashedRows` is what a fitted hashed model keeps
+for such rows: per schema a :class:`RowLayout` (where the columns are, made once), per column a cache of
+the ids of values seen, the ``ids``/``x`` arrays the trainer takes.  A row is read with a few Arrow calls
+(all integer columns of one type as one tensor), hashed in Python (:func:`~streamfit.features._murmur.murmur3_int`
+and the general path's own string hash: the same ids bit for bit), and handed to the trainer.  Anything
+else -- a null, a non-finite or non-float dense value, a column kind the encoder has not seen, sample
+weights, ``classes=``, an unseen label, several rows -- returns ``None``/``False`` and takes the general
+path, which validates it and names the column (the same errors as before).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from streamfit.features._encoders import NULL_ID, _hash_str
+from streamfit.features._murmur import murmur3_int
+from streamfit.features._values import kind_of
+from streamfit.models._fm_graph import DENSE, IDS
+from streamfit.models.scaler import RunningScaler
+
+__all__ = ["HashedRows", "HashedClassifierRows", "HashedRegressorRows", "RowLayout"]
+
+_F32 = np.dtype(np.float32)
+_F32_MAX = float(np.finfo(np.float32).max)
+_PASSIVE_AGGRESSIVE = ("pa1", "pa2")
+#: ids kept per column (a dict of value -> id); cleared when full (a click stream's values are Zipf-like:
+#: the frequent ones come back at once)
+_CACHE = 1 << 14
+_INT64 = (-(1 << 63), 1 << 63)
+_FLOATS = (pa.float32(), pa.float64())  # dense column types the column plan reads into the float32 input
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where the model's columns are in one schema, and how a row of it is read (made once per schema)."""
+
+    #: the categorical columns' indices in the batch, in the model's order
+    categorical: list[int]
+    #: the dense columns' indices
+    dense: list[int]
+    #: all categorical columns plain integers of one type: read as one tensor (else one scalar each)
+    categorical_tensor: bool
+    #: all dense columns of one float type: read as one tensor
+    dense_tensor: bool
+
+
+def layout_of(schema: pa.Schema, categorical: tuple[str, ...], dense: tuple[str, ...],
+              kinds: tuple[Any, ...]) -> RowLayout | None:
+    """The layout of ``schema``, or None when its rows must take the general path (a column missing or
+    named twice, a kind the encoder has not seen, a dense column that is not float)."""
+    names = schema.names
+    index: dict[str, int] = {}
+    for c in (*categorical, *dense):
+        if names.count(c) != 1:
+            return None
+        index[c] = names.index(c)
+    cat_types = [schema.field(index[c]).type for c in categorical]
+    if tuple(kind_of(t) for t in cat_types) != kinds:
+        return None
+    dense_types = [schema.field(index[c]).type for c in dense]
+    if not all(t in _FLOATS for t in dense_types):
+        return None
+    plain_ints = all(pa.types.is_integer(t) for t in cat_types) and len(set(map(str, cat_types))) == 1
+    return RowLayout([index[c] for c in categorical], [index[c] for c in dense],
+                     bool(categorical) and plain_ints, len(set(map(str, dense_types))) == 1)
+
+
+class HashedRows:
+    """What the one-row path of a fitted hashed model needs, made once (and again when its trainer, encoder
+    state or hashing parameters change: :meth:`current`)."""
+
+    def __init__(self, est: Any) -> None:
+        from streamfit.features._estimator import encoder_states
+
+        self.trainer = est.trainer_
+        self.categorical = tuple(est.categorical)
+        self.dense = tuple(est.dense)
+        self.params = _params(est)
+        self.named = frozenset(self.categorical + self.dense)
+        encoder = est._hashed_inputs()[IDS]
+        self.state = encoder_states(est)[IDS]
+        self.kinds = tuple(self.state.kinds)
+        self.seeds = tuple(encoder.column_seed(k) for k in range(len(self.categorical)))
+        self.modulus = encoder.buckets - 1
+        self.cache: list[dict[Any, int]] = [{} for _ in self.categorical]
+        self.ids = np.zeros((1, len(self.categorical)), np.int64)
+        self.x = np.zeros((1, len(self.dense)), _F32)
+        #: the model inputs as the trainer takes them (the arrays above, refilled per row)
+        self.arrays: dict[str, np.ndarray] = {IDS: self.ids}
+        if self.dense:
+            self.arrays[DENSE] = self.x
+        self._layouts: list[tuple[pa.Schema, RowLayout | None]] = []
+        self.rows = 0  # rows this path took (tests check that one-row calls use it)
+
+    @classmethod
+    def fits(cls, est: Any) -> bool:
+        """Whether ``est`` can use a one-row path: a fitted hashed model whose encoder has seen every column."""
+        from streamfit.features._estimator import encoder_states
+
+        if est.__dict__.get("trainer_") is None or not est._hashed or not _plain_params(est):
+            return False
+        state = encoder_states(est).get(IDS)
+        return state is not None and None not in state.kinds
+
+    def current(self, est: Any) -> bool:
+        """Whether this path still fits ``est`` (trainer, hashing parameters and column kinds unchanged)."""
+        d = est.__dict__
+        return (d.get("trainer_") is self.trainer and _plain_params(est) and _params(est) == self.params
+                and tuple(self.state.kinds) == self.kinds)
+
+    # -- reading one row ------------------------------------------------------------------------------
+    def _layout(self, schema: pa.Schema) -> RowLayout | None:
+        for known, layout in self._layouts:
+            if known is schema or known.equals(schema):
+                return layout
+        layout = layout_of(schema, self.categorical, self.dense, self.kinds)
+        if len(self._layouts) >= 8:
+            self._layouts.pop(0)
+        self._layouts.append((schema, layout))
+        return layout
+
+    def load(self, X: Any) -> dict[str, np.ndarray] | None:
+        """The model inputs of the one row ``X``, or None when it takes the general path."""
+        kind = type(X)
+        if kind is pa.RecordBatch:
+            return self._batch(X)
+        if kind is pa.Table:
+            if X.num_rows != 1:
+                return None
+            batches = X.to_batches()
+            return self._batch(batches[0]) if len(batches) == 1 else None
+        if kind is dict:
+            return self._columns(X)
+        return None
+
+    def _batch(self, batch: pa.RecordBatch) -> dict[str, np.ndarray] | None:
+        if batch.num_rows != 1:
+            return None
+        layout = self._layout(batch.schema)
+        if layout is None:
+            return None
+        try:
+            if layout.categorical_tensor:
+                values = batch.select(layout.categorical).to_tensor().to_numpy().tolist()[0]
+            else:
+                values = [batch.column(i)[0].as_py() for i in layout.categorical]
+            if self.dense:
+                if layout.dense_tensor:
+                    dense = batch.select(layout.dense).to_tensor().to_numpy().tolist()[0]
+                else:
+                    dense = [batch.column(i)[0].as_py() for i in layout.dense]
+                    if None in dense:
+                        return None
+                if not self._dense(dense):
+                    return None
+        except pa.ArrowException:  # a null in a tensor's columns: the general path decides
+            return None
+        return self._hashed(values)
+
+    def _dense(self, values: list[float]) -> bool:
+        """Write the dense values into the float32 input if they are finite there (else: the general path)."""
+        if not math.isfinite(sum(values)) or max(map(abs, values)) > _F32_MAX:
+            return False
+        self.x[0] = values
+        return True
+
+    def _columns(self, X: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
+        """A dict of columns: one-element lists or arrays of the types the general path's ``pa.array``
+        gives the kinds the encoder saw (else: the general path)."""
+        if set(X) <= {IDS, DENSE}:  # the model inputs themselves (the stream's rebatcher encoded them)
+            for a in X.values():
+                if type(a) is not np.ndarray or a.ndim < 1 or a.shape[0] != 1:
+                    return None
+            return X  # type: ignore[return-value]
+        if len(X) != len(self.categorical) + len(self.dense):
+            for key, v in X.items():  # other columns (a label...) must make a one-row table as well
+                if key not in self.named and _scalar(v, None) is _NO:
+                    return None
+        values = []
+        for c, kind in zip(self.categorical, self.kinds):
+            v = X.get(c, _NO)
+            if v is _NO:
+                return None
+            value = _scalar(v, kind)
+            if value is _NO or value is None:
+                return None
+            values.append(value)
+        if self.dense:
+            dense = []
+            for c in self.dense:
+                value = _scalar(X.get(c, _NO), "float")
+                if value is _NO or value is None:
+                    return None
+                dense.append(value)
+            if not self._dense(dense):
+                return None
+        return self._hashed(values)
+
+    def _hashed(self, values: list[Any]) -> dict[str, np.ndarray]:
+        """The ids of a row's categorical values (0 for a null), as the encoder computes them."""
+        ids = []
+        for k, v in enumerate(values):
+            if v is None:
+                ids.append(NULL_ID)
+                continue
+            cache = self.cache[k]
+            i = cache.get(v)
+            if i is None:
+                h = _hash_str(v, self.seeds[k]) if type(v) is str else murmur3_int(v, self.seeds[k])
+                i = 1 + h % self.modulus
+                if len(cache) >= _CACHE:
+                    cache.clear()
+                cache[v] = i
+            ids.append(i)
+        self.ids[0] = ids
+        return self.arrays
+
+    # -- steps ----------------------------------------------------------------------------------------
+    def _step(self, est: Any, arrays: dict[str, np.ndarray], T: np.ndarray) -> None:
+        loss = self.trainer.step(arrays, T)
+        est.t_ = self.trainer.n_steps
+        est.loss_ = loss if math.isfinite(loss) else float("nan")
+        self.rows += 1
+
+    def _output(self, X: Any) -> np.ndarray | None:
+        arrays = self.load(X)
+        if arrays is None:
+            return None
+        self.rows += 1
+        return self.trainer._predict(arrays, False)
+
+
+class HashedClassifierRows(HashedRows):
+    """The one-row path of a hashed :class:`~streamfit.LogisticRegression` (labels among those encoded)."""
+
+    def __init__(self, est: Any) -> None:
+        super().__init__(est)
+        self.classes = est.classes_
+
+    def current(self, est: Any) -> bool:
+        return super().current(est) and est.__dict__.get("classes_") is self.classes
+
+    def _label(self, est: Any, y: Any) -> np.ndarray | None:
+        if type(y) is np.ndarray:
+            if y.shape != (1,):
+                return None
+            label = y.item()
+        elif type(y) is list and len(y) == 1:
+            label = y[0]
+        else:
+            return None
+        try:
+            return est.__dict__["_one_label"].get(label)  # filled by the general path's encoding
+        except (KeyError, TypeError):  # no cache yet, or an unhashable label
+            return None
+
+    def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
+        """One step on the row; False (nothing done) when it must take the general path."""
+        T = self._label(est, y)
+        arrays = None if T is None else self.load(X)
+        if arrays is None:
+            return False
+        self._step(est, arrays, T)
+        return True
+
+    def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
+        """The row's class probabilities before its step, as the general path computes them; None: general."""
+        T = self._label(est, y)
+        arrays = None if T is None else self.load(X)
+        if arrays is None:
+            return None
+        self._step(est, arrays, T)
+        scores = self.trainer.last_output
+        return est._proba(scores.reshape(1) if est.binary_ else scores.reshape(1, -1))
+
+    def predict(self, est: Any, X: Any) -> np.ndarray | None:
+        out = self._output(X)
+        if out is None:
+            return None
+        if out.size == 1:
+            return self.classes[1:2].copy() if out.item(0) > 0 else self.classes[:1].copy()
+        i = int(out.argmax())
+        return self.classes[i:i + 1].copy()
+
+
+class HashedRegressorRows(HashedRows):
+    """The one-row path of a hashed :class:`~streamfit.LinearRegressor` with one output."""
+
+    def __init__(self, est: Any) -> None:
+        super().__init__(est)
+        self.target = est.__dict__.get("target_scaler_")
+        self.t = np.empty(1, _F32)
+
+    @classmethod
+    def fits(cls, est: Any) -> bool:
+        return super().fits(est) and int(getattr(est, "n_outputs_", 0)) == 1
+
+    def current(self, est: Any) -> bool:
+        return super().current(est) and est.__dict__.get("target_scaler_") is self.target
+
+    def _target(self, y: Any) -> np.ndarray | None:
+        """The row's target, standardized as the general path does (the statistics updated first)."""
+        if type(y) is np.ndarray:
+            if y.shape != (1,) or y.dtype.kind not in "fiub":
+                return None
+            self.t[...] = y
+        elif type(y) is list and len(y) == 1 and type(y[0]) in (float, int):
+            self.t[0] = y[0]
+        else:
+            return None
+        t = self.t.item(0)
+        if not math.isfinite(t):
+            return None
+        return self.t
+
+    def _scaled(self, T: np.ndarray) -> np.ndarray:
+        if self.target is not None:
+            if isinstance(self.target, RunningScaler):
+                self.target.update_row([T.item(0)])
+            mean, scale = self.target.float32()
+            T[0] = (T[0] - mean[0]) / scale[0]  # numpy float32 scalars: the float32 arithmetic of transform()
+        return T
+
+    def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
+        T = self._target(y)
+        arrays = None if T is None else self.load(X)
+        if arrays is None:
+            return False
+        self._step(est, arrays, self._scaled(T))
+        return True
+
+    def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
+        T = self._target(y)
+        arrays = None if T is None else self.load(X)
+        if arrays is None:
+            return None
+        scaler = self.target
+        before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
+        self._step(est, arrays, self._scaled(T))
+        out = self.trainer.last_output.reshape(1).copy()
+        return out if before is None else est._to_target_units(out, *before)
+
+    def predict(self, est: Any, X: Any) -> np.ndarray | None:
+        out = self._output(X)
+        if out is None:
+            return None
+        value = out.item(0)
+        if self.target is not None:  # float64 arithmetic on the float32 output, as the general path's
+            mean, scale = self.target.float64()
+            value = value * scale[0] + mean[0]
+        return np.array((value,))
+
+
+_NO = object()  # not a value the row path takes
+
+
+def _scalar(v: Any, kind: str | None) -> Any:
+    """The one value of a dict's column ``v`` if ``pa.array(v)`` makes a one-row column of ``kind``
+    (``"int"``, ``"bool"``, ``"string"``, ``"float"``; None: any plain one), else ``_NO``."""
+    t = type(v)
+    if t is list:
+        if len(v) != 1:
+            return _NO
+        x = v[0]
+        tx = type(x)
+        if tx is int:
+            ok = kind in ("int", None) and _INT64[0] <= x < _INT64[1]
+        elif tx is float:
+            ok = kind in ("float", None)
+        elif tx is str:
+            ok = kind in ("string", None)
+        elif tx is bool:
+            ok = kind in ("bool", None)
+        else:
+            ok = False
+        return x if ok else _NO
+    if t is np.ndarray:
+        if v.shape != (1,):
+            return _NO
+        k = v.dtype.kind
+        ok = {"int": k in "iu", "bool": k == "b", "string": k == "U",
+              "float": v.dtype in (np.float32, np.float64), None: k in "iufbU"}[kind]
+        return v.item() if ok else _NO
+    return _NO
+
+
+def _params(est: Any) -> tuple[Any, ...]:
+    return (tuple(est.categorical), tuple(est.dense), est.buckets, est.hash_seed)
+
+
+def _plain_params(est: Any) -> bool:
+    """No parameter that the general path refuses or treats per row (``inputs=``, passive-aggressive)."""
+    d = est.__dict__
+    return d.get("_inputs_param") is None and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE
+
+
+def rows_for(est: Any) -> "HashedRows | None":
+    """The estimator's one-row path, if it has one that is current."""
+    rows = est.__dict__.get("_hashed_rows")
+    return rows if rows is not None and rows.current(est) else None
+
+
+def keep_rows(est: Any, kind: "type[HashedRows]") -> None:
+    """After a general fitting call: keep (or renew) the one-row path for the next calls."""
+    if rows_for(est) is None and kind.fits(est):
+        est._hashed_rows = kind(est)
