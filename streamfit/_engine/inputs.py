@@ -69,7 +69,7 @@ class InputPlan:
         """``X`` as one array per model input, in model order (not yet checked: see :meth:`check`)."""
         if type(X) is NamedRows:
             X = X.arrays
-        if isinstance(X, Mapping):
+        if type(X) is dict or isinstance(X, Mapping):  # a dict first: the ABC check costs a step of one row
             unknown = [k for k in X if k not in self._index]
             if unknown:
                 raise InputMismatchError(f"X names {unknown}, which are not inputs of the model; its inputs are "

@@ -31,6 +31,7 @@ to a row when it is touched).  CPU only, fused step only: on CUDA and with ``ste
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -354,20 +355,20 @@ class SparseTables:
             u = len(uniq)
             touched += u
             block = staged.items[staged.block_names[n]]
-            np.take(self._rows[t.name], uniq, out=block[:u])
+            self._rows[t.name].take(uniq, out=block[:u])
             for name, source in staged.state_items[n]:
-                np.take(self._rows[source], uniq, out=staged.items[name][:u])
+                self._rows[source].take(uniq, out=staged.items[name][:u])
             at = 0
             for (i, _), use in zip(slots, t.uses):
                 count = xs[i].size
-                np.take(block, inv[at:at + count], out=staged.position_items[use.rows])
+                block.take(inv[at:at + count], out=staged.position_items[use.rows])
                 at += count
         self.touched_rows = touched
 
     def update(self, staged: _Staged) -> bool:
         """After a finite fused run: the rows update; writes the new rows and state back if all are finite."""
         self.session._sess.run_with_iobinding(staged.io, None)
-        if not np.isfinite(staged.check):
+        if not math.isfinite(staged.check.item()):
             return False
         for t, uniq, items in zip(self.tables, staged.uniq, staged.new_items):
             u = len(uniq)
@@ -375,7 +376,7 @@ class SparseTables:
                 for _, target in items:
                     snap.before_write(target, uniq)
             for name, target in items:  # sorted distinct rows: one pass in order
-                np.put(self._rows[target], uniq, staged.items[name][:u])
+                self._rows[target].put(uniq, staged.items[name][:u])
             self._touched[t.name][uniq] = True
         return True
 
@@ -475,12 +476,16 @@ def _distinct_few(xs: tuple[np.ndarray, ...], slots: Sequence[tuple[int, str]], 
     """:func:`_distinct` of a few ids (the uses' ids in ``xs``, concatenated) on Python ints: the same sorted
     distinct ids and the same ``inv``, the same error for an id outside the table, in a handful of calls."""
     flat: list[int] = []
+    negative = False
     for i, ids_name in slots:
         values = xs[i].reshape(-1).tolist()
-        if values and (min(values) < -rows or max(values) >= rows):
-            _out_of_range(xs[i], rows, ids_name, table)
+        if values:
+            lo = min(values)
+            if lo < -rows or max(values) >= rows:
+                _out_of_range(xs[i], rows, ids_name, table)
+            negative = negative or lo < 0
         flat += values
-    if flat and min(flat) < 0:  # from the end, as Gather
+    if negative:  # from the end, as Gather
         flat = [v + rows if v < 0 else v for v in flat]
     uniq = sorted(set(flat))
     where = {v: k for k, v in enumerate(uniq)}

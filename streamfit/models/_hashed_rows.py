@@ -105,6 +105,7 @@ class HashedRows:
         if self.dense:
             self.arrays[DENSE] = self.x
         self._layouts: list[tuple[pa.Schema, RowLayout | None]] = []
+        self._last: Any = None  # the Arrow row whose inputs are in ids/x
         self.rows = 0  # rows this path took (tests check that one-row calls use it)
 
     @classmethod
@@ -137,16 +138,21 @@ class HashedRows:
     def load(self, X: Any) -> dict[str, np.ndarray] | None:
         """The model inputs of the one row ``X``, or None when it takes the general path."""
         kind = type(X)
+        if X is self._last:  # the row just read (predict, then partial_fit of one event): Arrow data is immutable
+            return self.arrays
+        self._last = None
         if kind is pa.RecordBatch:
-            return self._batch(X)
-        if kind is pa.Table:
+            arrays = self._batch(X)
+        elif kind is pa.Table:
             if X.num_rows != 1:
                 return None
             batches = X.to_batches()
-            return self._batch(batches[0]) if len(batches) == 1 else None
-        if kind is dict:
-            return self._columns(X)
-        return None
+            arrays = self._batch(batches[0]) if len(batches) == 1 else None
+        else:
+            return self._columns(X) if kind is dict else None
+        if arrays is not None:
+            self._last = X  # held: its id cannot be reused while it is compared
+        return arrays
 
     def _batch(self, batch: pa.RecordBatch) -> dict[str, np.ndarray] | None:
         if batch.num_rows != 1:
@@ -262,6 +268,7 @@ class HashedClassifierRows(HashedRows):
     def __init__(self, est: Any) -> None:
         super().__init__(est)
         self.classes = est.classes_
+        self._e = np.zeros(1)
 
     def current(self, est: Any) -> bool:
         return super().current(est) and est.__dict__.get("classes_") is self.classes
@@ -284,7 +291,7 @@ class HashedClassifierRows(HashedRows):
         """One step on the row; False (nothing done) when it must take the general path."""
         T = self._label(est, y)
         arrays = None if T is None else self.load(X)
-        if arrays is None:
+        if T is None or arrays is None:
             return False
         self._step(est, arrays, T)
         return True
@@ -293,11 +300,22 @@ class HashedClassifierRows(HashedRows):
         """The row's class probabilities before its step, as the general path computes them; None: general."""
         T = self._label(est, y)
         arrays = None if T is None else self.load(X)
-        if arrays is None:
+        if T is None or arrays is None:
             return None
         self._step(est, arrays, T)
         scores = self.trainer.last_output
+        if est.binary_ and getattr(est, "output_kind_", "scores") == "scores":
+            return self._binary_proba(scores.item(0))
         return est._proba(scores.reshape(1) if est.binary_ else scores.reshape(1, -1))
+
+    def _binary_proba(self, score: float) -> np.ndarray:
+        """``[[1 - p, p]]``, ``p = 1 / (1 + exp(-score))`` in float64 as :meth:`OnnxClassifier._proba` computes
+        it (numpy's exp on a one-element array, the rest IEEE float64 arithmetic, which Python's is too)."""
+        e = self._e
+        e[0] = -score
+        np.exp(e, out=e)
+        p = 1.0 / (1.0 + e.item(0))
+        return np.array(((1.0 - p, p),))
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
         out = self._output(X)
@@ -350,7 +368,7 @@ class HashedRegressorRows(HashedRows):
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         T = self._target(y)
         arrays = None if T is None else self.load(X)
-        if arrays is None:
+        if T is None or arrays is None:
             return False
         self._step(est, arrays, self._scaled(T))
         return True
@@ -358,7 +376,7 @@ class HashedRegressorRows(HashedRows):
     def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
         T = self._target(y)
         arrays = None if T is None else self.load(X)
-        if arrays is None:
+        if T is None or arrays is None:
             return None
         scaler = self.target
         before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
