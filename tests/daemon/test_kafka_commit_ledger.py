@@ -59,16 +59,23 @@ def test_resuming_from_an_older_checkpoint_than_the_lost_committed_one(tmp_path,
 
     first = anyio.run(run, Runner(_estimator(model), source, checkpoint_dir=ck, every_batches=8, batch_size=64))
     assert first.rows == MESSAGES * 128
-    infos = CheckpointStore(ck).list()
-    a, b = infos[-2], infos[-1]  # A: every 8 batches or later (one in flight delays the next), B: the final one
-    a_rows = CheckpointStore(ck).load(a.path.name).meta["rows"]
+    store = CheckpointStore(ck)
+    infos = store.list()
+    b = infos[-1]  # B: the final one
+    offsets = {i.path.name: store.load(i.path.name).meta["position"]["partitions"]["0"]["offset"] for i in infos}
+    # A: the newest checkpoint with room for another member's offset between it and B (checkpoints are due
+    # every 8 batches, but one in flight delays the next, so where they fall depends on the machine's speed)
+    earlier = [i for i in infos[:-1] if offsets[i.path.name] <= MESSAGES - 2]
+    assert earlier, f"no checkpoint at least 2 messages before the end: {offsets}"
+    a = earlier[-1]
+    a_rows, a_offset = store.load(a.path.name).meta["rows"], offsets[a.path.name]
     assert b.step == 32 and 0 < a_rows < MESSAGES * 128
-    uninterrupted = CheckpointStore(ck).load(b.path.name).arrays
+    uninterrupted = store.load(b.path.name).arrays
     assert committed_offset(kafka_broker, topic, group) == MESSAGES  # B's offsets are the group's
-    blob = bytearray((b.path / "state.npz").read_bytes())  # B is lost: the resume falls back to A
-    blob[len(blob) // 2] ^= 0xFF
-    (b.path / "state.npz").write_bytes(bytes(blob))
-    a_offset = CheckpointStore(ck).load(a.path.name).meta["position"]["partitions"]["0"]["offset"]
+    for lost in infos[infos.index(a) + 1:]:  # B (and any after A) is lost: the resume falls back to A
+        blob = bytearray((lost.path / "state.npz").read_bytes())
+        blob[len(blob) // 2] ^= 0xFF
+        (lost.path / "state.npz").write_bytes(bytes(blob))
     theirs = (a_offset + 1 + MESSAGES) // 2  # after A, before B
     assert a_offset < theirs < MESSAGES
     if other_member:  # the group's offset is now another member's (it trained the messages before it)
