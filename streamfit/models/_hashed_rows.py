@@ -26,6 +26,7 @@ from streamfit.features._encoders import NULL_ID, _hash_str
 from streamfit.features._murmur import murmur3_int
 from streamfit.features._values import kind_of
 from streamfit.models._fm_graph import DENSE, IDS
+from streamfit.models._rows import binary_proba, class_of
 from streamfit.models.scaler import RunningScaler
 
 __all__ = ["HashedRows", "HashedClassifierRows", "HashedRegressorRows", "RowLayout"]
@@ -268,7 +269,6 @@ class HashedClassifierRows(HashedRows):
     def __init__(self, est: Any) -> None:
         super().__init__(est)
         self.classes = est.classes_
-        self._e = np.zeros(1)
 
     def current(self, est: Any) -> bool:
         return super().current(est) and est.__dict__.get("classes_") is self.classes
@@ -305,26 +305,12 @@ class HashedClassifierRows(HashedRows):
         self._step(est, arrays, T)
         scores = self.trainer.last_output
         if est.binary_ and getattr(est, "output_kind_", "scores") == "scores":
-            return self._binary_proba(scores.item(0))
+            return binary_proba(scores.item(0))
         return est._proba(scores.reshape(1) if est.binary_ else scores.reshape(1, -1))
-
-    def _binary_proba(self, score: float) -> np.ndarray:
-        """``[[1 - p, p]]``, ``p = 1 / (1 + exp(-score))`` in float64 as :meth:`OnnxClassifier._proba` computes
-        it (numpy's exp on a one-element array, the rest IEEE float64 arithmetic, which Python's is too)."""
-        e = self._e
-        e[0] = -score
-        np.exp(e, out=e)
-        p = 1.0 / (1.0 + e.item(0))
-        return np.array(((1.0 - p, p),))
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
         out = self._output(X)
-        if out is None:
-            return None
-        if out.size == 1:
-            return self.classes[1:2].copy() if out.item(0) > 0 else self.classes[:1].copy()
-        i = int(out.argmax())
-        return self.classes[i:i + 1].copy()
+        return None if out is None else class_of(self.classes, out)
 
 
 class HashedRegressorRows(HashedRows):

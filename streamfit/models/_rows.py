@@ -23,10 +23,32 @@ import numpy as np
 
 from streamfit.models.scaler import RunningScaler
 
-__all__ = ["RowPath", "ClassifierRows", "RegressorRows"]
+__all__ = ["RowPath", "ClassifierRows", "RegressorRows", "binary_proba", "class_of"]
 
 _F32 = np.dtype(np.float32)
 _PASSIVE_AGGRESSIVE = ("pa1", "pa2")  # steps sized per row from its loss: the general path computes them
+
+
+def binary_proba(score: float) -> np.ndarray:
+    """``[[1 - p, p]]`` for ``p = 1 / (1 + exp(-score))``, in float64 as ``OnnxClassifier._proba`` computes it
+    for one row (numpy's exp on a one-element array, then IEEE float64 arithmetic, which Python's is too).
+
+    >>> binary_proba(0.0).tolist()
+    [[0.5, 0.5]]
+    """
+    e = np.array((-score,))
+    np.exp(e, out=e)
+    p = 1.0 / (1.0 + e.item(0))
+    return np.array(((1.0 - p, p),))
+
+
+def class_of(classes: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The predicted class of one row's output (a logit of the second class, or one score per class), as a
+    one-element array of ``classes``' dtype."""
+    if out.size == 1:
+        return classes[1:2].copy() if out.item(0) > 0 else classes[:1].copy()
+    i = int(out.argmax())
+    return classes[i:i + 1].copy()
 
 
 class RowPath:
@@ -142,24 +164,17 @@ class ClassifierRows(RowPath):
 
     def proba(self, est: Any) -> np.ndarray:
         """The class probabilities of the last step's output (computed before its update): one sigmoid on a
-        numpy float64 scalar for a binary logit -- the same ufunc and arithmetic as the general path's
-        ``_proba`` on its one-row array --, ``_proba`` itself otherwise."""
+        binary logit (:func:`binary_proba`), ``_proba`` itself otherwise."""
         out = self.trainer.last_output
         if out.size == 1 and est.binary_ and getattr(est, "output_kind_", "scores") != "probabilities":
-            p = 1.0 / (1.0 + np.exp(-out.item(0)))
-            return np.array(((1.0 - p, p),))
+            return binary_proba(out.item(0))
         return est._proba(out.reshape(1 if est.binary_ else (1, -1)))
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
         if not self.current(est):
             return None
         out = self._output(X)
-        if out is None:
-            return None
-        if out.size == 1:
-            return self.classes[1:2].copy() if out.item(0) > 0 else self.classes[:1].copy()
-        i = int(out.argmax())
-        return self.classes[i:i + 1].copy()
+        return None if out is None else class_of(self.classes, out)
 
 
 class RegressorRows(RowPath):
