@@ -26,7 +26,7 @@ from streamfit.features._encoders import NULL_ID, _hash_str
 from streamfit.features._murmur import murmur3_int
 from streamfit.features._values import kind_of
 from streamfit.models._fm_graph import DENSE, IDS
-from streamfit.models._rows import binary_proba, class_of
+from streamfit.models._rows import binary_proba, class_of, encoded_label
 from streamfit.models.scaler import RunningScaler
 
 __all__ = ["HashedRows", "HashedClassifierRows", "HashedRegressorRows", "RowLayout"]
@@ -274,18 +274,7 @@ class HashedClassifierRows(HashedRows):
         return super().current(est) and est.__dict__.get("classes_") is self.classes
 
     def _label(self, est: Any, y: Any) -> np.ndarray | None:
-        if type(y) is np.ndarray:
-            if y.shape != (1,):
-                return None
-            label = y.item()
-        elif type(y) is list and len(y) == 1:
-            label = y[0]
-        else:
-            return None
-        try:
-            return est.__dict__["_one_label"].get(label)  # filled by the general path's encoding
-        except (KeyError, TypeError):  # no cache yet, or an unhashable label
-            return None
+        return encoded_label(est, y)
 
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""

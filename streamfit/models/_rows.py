@@ -23,7 +23,7 @@ import numpy as np
 
 from streamfit.models.scaler import RunningScaler
 
-__all__ = ["RowPath", "ClassifierRows", "RegressorRows", "binary_proba", "class_of"]
+__all__ = ["RowPath", "ClassifierRows", "RegressorRows", "binary_proba", "class_of", "encoded_label"]
 
 _F32 = np.dtype(np.float32)
 _PASSIVE_AGGRESSIVE = ("pa1", "pa2")  # steps sized per row from its loss: the general path computes them
@@ -40,6 +40,23 @@ def binary_proba(score: float) -> np.ndarray:
     np.exp(e, out=e)
     p = 1.0 / (1.0 + e.item(0))
     return np.array(((1.0 - p, p),))
+
+
+def encoded_label(est: Any, y: Any) -> Any:
+    """The encoded target of a one-row label ``y`` (a 1-element ndarray or list) already seen by ``est``'s
+    general path, which fills the cache; None when the row must take the general path."""
+    if type(y) is np.ndarray:
+        if y.shape != (1,):
+            return None
+        label = y.item()
+    elif type(y) is list and len(y) == 1:
+        label = y[0]
+    else:
+        return None
+    try:
+        return est.__dict__["_one_label"].get(label)
+    except (KeyError, TypeError):  # no cache yet, or an unhashable label
+        return None
 
 
 def class_of(classes: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -144,19 +161,7 @@ class ClassifierRows(RowPath):
         """One step on the row; False (nothing done) when it must take the general path."""
         if not self.current(est):
             return False
-        d = est.__dict__
-        if type(y) is np.ndarray:
-            if y.shape != (1,):
-                return False
-            label = y.item()
-        elif type(y) is list and len(y) == 1:
-            label = y[0]
-        else:
-            return False
-        try:
-            encoded = d["_one_label"].get(label)  # filled by the general path's encoding
-        except (KeyError, TypeError):  # no cache yet, or an unhashable label
-            return False
+        encoded = encoded_label(est, y)
         if encoded is None:
             return False
         row = self._row(X)
