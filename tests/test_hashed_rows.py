@@ -13,6 +13,7 @@ from streamfit.exceptions import BadInputError
 from streamfit.features import Hashed
 from streamfit.features._murmur import murmur3, murmur3_int
 from streamfit.models import _hashed_rows
+from streamfit.models._rows import row_path
 from streamfit.optim import FTRL
 
 CAT = ["c_int", "c_small", "c_str", "c_bool", "c_dict"]
@@ -72,7 +73,7 @@ def _forms(table: pa.Table, i: int):
 
 
 def _general(est) -> None:
-    est.__dict__.pop("_hashed_rows", None)
+    est.__dict__.pop("_rows", None)
 
 
 def _state(est) -> dict:
@@ -124,7 +125,7 @@ def test_classifier_row_path_equals_the_general_path(optimizer, numeric):
             fast.partial_fit(X, y[i:i + 1])
             general.partial_fit(X, y[i:i + 1], classes=[0, 1])  # classes= on every call: the general path
         _general(general)
-    rows = fast.__dict__["_hashed_rows"]
+    rows = fast.__dict__["_rows"]
     assert rows.rows > 0.9 * table.num_rows  # nulls in a tensor's columns and the first row took the other one
     for a, b in zip(fast_out, general_out):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -155,7 +156,7 @@ def test_regressor_row_path_equals_the_general_path(standardize_target, numeric)
             fast.partial_fit(X, y[i:i + 1].tolist())
             general.partial_fit(X, y[i:i + 1])
         _general(general)
-    assert fast.__dict__["_hashed_rows"].rows > 0.9 * table.num_rows
+    assert fast.__dict__["_rows"].rows > 0.9 * table.num_rows
     for a, b in zip(fast_out, general_out):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
@@ -169,7 +170,7 @@ def _fitted(**kw):
     clf.partial_fit(table.slice(0, 1), [0], classes=[0, 1])
     clf.partial_fit(table.slice(1, 1), [1])  # a label not encoded before: the general path
     clf.partial_fit(table.slice(2, 1), [1])
-    assert clf.__dict__["_hashed_rows"].rows == 1
+    assert clf.__dict__["_rows"].rows == 1
     return clf, table
 
 
@@ -213,19 +214,19 @@ def test_bad_rows_raise_the_general_paths_error_naming_the_column(case):
 
 def test_row_path_follows_replaced_state_and_parameters():
     clf, table = _fitted()
-    rows = clf.__dict__["_hashed_rows"]
+    rows = clf.__dict__["_rows"]
     clf.partial_fit(table.slice(3, 1), [0])
     assert rows.rows == 2
     clf.set_params(buckets=101)  # the general path decides what a changed parameter does
-    assert _hashed_rows.rows_for(clf) is None
+    assert row_path(clf) is None
     clf.set_params(buckets=97)
-    assert _hashed_rows.rows_for(clf) is rows
+    assert row_path(clf) is rows
     clone = LogisticRegression(**clf.get_params())
     clone.load_state_dict(clf.state_dict())  # a new trainer: the old path is not current for it
-    assert _hashed_rows.rows_for(clone) is None
+    assert row_path(clone) is None
     clone.partial_fit(table.slice(4, 1), [1])
     clone.partial_fit(table.slice(5, 1), [1])
-    assert clone.__dict__["_hashed_rows"].rows == 1 and clone.t_ == clf.t_ + 2
+    assert clone.__dict__["_rows"].rows == 1 and clone.t_ == clf.t_ + 2
 
 
 def test_one_row_steps_find_distinct_ids_without_numpy_sorting(monkeypatch):
@@ -270,11 +271,11 @@ def test_stream_of_one_row_batches_takes_the_row_path_and_equals_it_without(monk
     fast_summary = train_stream_sync(fast, table, label="label", batch_size=1, classes=[0, 1])
     # all but the first row (with classes=; the loop commits the encoder's kinds after it, so the second is
     # general too) and the first row of the other label (not encoded yet)
-    assert fast.__dict__["_hashed_rows"].rows >= table.num_rows - 3
+    assert fast.__dict__["_rows"].rows >= table.num_rows - 3
     monkeypatch.setattr(_hashed_rows.HashedRows, "fits", classmethod(lambda cls, est: False))
     general = LogisticRegression(**kw)
     general_summary = train_stream_sync(general, table, label="label", batch_size=1, classes=[0, 1])
-    assert "_hashed_rows" not in general.__dict__
+    assert "_rows" not in general.__dict__
     assert fast_summary.rows == general_summary.rows == table.num_rows
     assert fast_summary.stream_metrics == general_summary.stream_metrics
     _assert_same_state(fast, general)

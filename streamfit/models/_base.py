@@ -25,7 +25,7 @@ from streamfit.losses import Loss
 from streamfit._engine.model import load_model
 from streamfit.models._graphs import (INPUT, SCALER_MEAN, SCALER_SCALE, dense_model, destandardized, layer_names,
                                       layers_of, scaler_tensors, standardized)
-from streamfit.models._rows import ClassifierRows, RegressorRows
+from streamfit.models._rows import ClassifierRows, RegressorRows, keep_row_path, row_path
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler, scaler_from_state
 from streamfit.schedules import Schedule, as_schedule
@@ -326,13 +326,17 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
     def _targets(self, y: Any, n: int) -> np.ndarray:
         return check_targets(y, n)
 
+    def _row_path_kind(self) -> Any:
+        """The one-row path this model keeps for per-event streams (models/_rows.py)."""
+        return RegressorRows
+
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
         """One pass over ``X`` in minibatches of ``batch_size`` (one row of a stream: the one-row path)."""
-        rows = self.__dict__.get("_rows") if sample_weight is None else None
+        rows = row_path(self) if sample_weight is None else None
         if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, sample_weight)
-        _keep_rows(self, X, RegressorRows)
+        keep_row_path(self, X, self._row_path_kind())
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
@@ -341,7 +345,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
         With ``standardize_target`` the predictions are mapped back with the target statistics from
         before this batch: a prediction never sees its own row's target.
         """
-        rows = self.__dict__.get("_rows") if sample_weight is None else None
+        rows = row_path(self) if sample_weight is None else None
         if rows is not None:
             out = rows.partial_fit_predict(self, X, y)
             if out is not None:
@@ -349,7 +353,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
         scaler = getattr(self, "target_scaler_", None)
         before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
         out = super().partial_fit_predict(X, y, sample_weight)
-        _keep_rows(self, X, RegressorRows)
+        keep_row_path(self, X, self._row_path_kind())
         if getattr(self, "target_scaler_", None) is None:
             return out
         if before is None:  # the first batch: the model predicted from no statistics at all
@@ -358,7 +362,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        rows = self.__dict__.get("_rows")
+        rows = row_path(self)
         if rows is not None:
             out = rows.predict(self, X)
             if out is not None:
@@ -422,37 +426,35 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
     def _check_labels(self, y: Any, n: int) -> np.ndarray:
         return check_labels(y, n)
 
+    def _row_path_kind(self) -> Any:
+        """The one-row path this model keeps for per-event streams (models/_rows.py)."""
+        return ClassifierRows
+
     def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
         """One pass over ``X``; the first call needs ``classes`` (one row of a stream: the one-row path)."""
-        rows = self.__dict__.get("_rows") if classes is None and sample_weight is None else None
+        rows = row_path(self) if classes is None and sample_weight is None else None
         if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, classes, sample_weight)
-        _keep_rows(self, X, ClassifierRows)
+        keep_row_path(self, X, self._row_path_kind())
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
         """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it
         (one step per row of a stream: predict-then-learn at the cost of the step alone)."""
-        rows = self.__dict__.get("_rows") if classes is None and sample_weight is None else None
-        if rows is not None and rows.partial_fit(self, X, y):
-            return rows.proba(self)
+        rows = row_path(self) if classes is None and sample_weight is None else None
+        if rows is not None:
+            proba = rows.partial_fit_predict(self, X, y)
+            if proba is not None:
+                return proba
         out = super().partial_fit_predict(X, y, classes, sample_weight)
-        _keep_rows(self, X, ClassifierRows)
+        keep_row_path(self, X, self._row_path_kind())
         return out
 
     def predict(self, X: Any) -> np.ndarray:
-        rows = self.__dict__.get("_rows")
+        rows = row_path(self)
         if rows is not None:
             out = rows.predict(self, X)
             if out is not None:
                 return out
         return super().predict(X)
-
-
-def _keep_rows(est: Any, X: Any, kind: "type[ClassifierRows] | type[RegressorRows]") -> None:
-    """After a general ``partial_fit`` of one ndarray row: keep (or renew) the one-row path for the next."""
-    if type(X) is np.ndarray and X.ndim == 2 and X.shape[0] == 1:
-        rows = est.__dict__.get("_rows")
-        if (rows is None or not rows.current(est)) and kind.fits(est):
-            est._rows = kind(est)

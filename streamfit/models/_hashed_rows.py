@@ -26,7 +26,7 @@ from streamfit.features._encoders import NULL_ID, _hash_str
 from streamfit.features._murmur import murmur3_int
 from streamfit.features._values import kind_of
 from streamfit.models._fm_graph import DENSE, IDS
-from streamfit.models._rows import binary_proba, class_of, encoded_label
+from streamfit.models._rows import class_of, encoded_label, in_target_units, proba_of
 from streamfit.models.scaler import RunningScaler
 
 __all__ = ["HashedRows", "HashedClassifierRows", "HashedRegressorRows", "RowLayout"]
@@ -108,6 +108,12 @@ class HashedRows:
         self._layouts: list[tuple[pa.Schema, RowLayout | None]] = []
         self._last: Any = None  # the Arrow row whose inputs are in ids/x
         self.rows = 0  # rows this path took (tests check that one-row calls use it)
+
+    @classmethod
+    def offered(cls, X: Any) -> bool:
+        """Whether ``X`` may be what this path takes (it reads a one-row Table, RecordBatch or dict of columns,
+        and says per call whether it takes it)."""
+        return True
 
     @classmethod
     def fits(cls, est: Any) -> bool:
@@ -273,12 +279,9 @@ class HashedClassifierRows(HashedRows):
     def current(self, est: Any) -> bool:
         return super().current(est) and est.__dict__.get("classes_") is self.classes
 
-    def _label(self, est: Any, y: Any) -> np.ndarray | None:
-        return encoded_label(est, y)
-
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
-        T = self._label(est, y)
+        T = encoded_label(est, y)
         arrays = None if T is None else self.load(X)
         if T is None or arrays is None:
             return False
@@ -287,15 +290,7 @@ class HashedClassifierRows(HashedRows):
 
     def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
         """The row's class probabilities before its step, as the general path computes them; None: general."""
-        T = self._label(est, y)
-        arrays = None if T is None else self.load(X)
-        if T is None or arrays is None:
-            return None
-        self._step(est, arrays, T)
-        scores = self.trainer.last_output
-        if est.binary_ and getattr(est, "output_kind_", "scores") == "scores":
-            return binary_proba(scores.item(0))
-        return est._proba(scores.reshape(1) if est.binary_ else scores.reshape(1, -1))
+        return proba_of(est, self.trainer.last_output) if self.partial_fit(est, X, y) else None
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
         out = self._output(X)
@@ -361,13 +356,7 @@ class HashedRegressorRows(HashedRows):
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
         out = self._output(X)
-        if out is None:
-            return None
-        value = out.item(0)
-        if self.target is not None:  # float64 arithmetic on the float32 output, as the general path's
-            mean, scale = self.target.float64()
-            value = value * scale[0] + mean[0]
-        return np.array((value,))
+        return None if out is None else in_target_units(self.target, out)
 
 
 _NO = object()  # not a value the row path takes
@@ -411,15 +400,3 @@ def _plain_params(est: Any) -> bool:
     """No parameter that the general path refuses or treats per row (``inputs=``, passive-aggressive)."""
     d = est.__dict__
     return d.get("_inputs_param") is None and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE
-
-
-def rows_for(est: Any) -> "HashedRows | None":
-    """The estimator's one-row path, if it has one that is current."""
-    rows = est.__dict__.get("_hashed_rows")
-    return rows if rows is not None and rows.current(est) else None
-
-
-def keep_rows(est: Any, kind: "type[HashedRows]") -> None:
-    """After a general fitting call: keep (or renew) the one-row path for the next calls."""
-    if rows_for(est) is None and kind.fits(est):
-        est._hashed_rows = kind(est)

@@ -23,7 +23,8 @@ import numpy as np
 
 from streamfit.models.scaler import RunningScaler
 
-__all__ = ["RowPath", "ClassifierRows", "RegressorRows", "binary_proba", "class_of", "encoded_label"]
+__all__ = ["RowPath", "ClassifierRows", "RegressorRows", "row_path", "keep_row_path", "binary_proba", "class_of",
+           "proba_of", "in_target_units", "encoded_label"]
 
 _F32 = np.dtype(np.float32)
 _PASSIVE_AGGRESSIVE = ("pa1", "pa2")  # steps sized per row from its loss: the general path computes them
@@ -59,6 +60,38 @@ def encoded_label(est: Any, y: Any) -> Any:
         return None
 
 
+def row_path(est: Any) -> Any:
+    """The estimator's one-row path (a :class:`RowPath` or a hashed model's ``HashedRows``) if it has one
+    that still fits it, else None."""
+    rows = est.__dict__.get("_rows")
+    return rows if rows is not None and rows.current(est) else None
+
+
+def keep_row_path(est: Any, X: Any, kind: Any) -> None:
+    """After a general fitting call on ``X``: keep (or renew) a one-row path of ``kind`` for the next calls, if
+    ``X`` was the kind of one row it takes and the estimator fits it."""
+    if kind.offered(X) and row_path(est) is None and kind.fits(est):
+        est._rows = kind(est)
+
+
+def proba_of(est: Any, out: np.ndarray) -> np.ndarray:
+    """A classifier's class probabilities of one row's output (before its step): one sigmoid on a binary
+    logit (:func:`binary_proba`), the classifier's ``_proba`` otherwise."""
+    if out.size == 1 and est.binary_ and getattr(est, "output_kind_", "scores") != "probabilities":
+        return binary_proba(out.item(0))
+    return est._proba(out.reshape(1 if est.binary_ else (1, -1)))
+
+
+def in_target_units(target: Any, out: np.ndarray) -> np.ndarray:
+    """One row's float32 output as the float64 prediction in target units (``target``: the target scaler, or
+    None), with the general path's float64 arithmetic."""
+    value = out.item(0)
+    if target is not None:
+        mean, scale = target.float64()
+        value = value * scale[0] + mean[0]
+    return np.array((value,))
+
+
 def class_of(classes: np.ndarray, out: np.ndarray) -> np.ndarray:
     """The predicted class of one row's output (a logit of the second class, or one score per class), as a
     one-element array of ``classes``' dtype."""
@@ -70,7 +103,8 @@ def class_of(classes: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 class RowPath:
     """What the one-row path of a fitted estimator needs, made once (and again when the estimator's trainer
-    or scalers are replaced: :meth:`current` says whether it still fits)."""
+    or scalers are replaced: :meth:`current` says whether it still fits; the estimator asks it through
+    :func:`row_path` before every call, so the methods below assume it does)."""
 
     __slots__ = ("trainer", "scaler", "update", "host_scaled", "shape", "buf", "step")
 
@@ -84,6 +118,11 @@ class RowPath:
         self.host_scaled = self.scaler is not None and not est._scaler_in_graph()
         self.shape = (1, int(est.n_features_in_))
         self.buf = np.empty(self.shape, _F32)
+
+    @classmethod
+    def offered(cls, X: Any) -> bool:
+        """Whether ``X`` is what this path takes: one row as an ndarray."""
+        return type(X) is np.ndarray and X.ndim == 2 and X.shape[0] == 1
 
     @classmethod
     def fits(cls, est: Any) -> bool:
@@ -159,25 +198,18 @@ class ClassifierRows(RowPath):
 
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
-        if not self.current(est):
-            return False
         encoded = encoded_label(est, y)
         if encoded is None:
             return False
         row = self._row(X)
         return row is not None and self._learn(est, row, encoded)
 
-    def proba(self, est: Any) -> np.ndarray:
-        """The class probabilities of the last step's output (computed before its update): one sigmoid on a
-        binary logit (:func:`binary_proba`), ``_proba`` itself otherwise."""
-        out = self.trainer.last_output
-        if out.size == 1 and est.binary_ and getattr(est, "output_kind_", "scores") != "probabilities":
-            return binary_proba(out.item(0))
-        return est._proba(out.reshape(1 if est.binary_ else (1, -1)))
+    def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
+        """One step on the row, returning the class probabilities of the output the step computed before its
+        update; None (nothing done) when it must take the general path."""
+        return proba_of(est, self.trainer.last_output) if self.partial_fit(est, X, y) else None
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
-        if not self.current(est):
-            return None
         out = self._output(X)
         return None if out is None else class_of(self.classes, out)
 
@@ -204,8 +236,6 @@ class RegressorRows(RowPath):
 
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
-        if not self.current(est):
-            return False
         T = self.t
         if type(y) is np.ndarray:
             if y.shape != (1,) or y.dtype.kind not in "fiub":
@@ -243,13 +273,5 @@ class RegressorRows(RowPath):
         return np.array((out[0] * scale + mean,), _F32)
 
     def predict(self, est: Any, X: Any) -> np.ndarray | None:
-        if not self.current(est):
-            return None
         out = self._output(X)
-        if out is None:
-            return None
-        value = out.item(0)
-        if self.target is not None:  # float64 arithmetic on the float32 output, as the general path's
-            mean, scale = self.target.float64()
-            value = value * scale[0] + mean[0]
-        return np.array((value,))
+        return None if out is None else in_target_units(self.target, out)

@@ -8,7 +8,7 @@ import numpy as np
 
 from streamfit.models._base import ReadyRegressor
 from streamfit.models._categorical import Categorical
-from streamfit.models._hashed_rows import HashedRegressorRows, keep_rows, rows_for
+from streamfit.models._hashed_rows import HashedRegressorRows
 from streamfit.models.scaler import RunningScaler
 
 __all__ = ["LinearRegressor"]
@@ -134,39 +134,9 @@ class LinearRegressor(Categorical, ReadyRegressor):
             return super()._restore_trainer(state)
         self._start_hashed(int(np.shape(state["trainer"]["weights"]["bias"])[-1]))
 
-    # -- categorical=: one event per call takes the one-row path (models/_hashed_rows.py) ---------------------
-    def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "LinearRegressor":
-        """One pass over ``X`` in minibatches of ``batch_size`` (one row of a stream: the one-row path)."""
-        if not self._hashed:
-            return super().partial_fit(X, y, sample_weight)  # type: ignore[return-value]
-        rows = rows_for(self) if sample_weight is None else None
-        if rows is not None and rows.partial_fit(self, X, y):  # type: ignore[attr-defined]
-            return self
-        super().partial_fit(X, y, sample_weight)
-        keep_rows(self, HashedRegressorRows)
-        return self
-
-    def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
-        """:meth:`partial_fit`, returning each row's prediction made just before training on it."""
-        if not self._hashed:
-            return super().partial_fit_predict(X, y, sample_weight)
-        rows = rows_for(self) if sample_weight is None else None
-        if rows is not None:
-            out = rows.partial_fit_predict(self, X, y)  # type: ignore[attr-defined]
-            if out is not None:
-                return out
-        out = super().partial_fit_predict(X, y, sample_weight)
-        keep_rows(self, HashedRegressorRows)
-        return out
-
-    def predict(self, X: Any) -> np.ndarray:
-        """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""
-        rows = rows_for(self) if self._hashed else None
-        if rows is not None:
-            out = rows.predict(self, X)  # type: ignore[attr-defined]
-            if out is not None:
-                return out
-        return super().predict(X)
+    # -- categorical=: one event per call takes the hashed one-row path (models/_hashed_rows.py) --------------
+    def _row_path_kind(self) -> Any:
+        return HashedRegressorRows if self._hashed else super()._row_path_kind()
 
     @property
     def coef_(self) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 
 from streamfit.models._base import ReadyClassifier
 from streamfit.models._categorical import Categorical
-from streamfit.models._hashed_rows import HashedClassifierRows, keep_rows, rows_for
+from streamfit.models._hashed_rows import HashedClassifierRows
 
 __all__ = ["LogisticRegression"]
 
@@ -106,38 +106,9 @@ class LogisticRegression(Categorical, ReadyClassifier):
         self.output_kind_ = "scores"
         self.trainer_ = self._make_trainer(self.loss_name_, self.model)
 
-    # -- categorical=: one event per call takes the one-row path (models/_hashed_rows.py) ---------------------
-    def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "LogisticRegression":
-        """One pass over ``X``; the first call needs ``classes`` (one row of a stream: the one-row path)."""
-        if not self._hashed:
-            return super().partial_fit(X, y, classes, sample_weight)  # type: ignore[return-value]
-        rows = rows_for(self) if classes is None and sample_weight is None else None
-        if rows is not None and rows.partial_fit(self, X, y):  # type: ignore[attr-defined]
-            return self
-        super().partial_fit(X, y, classes, sample_weight)
-        keep_rows(self, HashedClassifierRows)
-        return self
-
-    def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
-        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it."""
-        if not self._hashed:
-            return super().partial_fit_predict(X, y, classes, sample_weight)
-        rows = rows_for(self) if classes is None and sample_weight is None else None
-        if rows is not None:
-            out = rows.partial_fit_predict(self, X, y)  # type: ignore[attr-defined]
-            if out is not None:
-                return out
-        out = super().partial_fit_predict(X, y, classes, sample_weight)
-        keep_rows(self, HashedClassifierRows)
-        return out
-
-    def predict(self, X: Any) -> np.ndarray:
-        rows = rows_for(self) if self._hashed else None
-        if rows is not None:
-            out = rows.predict(self, X)  # type: ignore[attr-defined]
-            if out is not None:
-                return out
-        return super().predict(X)
+    # -- categorical=: one event per call takes the hashed one-row path (models/_hashed_rows.py) --------------
+    def _row_path_kind(self) -> Any:
+        return HashedClassifierRows if self._hashed else super()._row_path_kind()
 
     @property
     def coef_(self) -> np.ndarray:
