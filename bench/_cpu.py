@@ -15,3 +15,15 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def has_avx512() -> bool:
+    """Whether the CPU has AVX-512 (the ``avx512f`` flag of /proc/cpuinfo): kernels and ratios differ with it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512f" in line.split()
+    except OSError:
+        pass
+    return False

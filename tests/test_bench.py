@@ -87,3 +87,23 @@ def test_sparse_bench_smoke():
 def test_bigtable_bench_smoke():
     out = _run("bigtable.py")
     assert "ratio" in out and "floor, bare numpy" in out and "RSS growth" in out
+
+
+@pytest.mark.kafka
+def test_soak_bench_smoke(tmp_path):
+    """A few seconds of the daemon's soak on a local broker: every figure is produced, exactly once holds."""
+    import json
+
+    out = _run("soak.py", "--json", str(tmp_path / "soak.json"), timeout=300)
+    for row in ("RSS slope, second half", "fds first/last/max", "threads first/last/max", "lag p50 / p95",
+                "checkpoint writes p50 / p95", "SIGTERM", "rows/s", "quiet 3 s after", "AVX-512"):
+        assert row in out, row
+    assert "exactly once: OK" in out and "FAIL" not in out
+    fig = json.loads((tmp_path / "soak.json").read_text())
+    assert fig["exactly_once"] and fig["sigterm_exit_code"] == 0 and fig["checkpoints"] >= 1
+    assert fig["rows_trained"] == fig["produced"]["good_rows"] > 0
+    assert all(fig["produced"]["kinds"].get(kind) for kind in ("undecodable", "missing_column", "wrong_type",
+                                                                 "null_label"))
+    for key in ("rss_slope_mb_per_h", "fds", "threads", "lag_p50_s", "lag_p95_s", "checkpoint_write_p95_ms",
+                "sigterm_exit_s", "rows_per_s"):
+        assert fig[key] is not None, key
