@@ -36,6 +36,7 @@ _LAZY = {
     "LoopState": "streamfit._stream",
     "BatchEvent": "streamfit._stream",
     "MetricsEvent": "streamfit._stream",
+    "IdleEvent": "streamfit._stream",
     "Skipped": "streamfit._stream",
     "Span": "streamfit._stream",
     "open_source": "streamfit.sources",
@@ -74,8 +75,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
                            sources, testing)
     from streamfit._engine.trainer import Trainer
     from streamfit._sklearn import from_sklearn
-    from streamfit._stream import (BatchEvent, DeadLetter, DeadLetterSink, LoopState, MetricsEvent, Skipped, Span,
-                                   StreamLoop, StreamOptions, StreamSummary, open_dead_letter, read_dead_letters,
+    from streamfit._stream import (BatchEvent, DeadLetter, DeadLetterSink, IdleEvent, LoopState, MetricsEvent, Skipped,
+                                   Span, StreamLoop, StreamOptions, StreamSummary, open_dead_letter, read_dead_letters,
                                    train_stream, train_stream_sync)
     from streamfit.daemon import Runner
     from streamfit.estimators import OnnxClassifier, OnnxRegressor

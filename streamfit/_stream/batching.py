@@ -389,6 +389,18 @@ class Rebatcher:
         if isolate and self._fill and not self.done:
             yield self._emit()
 
+    @property
+    def pending_rows(self) -> int:
+        """Good rows read and waiting for a full batch."""
+        return self._fill
+
+    def take_partial(self) -> TrainingBatch | None:
+        """The rows waiting for a full batch, as a training batch now, while the stream goes on (a quiet live
+        stream: ``max_batch_wait``); its position is right after its last row.  ``None`` if no row waits."""
+        if not self._fill or self.done:
+            return None
+        return self._emit()
+
     def flush(self) -> Iterator[TrainingBatch]:
         """End of stream: yield the last partial batch (unless ``drop_last``); set ``end_position``."""
         if self._fill and not self.drop_last:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from streamfit.sources._base import Position
 
-__all__ = ["BatchEvent", "MetricsEvent", "StreamSummary"]
+__all__ = ["BatchEvent", "IdleEvent", "MetricsEvent", "StreamSummary"]
 
 Metrics = Mapping[str, Any]
 
@@ -31,6 +31,24 @@ class BatchEvent:
     elapsed: float      # seconds since the loop started
     skipped: tuple = ()  # Skipped input settled with this batch (before its position, after the previous)
     spans: tuple = ()    # Span: the source rows of this batch
+
+
+@dataclass(frozen=True)
+class IdleEvent:
+    """Sent to ``on_idle`` every ``idle_every`` seconds while the trainer waits for rows: no step runs until the
+    hook returns, so it may snapshot the estimator (checkpoint, publish, commit) as ``on_batch`` does.
+
+    ``since`` (Unix time) is when the trainer last found nothing to train (after ``batch``, or at the start);
+    ``pending_rows`` rows are read and wait for a full batch (trained after ``max_batch_wait`` seconds
+    without new rows, or at the end of the stream).
+    """
+
+    batch: int          # trained batches so far
+    rows: int           # trained rows so far
+    position: Position | None  # after the last trained batch (None: nothing trained yet)
+    since: float
+    idle_seconds: float
+    pending_rows: int = 0
 
 
 @dataclass(frozen=True)

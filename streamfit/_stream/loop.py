@@ -18,6 +18,11 @@ Three stages overlap::
   the event loop thread instead, once ``_INLINE_AFTER`` full batches in a row were that fast: the thread
   round trip cost more than the step.  ``partial_fit`` is never interrupted: cancelling the loop waits
   for the running step to finish, so the model is never half-updated.
+* A quiet stream: while the queue is empty the trainer's task does the duties of a quiet stream, between
+  steps: after ``max_batch_wait`` seconds without new rows it takes the rows waiting for a full batch
+  (only while the reader awaits the source, so nothing is half-pushed; the queue is empty, so the order of
+  rows is kept) and trains them; every ``idle_every`` seconds it calls ``on_idle`` (checkpoints, commits
+  and health of a quiet stream).  Neither runs while a step does.
 
 Errors raised while reading or rebatching travel through the queue: every batch completed before the
 bad input is trained first, then the error is raised (deterministic model state).  The source is closed
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import math
 import sys
 import time
 from collections import Counter
@@ -44,7 +50,7 @@ from streamfit._stream.batching import IN_FLIGHT_EXTRA, Quarantine, Rebatcher, T
 from streamfit._stream.columns import ColumnLayout
 from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.skips import Skipped, count_skips
-from streamfit._stream.events import BatchEvent, MetricsEvent, StreamSummary
+from streamfit._stream.events import BatchEvent, IdleEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
 from streamfit._stream.options import StreamOptions
 from streamfit._stream.progress import Progress
@@ -65,7 +71,7 @@ _INLINE_BELOW = 0.0003  # s
 
 
 #: keyword arguments of train_stream that are not options: objects of this run (hooks, an event, a resumed plan)
-_LOOP_ARGS = frozenset({"on_batch", "on_metrics", "stop_event", "layout", "quarantine"})
+_LOOP_ARGS = frozenset({"on_batch", "on_metrics", "on_idle", "idle_every", "stop_event", "layout", "quarantine"})
 
 
 class LoopState(enum.Enum):
@@ -161,6 +167,8 @@ class StreamLoop:
         *,
         on_batch: Hook | None = None,
         on_metrics: Hook | None = None,
+        on_idle: Hook | None = None,
+        idle_every: float = 1.0,
         stop_event: anyio.Event | None = None,
         layout: ColumnLayout | None = None,
         quarantine: Quarantine | None = None,
@@ -169,9 +177,12 @@ class StreamLoop:
         opts = self.options = StreamOptions.build(options, **option_kwargs)
         opts.check_scope("loop", where="the stream loop (StreamLoop, train_stream)")
         task, classes, inputs = opts.resolved_task, opts.classes, opts.inputs
-        for name, hook in (("on_batch", on_batch), ("on_metrics", on_metrics)):
+        for name, hook in (("on_batch", on_batch), ("on_metrics", on_metrics), ("on_idle", on_idle)):
             if hook is not None and not callable(hook):
                 raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
+        if isinstance(idle_every, bool) or not isinstance(idle_every, (int, float)) or not idle_every > 0 \
+                or math.isinf(idle_every):
+            raise ValueError(f"Invalid idle_every: {idle_every!r}, expected a finite number of seconds > 0")
         self.estimator = estimator
         self.source = source
         self.task = task
@@ -181,6 +192,11 @@ class StreamLoop:
         self.progress = opts.progress
         self.on_batch = on_batch
         self.on_metrics = on_metrics
+        self.on_idle = on_idle
+        self.idle_every = float(idle_every)
+        #: seconds without new rows after which the rows waiting for a full batch are trained (None: never)
+        wait = opts.max_batch_wait
+        self.max_batch_wait = None if wait is None or math.isinf(wait) else wait
         self.stop_event = stop_event
         if inputs is None:
             inputs = getattr(estimator, "inputs", None)
@@ -219,6 +235,11 @@ class StreamLoop:
         self._state = LoopState.CREATED
         self._stop_requested = False
         self._idle_scope: anyio.CancelScope | None = None
+        # the reader awaits the source (holds no record batch half-pushed), since when rows last came in, and the
+        # event it sets when it queues a batch or takes in rows (wakes a trainer that waits with duties to do)
+        self._reading = False
+        self._rows_at = 0.0
+        self._arrived: anyio.Event | None = None
         self._metric_sends: list[MemoryObjectSendStream[MetricsEvent]] = []
         self._dropped_metric_events = 0
         self._rows = 0
@@ -283,6 +304,8 @@ class StreamLoop:
         self._state = LoopState.DRAINING if self._stop_requested else LoopState.RUNNING
         self._t0 = time.perf_counter()
         self._fitted = is_fitted(self.estimator)
+        self._arrived = anyio.Event()
+        self._rows_at = time.monotonic()
         source = None
         error: BaseException | None = None
         try:
@@ -367,10 +390,17 @@ class StreamLoop:
     # ------------------------------------------------------------------ reader
     async def _produce(self, source: Any, send: MemoryObjectSendStream) -> None:
         rb = self._rebatcher
-        async with send:
-            try:
-                if not rb.done:
-                    async for sb in source:
+        try:
+            async with send:
+                try:
+                    while not rb.done:
+                        self._reading = True  # nothing half-pushed: the trainer may take the partial batch
+                        try:
+                            sb = await source.__anext__()
+                        except StopAsyncIteration:
+                            break
+                        finally:
+                            self._reading = False
                         ahead = None
                         if sb.num_rows * (rb.n_features or 1) >= _AHEAD_VALUES:
                             # a large record batch: its checks and extraction (~1 ms per million values) in a
@@ -378,18 +408,29 @@ class StreamLoop:
                             ahead = await anyio.to_thread.run_sync(rb.extract_ahead, sb)
                         # The generator fills the next ring buffer only after the previous batch is queued.
                         for tb in rb.push(sb, ahead):
-                            await send.send(tb)
-                        if rb.done:
-                            break
-                for tb in rb.flush():
-                    await send.send(tb)
-                end = _End(rb.end_position, "max_rows" if rb.done else "end", rb.end_skipped)
-            except Exception as exc:  # train what came before, then raise in the trainer
-                await send.send(_Failure(exc))
-                return
-            if self._state is LoopState.RUNNING:
-                self._state = LoopState.DRAINING
-            await send.send(end)
+                            await self._send(send, tb)
+                        if sb.num_rows:
+                            self._rows_at = time.monotonic()
+                            self._wake()  # a waiting trainer counts max_batch_wait from now
+                    for tb in rb.flush():
+                        await self._send(send, tb)
+                    end = _End(rb.end_position, "max_rows" if rb.done else "end", rb.end_skipped)
+                except Exception as exc:  # train what came before, then raise in the trainer
+                    await self._send(send, _Failure(exc))
+                    return
+                if self._state is LoopState.RUNNING:
+                    self._state = LoopState.DRAINING
+                await self._send(send, end)
+        finally:
+            self._wake()  # the stream is closed: a waiting trainer sees its end
+
+    async def _send(self, send: MemoryObjectSendStream, item: Any) -> None:
+        await send.send(item)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
 
     # ------------------------------------------------------------------ trainer
     def _stopping(self) -> bool:
@@ -400,19 +441,13 @@ class StreamLoop:
         return self._stop_requested
 
     async def _consume(self, receive: MemoryObjectReceiveStream) -> None:
+        duties = self.on_idle is not None or self.max_batch_wait is not None
         while not self._stopping():
             try:  # a queued batch is taken without yielding: the next step starts at once
-                item = receive.receive_nowait()
+                item: Any = receive.receive_nowait()
             except anyio.WouldBlock:
-                with anyio.CancelScope() as scope:
-                    self._idle_scope = scope
-                    try:
-                        item = await receive.receive()
-                    except anyio.EndOfStream:
-                        item = _End(None, "end")
-                    finally:
-                        self._idle_scope = None
-                if scope.cancelled_caught or self._stopping():
+                item = await (self._wait(receive) if duties else self._receive(receive))
+                if item is None:
                     break
             except anyio.EndOfStream:
                 item = _End(None, "end")
@@ -426,6 +461,65 @@ class StreamLoop:
                 raise item.error
             await self._train(item)
         self._ended_by = "stop"
+
+    async def _receive(self, receive: MemoryObjectReceiveStream) -> Any:
+        """The next queued item; ``None`` when the loop is stopped meanwhile."""
+        with anyio.CancelScope() as scope:
+            self._idle_scope = scope
+            try:
+                item = await receive.receive()
+            except anyio.EndOfStream:
+                item = _End(None, "end")
+            finally:
+                self._idle_scope = None
+        if scope.cancelled_caught or self._stopping():
+            return None
+        return item
+
+    async def _wait(self, receive: MemoryObjectReceiveStream) -> Any:
+        """The next item, as :meth:`_receive`, doing the duties of a quiet stream meanwhile: the rows waiting
+        for a full batch become the next item after ``max_batch_wait`` seconds without new rows, and ``on_idle``
+        is called every ``idle_every`` seconds.  This runs in the trainer's task, between steps: no step runs
+        while a hook does, so the hook may snapshot the estimator."""
+        start, since = time.monotonic(), time.time()
+        tick = start + self.idle_every if self.on_idle is not None else math.inf
+        while True:
+            self._arrived = arrived = anyio.Event()  # set by the reader: a batch queued, rows taken in, the end
+            try:
+                return receive.receive_nowait()
+            except anyio.WouldBlock:
+                pass
+            except anyio.EndOfStream:
+                return _End(None, "end")
+            now = time.monotonic()
+            due = self._partial_due()
+            if due <= now:
+                tb = self._rebatcher.take_partial()  # the reader awaits the source: nothing is half-pushed
+                if tb is not None:
+                    return tb
+                due = math.inf
+            if tick <= now:
+                await _call(self.on_idle, IdleEvent(self._batches, self._rows, self._position, since, now - start,
+                                                    self._rebatcher.pending_rows))
+                if self._stopping():
+                    return None
+                tick = time.monotonic() + self.idle_every
+                continue
+            with anyio.CancelScope(deadline=anyio.current_time() + (min(due, tick) - now)) as scope:
+                self._idle_scope = scope
+                try:
+                    await arrived.wait()
+                finally:
+                    self._idle_scope = None
+            if self._stopping():
+                return None
+
+    def _partial_due(self) -> float:
+        """When (``time.monotonic()``) the rows waiting for a full batch are to be trained: ``max_batch_wait``
+        after rows last came in, while the reader awaits the source; ``inf``: not now."""
+        if self.max_batch_wait is None or not self._reading or not self._rebatcher.pending_rows:
+            return math.inf
+        return self._rows_at + self.max_batch_wait
 
     def _step(self, tb: TrainingBatch, first: bool) -> tuple[dict[str, np.ndarray] | None, float | None]:
         """Worker thread: progressive prediction, then one ``partial_fit``."""
@@ -541,6 +635,8 @@ async def train_stream(
     *,
     on_batch: Hook | None = None,
     on_metrics: Hook | None = None,
+    on_idle: Hook | None = None,
+    idle_every: float = 1.0,
     stop_event: anyio.Event | None = None,
     layout: ColumnLayout | None = None,
     **option_kwargs: Any,
@@ -571,6 +667,11 @@ async def train_stream(
         ``kafka://HOST:PORT/topic``).
     on_batch : ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
     on_metrics : ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
+    on_idle : ``hook(IdleEvent)`` every ``idle_every`` seconds while the trainer waits for rows (sync or
+        async): no step runs until it returns, a safe point to checkpoint a quiet stream.
+    max_batch_wait : seconds without new rows after which the rows waiting for a full batch are trained
+        while the stream stays open (default ``None``: only at the end of the stream; ``streamfit serve``
+        defaults to 1 s).
     task : ``"regression"`` or ``"classification"``; default: classification iff ``classes`` is given.
     classes : all class labels, passed to the first ``partial_fit`` call (default: a fitted estimator's
         ``classes_``, else those of the first batch); a label outside them is a bad row (``unknown_class``).
@@ -594,8 +695,8 @@ async def train_stream(
     >>> summary.window_metrics["rmse"] < summary.stream_metrics["rmse"]  # it learns
     True
     """
-    loop = StreamLoop(estimator, source, options, on_batch=on_batch, on_metrics=on_metrics,
-                      stop_event=stop_event, layout=layout, **option_kwargs)
+    loop = StreamLoop(estimator, source, options, on_batch=on_batch, on_metrics=on_metrics, on_idle=on_idle,
+                      idle_every=idle_every, stop_event=stop_event, layout=layout, **option_kwargs)
     return await loop.run()
 
 

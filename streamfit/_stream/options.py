@@ -24,6 +24,9 @@ __all__ = ["StreamOptions", "OptionError", "SCOPES", "option_names", "add_option
 
 Check = Callable[[str, Any], Any]
 
+#: ``max_batch_wait`` of ``streamfit serve`` when none is given (s): a quiet live stream's rows are trained soon
+SERVE_MAX_BATCH_WAIT = 1.0
+
 
 # ---------------------------------------------------------------------------------------------- checks
 def _bad(name: str, value: Any, expected: str) -> OptionError:
@@ -57,6 +60,22 @@ def _float(low: float, high: float | None = None, *, above: bool = False, below:
             raise _bad(name, value, ("None or " if optional else "") + shown)
         return float(value)
     return check
+
+
+def _wait(name: str, value: Any) -> Any:
+    """Seconds > 0, ``inf`` (never) or ``None`` (the entry point's default)."""
+    if value is None:
+        return None
+    ok = (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+          and value > 0 and not math.isnan(value))
+    if not ok:
+        raise _bad(name, value, "None, a number of seconds > 0, or inf (never: a partial batch only at the end)")
+    return float(value)
+
+
+def _wait_from_text(value: Any) -> Any:
+    """A TOML value or flag of ``max_batch_wait``: seconds, ``inf`` or the string ``"inf"``."""
+    return float("inf") if value == "inf" else value
 
 
 def _bool(name: str, value: Any) -> Any:
@@ -281,6 +300,11 @@ class StreamOptions:
     dtype: str = _option("float32", _dtype, "float type of the features (and of a regression label)",
                          choices=("float32", "float64"), example="float64")
     drop_last: bool = _option(False, _bool, "drop a last batch smaller than batch_size", example=True)
+    max_batch_wait: float | None = _option(
+        None, _wait, f"train the rows waiting for a full batch after this many seconds without new rows, while "
+        "the stream stays open (default: serve {SERVE_MAX_BATCH_WAIT:g} s; train and the Python API: only at the end of the stream, "
+        "so batch boundaries depend on the data alone; inf: never)", parse=float, metavar="SECONDS",
+        text=_wait_from_text, example="2.5")
     queue_size: int = _option(4, _int(1), "training batches that may wait for the trainer (backpressure)",
                               parse=int, example="2")
     window: int = _option(1000, _int(1), "rows in the recent-metrics window", parse=int, example="50")
@@ -333,6 +357,10 @@ class StreamOptions:
         if self.task == "regression" and self.classes is not None:
             raise OptionError(f"Invalid classes: {list(self.classes)!r} with task='regression' (classes are for "
                               f"classification)", option="classes")
+        if self.drop_last and self.max_batch_wait is not None and not math.isinf(self.max_batch_wait):
+            raise OptionError(f"Invalid max_batch_wait: {self.max_batch_wait!r} with drop_last=True (drop_last drops "
+                              "the partial batch that max_batch_wait would train; give one of the two)",
+                              option="max_batch_wait")
         if self.sync_every_batches is not None and self.sync_every_seconds is not None:
             raise OptionError("give one of sync_every_batches and sync_every_seconds (--sync-every-batches K or "
                               "--sync-every-seconds T), not both", option="sync_every_seconds")
@@ -427,6 +455,8 @@ def _toml_value(name: str, value: Any) -> str:
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     if isinstance(value, float):
+        if value == math.inf and name == "max_batch_wait":
+            return "inf"
         if not math.isfinite(value):
             raise OptionError(f"{name} = {value!r} has no TOML form", option=name)
         return repr(value)
