@@ -219,11 +219,31 @@ def _prepare(ns: argparse.Namespace, serve: bool) -> tuple[Any, Any]:
     try:
         cfg = _config(ns)
         _setup_logging(cfg.log_json)
+        _batch_wait(cfg, serve)
         return cfg, (None if cfg.workers is not None else _runner(cfg, serve=serve))
     except (ValueError, TypeError, OSError) as exc:
         if isinstance(exc, StreamfitError):
             raise
         raise ConfigError(str(exc)) from exc
+
+
+def _batch_wait(cfg: Any, serve: bool) -> None:
+    """``serve`` trains a quiet live stream's partial batch after ``SERVE_MAX_BATCH_WAIT`` s unless told otherwise;
+    ``train`` keeps the end-of-stream rule (batch boundaries that depend on the data alone).  Scale-out on Ray
+    has no partial batch between its synchronization rounds."""
+    import math
+
+    from streamfit._stream.options import SERVE_MAX_BATCH_WAIT
+    from streamfit.exceptions import ConfigError
+
+    wait = cfg.stream.max_batch_wait
+    if cfg.workers is not None:
+        if wait is not None and not math.isinf(wait):
+            raise ConfigError(f"max_batch_wait = {wait:g} is not supported with workers = {cfg.workers} (scale-out "
+                              "on Ray): a learner trains a partial batch only at the end of its share")
+        return
+    if serve and wait is None and not cfg.stream.drop_last:
+        cfg.stream = replace(cfg.stream, max_batch_wait=SERVE_MAX_BATCH_WAIT)
 
 
 def _runner(cfg: Any, serve: bool) -> Any:

@@ -35,7 +35,9 @@ class JsonFormatter(logging.Formatter):
 
 
 class HealthFile:
-    """A small JSON file rewritten atomically (at most every ``interval`` s): when the last batch trained."""
+    """A small JSON file rewritten atomically (at most every ``interval`` s): when the last batch trained, the
+    newest durable checkpoint, and whether the stream is idle (``idle``, ``idle_since``: the Runner rewrites it
+    while no batch arrives too)."""
 
     def __init__(self, path: str | os.PathLike[str], interval: float = 1.0) -> None:
         self.path = Path(path)

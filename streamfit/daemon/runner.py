@@ -26,7 +26,7 @@ from streamfit._stream.columns import ColumnLayout
 from streamfit._stream.batching import Quarantine
 from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.options import StreamOptions
-from streamfit._stream.events import BatchEvent
+from streamfit._stream.events import BatchEvent, IdleEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, BackgroundPublisher, CheckpointStore, TableArrays
 from streamfit.checkpoint._format import dir_name
 from streamfit.daemon.commit_ledger import RunCommitLedger
@@ -102,6 +102,11 @@ class _KeepOpen(Source):
     async def aclose(self) -> None:
         self._closed = True
 
+
+#: without a time schedule (``every_seconds``), a stream quiet this long (s) is checkpointed (if anything is new)
+QUIET_CHECKPOINT_AFTER = 1.0
+#: the loop's idle events come at most this often and at least this often (s), within the schedules' periods
+_IDLE_EVERY = (0.05, 1.0)
 
 #: the loop reads no daemon option: it gets them at their defaults (the Runner applies them)
 _DAEMON_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
@@ -216,6 +221,9 @@ class Runner:
         self._suspect_until = 0
         self._diverged_at = 0
         self._loop_running = False
+        self._loss: float | None = None  # the last trained batch's, for the health file
+        self._last_batch_at: float | None = None  # Unix time
+        self._checkpoint_rows: int | None = None  # rows of the newest durable checkpoint
         self._t0 = 0.0
         self._rows_at_start = 0
         self._guard_every = every_batches or 100
@@ -377,6 +385,7 @@ class Runner:
         self._submitted_step = snap.step
         self._resumed_from = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
+        self._checkpoint_rows = snap.rows
         log_event("resume", f"resumed from {ckpt.path.name}: {snap.rows} rows, {snap.step} batches",
                   checkpoint=str(ckpt.path), rows=snap.rows, batches=snap.step, position=snap.position)
 
@@ -451,6 +460,7 @@ class Runner:
         durable = [self._pending.pop(step) for step in done]  # written in order: the earlier ones too
         self.checkpoints += 1
         self.last_checkpoint = str(result.path)
+        self._checkpoint_rows = snap.rows
         log_event("checkpoint", f"checkpoint {result.path.name} written in {result.seconds * 1e3:.1f} ms",
                   path=str(result.path), step=snap.step, rows=snap.rows, seconds=result.seconds,
                   position=snap.position)
@@ -496,7 +506,41 @@ class Runner:
                 self._submit(wait=True)  # big tables: a checkpoint on disk (streamed), not a copy in memory
             else:
                 self._new_rollback_point()
-        self._observe(event)
+        self._loss = event.loss
+        self._observe()
+
+    # -- while the stream is quiet -----------------------------------------------------------------------
+    def _idle_duties(self) -> bool:
+        """Anything to do while no batch arrives: checkpoints (and their publishing and commits), health, metrics."""
+        return self._writer is not None or self.health is not None or self.metrics is not None
+
+    def _idle_every(self) -> float:
+        """How often the loop's idle events come: within the shortest period of the schedules."""
+        periods = [p for p in (self.every_seconds, self.publish_every if self.publish_every else None,
+                               self.health.interval if self.health is not None else None) if p is not None]
+        low, high = _IDLE_EVERY
+        return min(high, max(low, min(periods, default=high)))
+
+    async def _on_idle(self, event: IdleEvent) -> None:
+        """The stream is quiet (no step runs while this does): the schedules go on.  Durable checkpoints are
+        settled (logged, published, their offsets committed); what was trained since the last checkpoint is
+        checkpointed when the time schedule says (a checkpoint of nothing new is skipped); the health file
+        says the stream is idle and since when."""
+        if self._rollback_reason is not None:
+            return
+        if self._writer is not None:
+            await self._settle()
+            if self.batches > self._submitted_step and self._quiet_due(event):
+                self._submit(wait=False)
+        self._observe(idle_since=event.since)
+
+    def _quiet_due(self, event: IdleEvent) -> bool:
+        """A checkpoint due on a quiet stream: by the time schedule, else once it was quiet
+        :data:`QUIET_CHECKPOINT_AFTER` seconds (a schedule in batches alone would never come)."""
+        if self._due():
+            return True
+        return (self.store is not None and not self._suspects and self.every_seconds is None
+                and event.idle_seconds >= QUIET_CHECKPOINT_AFTER)
 
     def _new_rollback_point(self) -> None:
         if self.dead_letter is not None:
@@ -539,20 +583,25 @@ class Runner:
                 counts[reason] = counts.get(reason, 0) + n
         return counts
 
-    def _observe(self, event: BatchEvent) -> None:
+    def _observe(self, idle_since: float | None = None) -> None:
+        """Health file and metrics: after a trained batch, or while the stream is quiet (``idle_since``)."""
         elapsed = time.perf_counter() - self._t0
         rate = (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0
+        if idle_since is None:
+            self._last_batch_at = time.time()
         if self.health is not None:
-            self.health.update(last_batch_at=time.time(), rows=self.rows, batches=self.batches,
-                               position=self.position, loss=event.loss, rows_per_s=rate,
-                               last_checkpoint=self.last_checkpoint, skipped_rows=self._skipped_rows(),
-                               skipped_messages=self._skipped_messages())
+            self.health.update(last_batch_at=self._last_batch_at, rows=self.rows, batches=self.batches,
+                               position=self.position, loss=self._loss, rows_per_s=rate,
+                               last_checkpoint=self.last_checkpoint, checkpoint_rows=self._checkpoint_rows,
+                               idle=idle_since is not None, idle_since=idle_since,
+                               skipped_rows=self._skipped_rows(), skipped_messages=self._skipped_messages())
         if self.metrics is not None:
             m = self.metrics
             m.rows.set(self.rows)
             m.batches.set(self.batches)
             m.rows_per_s.set(rate)
-            m.last_batch.set(time.time())
+            if self._last_batch_at is not None:
+                m.last_batch.set(self._last_batch_at)
             m.rollbacks.set(self.rollbacks)
             m.ckpt_age.set(time.monotonic() - self._last_checkpoint_time)
             assert self._loop is not None
@@ -645,7 +694,8 @@ class Runner:
         self._loop = StreamLoop(self.estimator, _KeepOpen(self._source),
                                 replace(self.options, max_rows=self._rows_left(), dead_letter=self.dead_letter,
                                         **_DAEMON_DEFAULTS),
-                                on_batch=self._on_batch, stop_event=stop_event, layout=self._layout,
+                                on_batch=self._on_batch, on_idle=self._on_idle if self._idle_duties() else None,
+                                idle_every=self._idle_every(), stop_event=stop_event, layout=self._layout,
                                 quarantine=self._quarantine if self.guard is not None else None)
         self._loop_running = True
         try:

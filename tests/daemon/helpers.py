@@ -1,8 +1,14 @@
-"""Shared by the daemon tests: a Parquet stream and a model on disk."""
+"""Shared by the daemon tests: a Parquet stream and a model on disk, `streamfit` as a process and its health file."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -46,3 +52,31 @@ def write_model(root: Path) -> Path:
     path = root / "model.onnx"
     onnx.save(mlp_model([N_FEATURES, 16, 1], "Tanh", seed=1), path)
     return path
+
+
+def run_cli(*args: str, env: dict | None = None, **kw: Any) -> subprocess.Popen:
+    """``python -m streamfit.cli ARGS`` as a process (stdout and stderr piped, text)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "streamfit.cli", *args], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def read_health(path: Path) -> dict:
+    """The health file's fields ({} while it is not written yet)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def wait_for(predicate: Callable[[], Any], proc: subprocess.Popen, timeout: float = 60.0, what: str = "") -> None:
+    """Poll ``predicate`` until true; fail (killing ``proc``) when the process exits first or at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"serve exited with {proc.returncode} while waiting for {what}:\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)

@@ -7,47 +7,22 @@ with the same weights (float noise only) and exactly the stream's row count.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from streamfit.checkpoint import CheckpointStore
+from tests.daemon.helpers import read_health as _health
 from tests.daemon.helpers import record_batches, write_model, write_stream
+from tests.daemon.helpers import run_cli as _cli
+from tests.daemon.helpers import wait_for as _wait
 
 FILES, ROWS = 4, 2048  # 8192 rows, 256 batches of 32
 TRAIN_OPTS = ["--batch-size", "32", "--optimizer", "adam", "--learning-rate", "constant", "--eta0", "0.005",
               "--penalty", "none", "--threads", "1", "--no-progress"]
-
-
-def _cli(*args: str, env: dict | None = None, **kw) -> subprocess.Popen:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "streamfit.cli", *args], env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-
-
-def _health(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _wait(predicate, proc: subprocess.Popen, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            raise AssertionError(f"serve exited with {proc.returncode} while waiting for {what}:\n{err[-3000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 def _kill(proc: subprocess.Popen) -> None:
