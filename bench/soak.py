@@ -79,6 +79,7 @@ class SoakConfig:
     rows_per_message: int
     bad_fraction: float
     batch_size: int
+    partial_tail: int = 0
     checkpoint_every: float = 1.0
     publish_every: float = 2.0
     keep: int = 3
@@ -160,11 +161,11 @@ class Stream:
 
     def plan(self, duration: float, rate: float) -> list[Message]:
         """The messages of ``duration`` s at ``rate`` rows/s, then good ones of fewer rows until the good rows
-        are a multiple of the batch size: the stream's end fills its last batch, so every good row can be
-        trained before SIGTERM whatever the daemon does with a partial batch on a quiet stream."""
+        are a multiple of the batch size (the stream's end fills its last batch), then ``cfg.partial_tail``
+        good rows: a partial batch the daemon must train while the stream is quiet (``--max-batch-wait``)."""
         n = max(1, round(rate * duration / self.cfg.rows_per_message))
         out = [self.message(i) for i in range(n)]
-        short = -sum(m.good_rows for m in out) % self.cfg.batch_size
+        short = -sum(m.good_rows for m in out) % self.cfg.batch_size + self.cfg.partial_tail
         while short:
             rows = min(short, self.cfg.rows_per_message)
             out.append(Message(C.ipc_bytes(self.batches[0].slice(0, rows)), "good", rows))
@@ -653,7 +654,6 @@ def _quiet_figures(fig: Figures, cfg: SoakConfig, tmp: str, producer: Producer, 
     model the present?  (Figures, not checks: a daemon that acts only when a batch is trained stays behind.)"""
     q: dict[str, Any] = {"seconds": cfg.quiet, "good_rows": producer.good_cum[-1] if producer.good_cum else 0,
                          "end_offset": max(producer.offsets) + 1 if producer.offsets else 0}
-    now = time.time()
     try:
         meta = _newest_meta(os.path.join(tmp, "ckpt"))
         q["newest_checkpoint_rows"] = None if meta is None else int(meta.get("rows", 0))
@@ -666,13 +666,13 @@ def _quiet_figures(fig: Figures, cfg: SoakConfig, tmp: str, producer: Producer, 
     try:
         with open(os.path.join(tmp, "health.json")) as f:
             health = json.load(f)
-        q["health_age_s"] = now - float(health.get("updated_at", 0))
+        q["health_age_s"] = time.time() - float(health.get("updated_at", 0))
         q["health_rows"] = health.get("rows")
         q["health_idle"] = {k: v for k, v in health.items() if "idle" in k} or None
     except (OSError, ValueError):
         q["health_age_s"] = None
     try:
-        q["published_age_s"] = now - os.stat(os.path.join(tmp, "published", "model.onnx")).st_mtime
+        q["published_age_s"] = time.time() - os.stat(os.path.join(tmp, "published", "model.onnx")).st_mtime
     except OSError:
         q["published_age_s"] = None
     fig.quiet = q
@@ -780,7 +780,8 @@ def report(fig: Figures, cfg: SoakConfig) -> list[str]:
     p = fig.produced
     bad = sum(v for k, v in p.get("kinds", {}).items() if k != "good")
     lines = [f"== soak: {model}, batch {cfg.batch_size}, {cfg.rate:,.0f} rows/s for {cfg.duration:.0f} s "
-             f"({cfg.rows_per_message} rows per message, {bad} of {p.get('messages', 0):,} messages bad)",
+             f"({cfg.rows_per_message} rows per message, {bad} of {p.get('messages', 0):,} messages bad"
+             f"{f', a partial batch of {cfg.partial_tail} rows at the end' if cfg.partial_tail else ''})",
              f"cpu: {fig.cpu} (AVX-512: {'yes' if fig.avx512 else 'no'}), {fig.cpus} cpus; load average at start "
              f"{fig.load_start}, at the end {fig.load_end}",
              f"daemon: checkpoint every {cfg.checkpoint_every:g} s, --keep {cfg.keep}, --publish every "
@@ -839,6 +840,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-message", type=int, default=100)
     p.add_argument("--bad-fraction", type=float, help="fraction of bad messages (default 0.01, --quick 0.1)")
     p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--partial-tail", type=int, default=0, metavar="ROWS",
+                   help="after the stream's last full batch, ROWS more good rows (fewer than a batch), which the "
+                        "daemon must train while the stream is quiet (--max-batch-wait) for exactly-once to hold")
     p.add_argument("--buckets", type=int, default=2 ** 20, help="--hashed: rows of the hashed table")
     p.add_argument("--drain", type=float, help="once the stream is produced, seconds without progress after which "
                                                "the bench stops waiting for the daemon (default 60, --quick 10)")
@@ -848,11 +852,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="write every figure and the per-second samples here")
     p.add_argument("--keep-dir", action="store_true", help="keep the run's directory (checkpoints, log)")
     args = p.parse_args(argv)
+    if not 0 <= args.partial_tail < args.batch_size:
+        p.error(f"--partial-tail must be in [0, --batch-size), got {args.partial_tail}")
     duration = args.duration if args.duration is not None else 6.0 if args.quick else 90.0 if args.hashed else 420.0
     bad_fraction = args.bad_fraction if args.bad_fraction is not None else 0.1 if args.quick else 0.01
     drain = args.drain if args.drain is not None else 10.0 if args.quick else 60.0
     cfg = SoakConfig(hashed=args.hashed, duration=duration, rate=args.rate, rows_per_message=args.rows_per_message,
-                     bad_fraction=bad_fraction, batch_size=args.batch_size, buckets=args.buckets, drain=drain,
+                     bad_fraction=bad_fraction, batch_size=args.batch_size,
+                     partial_tail=args.partial_tail, buckets=args.buckets, drain=drain,
                      quiet=args.quiet if args.quiet is not None else 3.0 if args.quick else 5.0,
                      pool=8 if args.quick else 64)
 
