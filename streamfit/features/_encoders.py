@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from streamfit.features._murmur import murmur3, murmur3_bytes, murmur3_int64
+from streamfit.features._murmur import murmur3, murmur3_arrow, murmur3_bytes, murmur3_int64, murmur3_strings
 from streamfit.features._values import Categorical, categorical, kind_of
 
 __all__ = ["Encoder", "EncoderState", "Hashed", "Vocabulary", "Padded", "Lengths", "Mask", "NULL_ID", "OOV_ID"]
@@ -117,9 +117,10 @@ class Hashed(Encoder):
     ``id = 1 + murmur3(value, seed=murmur3(column name, seed)) % (buckets - 1)``, 0 for nulls, where
     murmur3 is MurmurHash3 x86 32-bit of the UTF-8 bytes of a string or the 8 little-endian bytes of an
     integer (integers widened to int64, bool to 0/1), as onnxruntime's ``com.microsoft.MurmurHash3``
-    computes it: the exported model hashes raw columns in its graph with that same kernel.  Each column
-    hashes with its own seed, so equal values in two columns get unrelated ids.  A dictionary column
-    hashes each dictionary value once per batch.
+    computes it: the exported model hashes raw columns in its graph with that same kernel; training hashes
+    in numpy (:mod:`streamfit.features._murmur`), bit-identical.  Each column hashes with its own seed, so
+    equal values in two columns get unrelated ids.  A dictionary column hashes each dictionary value once
+    per batch.
 
     >>> import pyarrow as pa
     >>> enc = Hashed("city", buckets=1000)
@@ -145,15 +146,18 @@ class Hashed(Encoder):
 
     def encode(self, state: EncoderState, arrays: Sequence[pa.Array], *, journal_at: int | None = None,
                length: int | None = None) -> np.ndarray:
-        """``(n, columns)`` ids.  Integer and bool columns hash as one numpy block (:func:`murmur3_int64`,
-        bit-identical to the kernel), strings of small batches in Python (cached per value); large string
-        and dictionary columns are dictionary-encoded and each distinct value hashed once by the kernel:
-        a batch of one row costs microseconds, not a session run per column."""
+        """``(n, columns)`` ids.  Integer and bool columns hash as one numpy block (:func:`murmur3_int64`),
+        string columns as another (:func:`murmur3_strings`, over the Arrow offsets and bytes; a few values in
+        Python, cached per value), a dictionary column's values once; all bit-identical to the kernel, and
+        no string reaches onnxruntime (whose Python binding would keep every one of them alive)."""
         n = len(arrays[0]) if len(arrays) else 0
         out = np.empty((n, len(arrays)), dtype=np.int64)
         block: list[int] = []  # plain integer/bool columns, hashed together
         values: list[np.ndarray] = []
+        strings: list[int] = []  # plain string columns, hashed together
+        texts: list[pa.Array] = []
         kinds = state.kinds
+        m = self.buckets - 1
         for k, arr in enumerate(arrays):
             if isinstance(arr, pa.ChunkedArray):
                 arr = arr.combine_chunks()
@@ -164,20 +168,29 @@ class Hashed(Encoder):
                                           f"dictionary, integer or bool values for Hashed")
             if kinds[k] != kind:
                 state.check_kind(k, self.columns[k], kind)
-            if kind != "string" and not dictionary:
+            if dictionary:
+                out[:, k] = self._dictionary_ids(arr, kind, k)
+            elif kind != "string":
                 block.append(k)
                 values.append(_ints(arr))
-            elif kind == "string" and not dictionary and n <= _SMALL:
-                seed, m = self.column_seed(k), self.buckets - 1
-                out[:, k] = [0 if v is None else 1 + _hash_str(v, seed) % m for v in arr.to_pylist()]
             else:
-                cat = categorical(arr)
-                table = self.ids_of(cat.uniques, k)
-                out[:, k] = np.where(cat.index >= 0, table[np.maximum(cat.index, 0)] if len(table) else 0, NULL_ID)
+                strings.append(k)
+                texts.append(arr)
+        if strings and n * len(strings) <= _SMALL:
+            for k, arr in zip(strings, texts):
+                seed = self.column_seed(k)
+                out[:, k] = [0 if v is None else 1 + _hash_str(v, seed) % m for v in arr.to_pylist()]
+        elif strings:
+            seeds = [self.column_seed(k) for k in strings]
+            for k, arr, hashed in zip(strings, texts, murmur3_strings(texts, seeds)):
+                ids = 1 + hashed.astype(np.int64) % m
+                if arr.null_count:
+                    ids[_nulls(arr)] = NULL_ID
+                out[:, k] = ids
         if block:
             stacked = np.stack(values, axis=1) if n else np.zeros((0, len(block)), np.int64)
             hashed = 1 + murmur3_int64(stacked, _column_seeds(self.columns, self.seed, tuple(block))) \
-                .astype(np.int64) % (self.buckets - 1)
+                .astype(np.int64) % m
             for j, k in enumerate(block):  # nulls
                 if arrays[k].null_count:
                     hashed[:, j] = np.where(_nulls(arrays[k]), NULL_ID, hashed[:, j])
@@ -186,8 +199,25 @@ class Hashed(Encoder):
             out[:, block] = hashed
         return out
 
+    def _dictionary_ids(self, arr: pa.DictionaryArray, kind: str, k: int) -> np.ndarray:
+        """Ids of a dictionary column: its dictionary's values hashed once, looked up by the indices."""
+        values, seed = arr.dictionary, self.column_seed(k)
+        hashed = murmur3_arrow(values, seed) if kind == "string" else murmur3_int64(_ints(values), seed)
+        table = 1 + hashed.astype(np.int64) % (self.buckets - 1)
+        if values.null_count:  # a null stored in the dictionary itself
+            table[_nulls(values)] = NULL_ID
+        indices = arr.indices
+        if not len(table):
+            return np.zeros(len(arr), dtype=np.int64)
+        ids = table[indices.fill_null(0).to_numpy(zero_copy_only=False) if indices.null_count
+                    else indices.to_numpy(zero_copy_only=False)]
+        if indices.null_count:
+            ids[_nulls(indices)] = NULL_ID
+        return ids
 
-#: batches of at most this many rows hash strings in Python (a session run costs more than the row)
+
+#: at most this many string values in a batch (rows x string columns) hash in Python, each cached: below it,
+#: numpy's cost per call is more than the hash
 _SMALL = 32
 
 
@@ -222,7 +252,7 @@ def _column_seeds(columns: tuple[str, ...], seed: int, block: tuple[int, ...]) -
 @lru_cache(maxsize=4096)
 def _column_seed(column: str, seed: int) -> int:
     """The hash seed of a column (computed once: an encode of one row otherwise pays one hash run per column)."""
-    return int(murmur3(np.array([column], dtype=object), seed)[0])
+    return murmur3_bytes(column.encode("utf-8"), seed)
 
 
 class VocabularyState(EncoderState):

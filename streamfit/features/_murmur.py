@@ -1,18 +1,24 @@
-"""MurmurHash3 (x86, 32-bit) computed by onnxruntime's ``com.microsoft.MurmurHash3`` kernel.
+"""MurmurHash3 (x86, 32-bit) in numpy, bit-identical to onnxruntime's ``com.microsoft.MurmurHash3`` kernel.
 
-Training hashes with the very kernel the exported model runs, so a serving process gets the training-time
-ids by construction.  Strings hash their UTF-8 bytes, integers their 8 little-endian bytes (every integer
-type is widened to int64 first, bool to 0/1), with ``positive=1`` (unsigned 32-bit output).
+The exported model hashes raw columns in its graph with that kernel; training hashes the same bytes here, so a
+serving process gets the training-time ids (tested against the kernel).  Strings hash their UTF-8 bytes,
+integers their 8 little-endian bytes (every integer type is widened to int64 first, bool to 0/1), with
+``positive=1`` (unsigned 32-bit output).  No string is handed to onnxruntime while training: its Python binding
+keeps a reference to every ``str`` of a string tensor passed to ``InferenceSession.run`` (1.19.2), so a session
+hashing each batch's strings leaks them all.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 import numpy as np
-from onnx import TensorProto, helper
+import pyarrow as pa
+from onnx import helper
 
-__all__ = ["murmur3", "MURMUR_DOMAIN", "murmur_node", "murmur3_int"]
+__all__ = ["murmur3", "murmur3_strings", "murmur3_arrow", "MURMUR_DOMAIN", "murmur_node", "murmur3_int",
+           "murmur3_int64", "murmur3_bytes"]
 
 MURMUR_DOMAIN = "com.microsoft"
 
@@ -23,38 +29,21 @@ def murmur_node(x: str, y: str, seed: int, name: str = "") -> "helper.NodeProto"
                             name=name or f"murmur_{y}")
 
 
-@lru_cache(maxsize=64)
-def _session(kind: str, seed: int):  # type: ignore[no-untyped-def]
-    import onnxruntime as ort
-
-    elem = TensorProto.STRING if kind == "string" else TensorProto.INT64
-    graph = helper.make_graph([murmur_node("x", "y", seed)], "murmur3",
-                              [helper.make_tensor_value_info("x", elem, [None])],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT32, [None])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MURMUR_DOMAIN, 1)])
-    model.ir_version = 8
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def murmur3(values: np.ndarray, seed: int = 0) -> np.ndarray:
-    """uint32 hashes of a 1-D array of str (object/unicode) or integers.
+    """uint32 hashes of a 1-D array of str (object/unicode) or integers, as the kernel computes them.
 
     >>> murmur3(np.array(["hello"], dtype=object)).tolist(), murmur3(np.array([0])).tolist()
     ([613153351], [1669671676])
     """
     values = np.asarray(values)
     if values.dtype.kind in "OUS":
-        kind, x = "string", values.astype(object).reshape(-1)
-    elif values.dtype.kind in "iub":
-        kind, x = "int64", np.ascontiguousarray(values.reshape(-1), dtype=np.int64)
-    else:
-        raise TypeError(f"murmur3 hashes strings and integers, got {values.dtype}")
-    if x.size == 0:
-        return np.zeros(0, dtype=np.uint32)
-    return _session(kind, int(seed)).run(None, {"x": x})[0]  # sessions are safe to share between threads
+        flat = values.reshape(-1)
+        strings = [v.decode() if isinstance(v, bytes) else v for v in flat.tolist()] if values.dtype.kind == "S" \
+            else flat
+        return murmur3_arrow(pa.array(strings, pa.string()), seed)
+    if values.dtype.kind in "iub":
+        return murmur3_int64(values.reshape(-1), seed)
+    raise TypeError(f"murmur3 hashes strings and integers, got {values.dtype}")
 
 
 # -- the same hash without a session run: for tiny batches (one row of 20 columns would pay 20 runs) --------
@@ -140,3 +129,182 @@ def murmur3_int(value: int, seed: int) -> int:
     h ^= h >> 13
     h = h * 0xC2B2AE35 & _M32
     return h ^ (h >> 16)
+
+
+# -- strings: a vectorized hash over an Arrow string column's offsets and bytes ------------------------------
+#
+# Each string is a lane; the hash walks its 4-byte blocks in order, all lanes at once.  Blocks are
+# right-aligned: a lane with fewer blocks than the longest starts with "padding" blocks whose mixed value
+# leaves the hash at its seed (the block step is invertible), so every lane takes the same steps and no
+# lane is masked.  Lanes are grouped by block count (1, 2-3, 4-7, ...) when lengths are skewed, so padding
+# never more than doubles the work.
+
+_INV5 = pow(5, -1, 1 << 32)
+_TAIL_MASKS = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF], dtype=np.uint32)
+#: at most this many strings in all hash in Python (each cached): below it numpy's per-call cost dominates
+_PY_LANES = 8
+
+
+def _pad_block(seed: int) -> int:
+    """The mixed block k with ``rotl(seed ^ k, 13) * 5 + 0xE6546B64 == seed``: a step that changes nothing."""
+    x = (seed - 0xE6546B64) * _INV5 & _M32
+    return (((x >> 13) | (x << 19)) & _M32) ^ seed
+
+
+def _mix_blocks(k: np.ndarray) -> np.ndarray:
+    """MurmurHash3's per-block mix ``rotl(k * c1, 15) * c2``, in place on uint32 ``k``."""
+    k *= _U(_C1)
+    k[...] = _rotl(k, 15)
+    k *= _U(_C2)
+    return k
+
+
+@lru_cache(maxsize=256)
+def _steps(blocks: int) -> np.ndarray:
+    return np.arange(4 * blocks, 0, -4, dtype=np.int64)[:, None]
+
+
+def _hash_lanes(words: np.ndarray, tails: np.ndarray, lengths: np.ndarray, seeds: np.ndarray,
+                pads: np.ndarray) -> np.ndarray:
+    """uint32 hashes of lanes whose bodies end at byte ``tails`` (where each tail starts) of ``words`` (the
+    uint32 at every byte offset), one seed and its padding block per lane."""
+    nblocks = lengths >> 2
+    B = int(nblocks.max()) if len(lengths) else 0
+    h = seeds.copy()
+    if B:
+        k = _mix_blocks(words[tails[None, :] - _steps(B)])  # (B, lanes): block j of every lane
+        short = nblocks < B
+        if short.any():
+            k = np.where(np.arange(B)[:, None] < (B - nblocks)[None, :], pads[None, :], k)
+        t = np.empty_like(h)
+        for row in k:
+            h ^= row
+            np.right_shift(h, _U(19), out=t)
+            h <<= _U(13)
+            h |= t
+            h *= _U(5)
+            h += _U(0xE6546B64)
+    h ^= _mix_blocks(words[tails] & _TAIL_MASKS[lengths & 3])  # 1-3 tail bytes (none: 0, which mixes to 0)
+    h ^= lengths.astype(np.uint32)
+    return _fmix(h)
+
+
+def _hash_padded(words: np.ndarray, tails: np.ndarray, lengths: np.ndarray, seeds: np.ndarray,
+                 pads: np.ndarray) -> np.ndarray:
+    """:func:`_hash_lanes` in one pass when lengths are alike, else in groups of block counts within 2x of each
+    other (padding never more than doubles the work)."""
+    n, nblocks = len(lengths), lengths >> 2
+    top = int(nblocks.max()) if n else 0
+    if top < 2 or n * top <= 2 * int(nblocks.sum()) + n:
+        return _hash_lanes(words, tails, lengths, seeds, pads)
+    group = np.searchsorted(1 << np.arange(top.bit_length() + 1), nblocks, side="right")
+    out = np.empty(n, dtype=np.uint32)
+    for g in np.unique(group).tolist():
+        lanes = np.flatnonzero(group == g)
+        out[lanes] = _hash_lanes(words, tails[lanes], lengths[lanes], seeds[lanes], pads[lanes])
+    return out
+
+
+#: from this many lanes on, lanes are sorted by block count and each count hashed without padding
+_GROUPED_LANES = 4096
+
+
+def _hash_spans(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seeds: np.ndarray,
+                pads: np.ndarray) -> np.ndarray:
+    """uint32 hashes of ``data[starts[i]:starts[i] + lengths[i]]``; ``data`` (uint8) has at least 4 zero bytes
+    after its last string and 4 * (the most blocks) before its first."""
+    words = np.ndarray((len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))  # the word at each byte
+    tails = starts + ((lengths >> 2) << 2)
+    with np.errstate(over="ignore"):
+        n = len(lengths)
+        if n < _GROUPED_LANES:
+            return _hash_padded(words, tails, lengths, seeds, pads)
+        key = np.minimum(lengths >> 2, 0xFFFF).astype(np.uint16)  # a radix sort
+        order = np.argsort(key, kind="stable")
+        ends = np.cumsum(np.bincount(key))
+        out = np.empty(n, dtype=np.uint32)
+        few = []  # lanes of block counts too rare for a pass of their own
+        at = 0
+        for end in ends[np.flatnonzero(np.diff(ends, prepend=0))].tolist():
+            lanes = order[at:end]
+            if end - at < _GROUPED_LANES // 8:
+                few.append(lanes)
+            else:
+                out[lanes] = _hash_lanes(words, tails[lanes], lengths[lanes], seeds[lanes], pads[lanes])
+            at = end
+        if few:
+            lanes = np.concatenate(few)
+            out[lanes] = _hash_padded(words, tails[lanes], lengths[lanes], seeds[lanes], pads[lanes])
+        return out
+
+
+def _spans(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, list[tuple[int, "pa.Buffer | None", int]]]:
+    """(starts, lengths, byte ranges) of a string, large_string or string_view array's values: value i is
+    ``lengths[i]`` bytes from ``starts[i]`` in the concatenation of the byte ranges (buffer, offset, size)."""
+    n = len(arr)
+    bufs = arr.buffers()
+    if pa.types.is_string_view(arr.type) or pa.types.is_binary_view(arr.type):
+        views = np.frombuffer(bufs[1], dtype=np.int32, count=4 * n, offset=16 * arr.offset).reshape(n, 4)
+        lengths = views[:, 0].astype(np.int64)
+        inline = lengths <= 12  # inline: the bytes follow the length; else (prefix, buffer index, offset)
+        ranges: list[tuple[int, "pa.Buffer | None", int]] = [(16 * arr.offset, bufs[1], 16 * n)]
+        base = np.zeros(max(len(bufs) - 2, 1), dtype=np.int64)
+        at = 16 * n
+        for b, buf in enumerate(bufs[2:]):
+            base[b] = at
+            ranges.append((0, buf, buf.size if buf is not None else 0))
+            at += buf.size if buf is not None else 0
+        rows = np.arange(n, dtype=np.int64)
+        starts = np.where(inline, 16 * rows + 4, base[np.where(inline, 0, views[:, 2])] + views[:, 3])
+        return starts, lengths, ranges
+    wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    itemsize = 8 if wide else 4
+    offsets = np.frombuffer(bufs[1], dtype=np.int64 if wide else np.int32, count=n + 1,
+                            offset=itemsize * arr.offset).astype(np.int64)
+    lo = int(offsets[0]) if n else 0
+    return offsets[:-1] - lo, np.diff(offsets), [(lo, bufs[2], int(offsets[-1]) - lo if n else 0)]
+
+
+def murmur3_strings(arrays: Sequence[pa.Array], seeds: Sequence[int]) -> list[np.ndarray]:
+    """uint32 hashes of every value of string arrays (string, large_string or string_view; sliced or not),
+    array ``j`` with seed ``seeds[j]``, all in one vectorized pass (a null slot hashes its bytes, if any:
+    the caller masks nulls).  Bit-identical to the kernel on the values' UTF-8 bytes.
+
+    >>> a = pa.array(["hello", "", "héllo wörld"])
+    >>> murmur3_strings([a], [0])[0].tolist() == murmur3(np.array(a.to_pylist(), dtype=object)).tolist()
+    True
+    """
+    sizes = [len(a) for a in arrays]
+    total = sum(sizes)
+    if total <= _PY_LANES:
+        return [np.array([0 if v is None else murmur3_bytes(v.encode() if isinstance(v, str) else v, int(s))
+                          for v in a.to_pylist()], dtype=np.uint32) for a, s in zip(arrays, seeds)]
+    parts = [_spans(a) for a in arrays]
+    lengths = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    lead = 4 * (int(lengths.max()) >> 2) if total else 0  # room for the padding blocks' reads
+    nbytes = sum(size for p in parts for _, _, size in p[2])
+    data = np.zeros(lead + nbytes + 4, dtype=np.uint8)
+    at, starts = lead, []
+    for (st, _, ranges) in parts:
+        starts.append(st + at)
+        for offset, buf, size in ranges:
+            if size and buf is not None:
+                data[at:at + size] = np.frombuffer(buf, dtype=np.uint8, count=size, offset=offset)
+            at += size
+    lane_seeds = np.repeat(np.array([int(s) for s in seeds], dtype=np.uint32), sizes)
+    pads = np.repeat(np.array([_pad_block(int(s) & _M32) for s in seeds], dtype=np.uint32), sizes)
+    hashed = _hash_spans(data, np.concatenate(starts), lengths, lane_seeds, pads)
+    return np.split(hashed, np.cumsum(sizes)[:-1].tolist())
+
+
+def murmur3_arrow(arr: "pa.Array | pa.ChunkedArray", seed: int) -> np.ndarray:
+    """uint32 hashes of a string (string, large_string, string_view) or string dictionary column's values; a
+    dictionary's values are hashed once.  Nulls hash as 0 (callers mask them)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        table = murmur3_arrow(arr.dictionary, seed)
+        index = arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        return table[index] if len(table) else np.zeros(len(arr), np.uint32)
+    (hashed,) = murmur3_strings([arr], [seed])
+    return hashed

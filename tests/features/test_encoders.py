@@ -13,6 +13,7 @@ import pytest
 
 from streamfit.features import Hashed, Lengths, Mask, Padded, Vocabulary
 from streamfit.features._murmur import murmur3
+from tests.features.kernel import kernel_murmur3
 
 
 def murmur3_32(data: bytes, seed: int = 0) -> int:
@@ -89,14 +90,15 @@ def test_hashed_dictionary_values_are_hashed_once_per_batch(monkeypatch):
     import streamfit.features._encoders as mod
 
     sizes = []
-    real = mod.murmur3
-    monkeypatch.setattr(mod, "murmur3", lambda values, seed=0: sizes.append(len(values)) or real(values, seed))
+    real = mod.murmur3_arrow
+    monkeypatch.setattr(mod, "murmur3_arrow", lambda values, seed: sizes.append(len(values)) or real(values, seed))
     enc = Hashed("c", buckets=100)
-    col = pa.array(["x", "y", "x", "z", None] * 1000).dictionary_encode()
-    enc.encode(enc.new_state(), [col])
-    assert sizes[-1] == 3  # the dictionary's values, not the 5000 rows
-    enc.encode(enc.new_state(), [pa.array(["x", "y", "x", "z", None] * 1000)])
-    assert sizes[-1] == 3  # plain strings are dictionary-encoded by Arrow first
+    plain = pa.array(["x", "y", "x", "z", None] * 1000)
+    ids = enc.encode(enc.new_state(), [plain.dictionary_encode()])
+    assert sizes == [3]  # the dictionary's values, not the 5000 rows
+    assert ids.tolist() == enc.encode(enc.new_state(), [plain]).tolist()
+    with_null = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 2, 1]), pa.array(["x", None, "z"]))
+    assert enc.encode(enc.new_state(), [with_null]).ravel().tolist() == [ids[0, 0], 0, 0, ids[3, 0], 0]
 
 
 def test_hashed_refuses_a_column_whose_kind_changes_and_bad_parameters():
@@ -161,18 +163,18 @@ def test_numpy_and_python_murmur3_are_bit_identical_to_the_kernel():
     ints = np.concatenate([rng.integers(-2**63, 2**63 - 1, 5000, dtype=np.int64), np.arange(-300, 300), INTS])
     strings = VALUES + ["x" * n for n in range(12)] + [str(v) for v in rng.integers(0, 10**9, 500)]
     for seed in (0, 1, 7, 2**31, 2**32 - 1):
-        assert murmur3_int64(ints, seed).tolist() == murmur3(ints, seed).tolist()
-        assert [murmur3_bytes(v.encode(), seed) for v in strings] == murmur3(np.array(strings, dtype=object), seed).tolist()
+        assert murmur3_int64(ints, seed).tolist() == kernel_murmur3(ints, seed).tolist()
+        assert murmur3(ints, seed).tolist() == kernel_murmur3(ints, seed).tolist()
+        assert [murmur3_bytes(v.encode(), seed) for v in strings] == \
+            kernel_murmur3(np.array(strings, dtype=object), seed).tolist()
     block = rng.integers(-10**6, 10**6, (7, 3))  # one seed per column of a block
     seeds = np.array([3, 2**32 - 5, 11], dtype=np.uint32)
     got = murmur3_int64(block, seeds)
     for j in range(3):
-        assert got[:, j].tolist() == murmur3(block[:, j], int(seeds[j])).tolist()
+        assert got[:, j].tolist() == kernel_murmur3(block[:, j], int(seeds[j])).tolist()
 
 
-def test_hashed_small_batches_hash_without_a_session_run_and_give_the_same_ids(monkeypatch):
-    import streamfit.features._encoders as mod
-
+def test_hashed_small_batches_give_the_ids_of_large_batches_and_of_the_kernel():
     cols = ["s", "i", "b", "u", "d"]
     enc = Hashed(cols, buckets=1 << 20, seed=3)
     n = 200
@@ -184,18 +186,19 @@ def test_hashed_small_batches_hash_without_a_session_run_and_give_the_same_ids(m
         "u": pa.array([2**64 - 1 - int(v) for v in rng.integers(0, 5, n)], pa.uint64()),
         "d": pa.array([f"k{v}" for v in rng.integers(0, 4, n)]).dictionary_encode()})
     whole = enc.encode(enc.new_state(), [table.column(c) for c in cols])  # the large-batch path
+    m = (1 << 20) - 1
     as_int64 = (table.column("u").to_numpy().astype(np.uint64)).view(np.int64)  # uint64 hashes its int64 bits
-    assert whole[:, 3].tolist() == (1 + murmur3(as_int64, enc.column_seed(3)).astype(np.int64) % ((1 << 20) - 1)).tolist()
-    calls = []
-    real = mod.murmur3
-    monkeypatch.setattr(mod, "murmur3", lambda values, seed=0: calls.append(len(values)) or real(values, seed))
-    for r in range(0, n, 7):  # one row, then a few: plain string, int, bool columns never run the kernel
+    assert whole[:, 3].tolist() == (1 + kernel_murmur3(as_int64, enc.column_seed(3)).astype(np.int64) % m).tolist()
+    s = table.column("s").to_pylist()
+    kernel_s = 1 + kernel_murmur3(np.array([v or "" for v in s], dtype=object), enc.column_seed(0)).astype(np.int64) % m
+    assert whole[:, 0].tolist() == [0 if v is None else int(h) for v, h in zip(s, kernel_s)]
+    d = table.column("d").to_pylist()
+    kernel_d = 1 + kernel_murmur3(np.array(d, dtype=object), enc.column_seed(4)).astype(np.int64) % m
+    assert whole[:, 4].tolist() == kernel_d.tolist()
+    for r in range(0, n, 7):  # one row, then a few: the small-batch paths
         part = table.slice(r, 1 if r % 2 else 5)
         got = enc.encode(enc.new_state(), [part.column(c) for c in cols])
         assert got.tolist() == whole[r:r + part.num_rows].tolist()
-    assert calls and all(c <= 4 for c in calls)  # only the dictionary column's values went to the kernel
-    calls.clear()
     plain = Hashed(cols[:4], buckets=1 << 20, seed=3)
     one = table.slice(5, 1)
     assert plain.encode(plain.new_state(), [one.column(c) for c in cols[:4]]).tolist() == whole[5:6, :4].tolist()
-    assert calls == []
