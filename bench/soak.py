@@ -9,8 +9,10 @@
 A tansu broker on 127.0.0.1 (memory storage) and a one-partition topic; a producer thread paced at
 ``--rate`` rows/s sends Arrow IPC messages of ``--rows-per-message`` rows, about ``--bad-fraction`` of them
 bad (in turn: undecodable bytes, a feature column missing, a feature column of the wrong type, a null
-label in one row).  ``streamfit serve`` runs as a subprocess with a checkpoint every 1 s, ``--keep 3``,
-``--publish`` every 2 s, a dead-letter file, a health file, Prometheus metrics and ``--log-json``.
+label in one row); the good rows end on a multiple of the batch size plus ``--partial-tail`` (300), a
+partial batch the daemon must train while the stream is quiet.  ``streamfit serve`` runs as a subprocess
+with a checkpoint every 1 s, ``--keep 3``, ``--publish`` every 2 s, a dead-letter file, a health file,
+Prometheus metrics and ``--log-json``.
 
 Once a second the bench samples the daemon: VmRSS, threads (/proc/PID/status), open fds (/proc/PID/fd),
 CPU time, the health file and the metrics endpoint (rows trained and source position, set on every batch).
@@ -788,15 +790,17 @@ def report(fig: Figures, cfg: SoakConfig) -> list[str]:
              f"{cfg.publish_every:g} s, dead letters, health file, metrics, --log-json",
              ""]
     rows = [
-        ("RSS slope, second half", f"{_f(fig.rss_slope_mb_per_h, '+.1f', ' MB/h')}   (first {_f(fig.rss_first_mb, '.0f')}"
-                                   f", last {_f(fig.rss_last_mb, '.0f')}, max {_f(fig.rss_max_mb, '.0f')} MB)"),
+        ("RSS slope, second half", f"{_f(fig.rss_slope_mb_per_h, '+.1f', ' MB/h')}   "
+                                   f"(first {_f(fig.rss_first_mb, '.0f')}, last {_f(fig.rss_last_mb, '.0f')}, "
+                                   f"max {_f(fig.rss_max_mb, '.0f')} MB)"),
         ("fds first/last/max", " / ".join(map(str, fig.fds)) if fig.fds else "n/a"),
         ("threads first/last/max", " / ".join(map(str, fig.threads)) if fig.threads else "n/a"),
         ("lag p50 / p95, second half", f"{_f(fig.lag_p50_s, '.2f', ' s')} / {_f(fig.lag_p95_s, '.2f', ' s')}   "
                                        f"(max {_f(fig.lag_max_s, '.2f', ' s')}; rows p50 {_f(fig.lag_rows_p50, ',.0f')}"
                                        f", p95 {_f(fig.lag_rows_p95, ',.0f')})"),
         ("checkpoint writes p50 / p95", f"{_f(fig.checkpoint_write_p50_ms, '.1f', ' ms')} / "
-                                        f"{_f(fig.checkpoint_write_p95_ms, '.1f', ' ms')}   ({fig.checkpoints} written, "
+                                        f"{_f(fig.checkpoint_write_p95_ms, '.1f', ' ms')}   "
+                                        f"({fig.checkpoints} written, "
                                         f"max {_f(fig.checkpoint_write_max_ms, '.1f', ' ms')}; checkpoint age p95 "
                                         f"{_f(fig.checkpoint_age_p95_s, '.2f', ' s')})"),
         ("publications seen", str(fig.publications_seen)),
@@ -818,7 +822,8 @@ def report(fig: Figures, cfg: SoakConfig) -> list[str]:
     lines += [f"{k:<{width}s}{v}" for k, v in rows]
     lines.append("")
     lines.append(f"exactly once: {'OK' if fig.exactly_once else 'FAILED'} -- {p.get('good_rows', 0):,} good rows "
-                 f"produced, {_f(fig.rows_trained, ',')} in the final checkpoint; bad rows {p.get('bad_rows_by_reason')}, "
+                 f"produced, {_f(fig.rows_trained, ',')} in the final checkpoint; "
+                 f"bad rows {p.get('bad_rows_by_reason')}, "
                  f"bad messages {p.get('bad_messages_by_reason')}")
     for name, ok in fig.checks.items():
         lines.append(f"  {'ok  ' if ok else 'FAIL'} {name}")
@@ -840,9 +845,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-message", type=int, default=100)
     p.add_argument("--bad-fraction", type=float, help="fraction of bad messages (default 0.01, --quick 0.1)")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--partial-tail", type=int, default=0, metavar="ROWS",
-                   help="after the stream's last full batch, ROWS more good rows (fewer than a batch), which the "
-                        "daemon must train while the stream is quiet (--max-batch-wait) for exactly-once to hold")
+    p.add_argument("--partial-tail", type=int, default=300, metavar="ROWS",
+                   help="after the stream's last full batch, ROWS more good rows (fewer than a batch, default 300), "
+                        "which the daemon must train while the stream is quiet (serve's --max-batch-wait) for "
+                        "exactly-once to hold")
     p.add_argument("--buckets", type=int, default=2 ** 20, help="--hashed: rows of the hashed table")
     p.add_argument("--drain", type=float, help="once the stream is produced, seconds without progress after which "
                                                "the bench stops waiting for the daemon (default 60, --quick 10)")

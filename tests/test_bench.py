@@ -91,7 +91,8 @@ def test_bigtable_bench_smoke():
 
 @pytest.mark.kafka
 def test_soak_bench_smoke(tmp_path):
-    """A few seconds of the daemon's soak on a local broker: every figure is produced, exactly once holds."""
+    """A few seconds of the daemon's soak on a local broker: every figure is produced, exactly once holds, also
+    for the partial batch at the stream's end (trained while the stream is quiet: --max-batch-wait)."""
     import json
 
     out = _run("soak.py", "--json", str(tmp_path / "soak.json"), timeout=300)
@@ -102,6 +103,7 @@ def test_soak_bench_smoke(tmp_path):
     fig = json.loads((tmp_path / "soak.json").read_text())
     assert fig["exactly_once"] and fig["sigterm_exit_code"] == 0 and fig["checkpoints"] >= 1
     assert fig["rows_trained"] == fig["produced"]["good_rows"] > 0
+    assert fig["config"]["partial_tail"] and fig["rows_trained"] % fig["config"]["batch_size"]
     assert all(fig["produced"]["kinds"].get(kind) for kind in ("undecodable", "missing_column", "wrong_type",
                                                                  "null_label"))
     for key in ("rss_slope_mb_per_h", "fds", "threads", "lag_p50_s", "lag_p95_s", "checkpoint_write_p95_ms",
