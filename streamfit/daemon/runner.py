@@ -132,6 +132,12 @@ class Runner:
     writer has not passed yet.  ``publish_path`` gets the model of
     a durable checkpoint, written by a background thread at most every ``publish_every`` seconds, with a
     delta file of the rows changed beside it (:class:`~streamfit.checkpoint.BackgroundPublisher`).
+
+    While no batch arrives the schedules go on (the loop's ``on_idle``, between steps): durable checkpoints are
+    published and their offsets committed, what was trained since the last checkpoint is checkpointed when
+    ``every_seconds`` says (with ``every_batches`` alone: once the stream was quiet
+    :data:`QUIET_CHECKPOINT_AFTER` s), and the health file says the stream is idle and since when.  With
+    ``max_batch_wait`` (``streamfit serve``: 1 s) the rows short of a full batch are trained too.
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,

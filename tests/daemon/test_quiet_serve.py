@@ -62,7 +62,8 @@ def test_a_quiet_daemon_checkpoints_publishes_and_commits_its_last_row(tmp_path,
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     steps = [e["step"] for e in _events(err, "checkpoint")]
-    assert steps == sorted(set(steps)) and steps[-1] == 3, steps  # batches 256, 256, 128: one checkpoint each at most
+    # one checkpoint per step at most (batches 256, 256, 128, unless the broker paused longer than the wait)
+    assert steps == sorted(set(steps)) and steps[-1] == newest.meta["batches"], steps
     assert CheckpointStore(tmp_path / "ck").load_latest().path == newest.path
 
 
@@ -90,7 +91,8 @@ def test_a_partial_batch_is_trained_after_the_wait_and_a_kill_after_it_resumes_e
     (resumed,) = [e for e in _events(err, "resume") if "rows" in e]
     assert resumed["rows"] == 128 and resumed["batches"] == 1
     meta = CheckpointStore(tmp_path / "ck").load_latest().meta
-    # every row once: 128 before the kill (one partial batch), 372 after it (a full batch and a partial one)
-    assert meta["rows"] == 500 and meta["batches"] == 3
+    # every row once: 128 before the kill (one partial batch), 372 after it (a full batch and a partial one,
+    # unless the broker paused longer than the wait in between)
+    assert meta["rows"] == 500 and meta["batches"] >= 3
     assert meta["position"]["partitions"] == {"0": {"offset": 4, "row": 0}}
     assert committed_offset(kafka_broker, topic, f"g-{topic}") == len(messages)
