@@ -40,6 +40,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
     p.add_argument("--health-interval", type=float, help="seconds between health-file updates (default 1)")
+    p.add_argument("--history-every-rows", type=int,
+                   help="the metrics history in CHECKPOINT_DIR/history: an interval every N rows (also at checkpoints)")
+    p.add_argument("--history-every-seconds", type=float,
+                   help="... or every S seconds, whichever comes first (default 10)")
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
     from streamfit._stream.options import add_option_flags
@@ -268,12 +272,16 @@ def _runner(cfg: Any, serve: bool) -> Any:
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)
+    from streamfit.history import HistoryOptions
+
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
+    history = HistoryOptions(every_rows=cfg.history_every_rows, every_seconds=cfg.history_every_seconds)
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
                   keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish,
                   full_every=cfg.full_every, publish_every=cfg.publish_every,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
+                  history=history,
                   # the estimator holds the inputs (build_estimator gave it cfg.stream.inputs); serve draws no bar
                   options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve, task=cfg.task))
 
@@ -342,6 +350,7 @@ def _train(ns: argparse.Namespace) -> int:
         ns.eta0 = ns.eta0 if ns.eta0 is not None else 1e-3
         ns.penalty = ns.penalty or "none"
         ns.batch_size = ns.batch_size or 128
+        ns.history_every_rows = ns.history_every_rows or 2000  # 20 intervals of the 40,000 rows
         print(f"demo: {data} (4 Parquet files, 40,000 rows), model {model}")
     cfg, runner = _prepare(ns, serve=False)
     if runner is None:  # --workers N: the learners run on Ray

@@ -56,6 +56,8 @@ class RunConfig:
     health_file: str | None = None
     health_interval: float = 1.0
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
+    history_every_rows: int | None = None  # the metrics history (CHECKPOINT_DIR/history): an interval every N rows
+    history_every_seconds: float | None = 10.0  # ... or every S seconds, whichever first
     source_options: dict[str, Any] = field(default_factory=dict)
     stream: StreamOptions = field(default_factory=StreamOptions)
     #: the estimator and its parameters (estimator, loss, optimizer, eta0, categorical, buckets, ftrl_l1, ...)

@@ -34,6 +34,7 @@ from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot_estimator, snapshot_tables
 from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
+from streamfit.history import HistoryOptions, Progress, RunHistory
 from streamfit.sources import Position, Source, SourceBatch, open_source
 
 __all__ = ["Runner", "RunSummary"]
@@ -138,6 +139,9 @@ class Runner:
     ``every_seconds`` says (with ``every_batches`` alone: once the stream was quiet
     :data:`QUIET_CHECKPOINT_AFTER` s), and the health file says the stream is idle and since when.  With
     ``max_batch_wait`` (``streamfit serve``: 1 s) the rows short of a full batch are trained too.
+
+    With a ``checkpoint_dir`` the run keeps its metrics history in ``checkpoint_dir/history``
+    (:mod:`streamfit.history`; ``history``: a :class:`~streamfit.history.HistoryOptions`, or ``False`` for none).
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
@@ -147,7 +151,8 @@ class Runner:
                  health_path: "str | Path | None" = None, health_interval: float = 1.0,
                  metrics: Metrics | None = None, full_every: int = 10, publish_every: float | None = None,
                  source_options: Mapping[str, Any] | None = None,
-                 options: "StreamOptions | Mapping[str, Any] | None" = None, **loop_options: Any) -> None:
+                 options: "StreamOptions | Mapping[str, Any] | None" = None,
+                 history: "HistoryOptions | bool" = True, **loop_options: Any) -> None:
         # guard=: the option (True/False: the guard the options' parameters describe), or a DivergenceGuard
         guard_given = loop_options.pop("guard", None) if isinstance(loop_options.get("guard"), DivergenceGuard) \
             else None
@@ -177,6 +182,9 @@ class Runner:
         self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
         #: this run's own group commits (Kafka): tells them from another member's on resume
         self._commits = RunCommitLedger(checkpoint_dir) if checkpoint_dir is not None else None
+        #: the metrics history beside the checkpoints (fed at interval ends, checkpoints and rollbacks)
+        self.history = RunHistory(checkpoint_dir, history if isinstance(history, HistoryOptions) else None) \
+            if checkpoint_dir is not None and history is not False else None
         self.every_batches = every_batches
         self.every_seconds = every_seconds
         self.resume = resume
@@ -436,6 +444,8 @@ class Runner:
         if self.dead_letter is not None:  # durable before any checkpoint moves past them
             self._dead_letter_state = self.dead_letter.sync()
         snap = self._snapshot(checkpoint=True)
+        if self.history is not None:  # the interval ending here is on disk before the checkpoint past it
+            self.history.boundary(sync=True)
         summary = self._loop.summary() if self._loop is not None else None
         if not self._writer.submit(snap.step, snap.model, snap.arrays, self._meta(snap, summary), wait=wait,
                                    tables=snap.tables):
@@ -472,6 +482,8 @@ class Runner:
                   position=snap.position)
         if self.metrics is not None:
             self.metrics.ckpt_seconds.set(result.seconds)
+        if self.history is not None:
+            self.history.checkpoint(snap.step, snap.rows, result.seconds, result.path)
         if self._publisher is not None:  # written by its own thread, at most every publish_every seconds
             assert self.store is not None
             for done_snap in durable:  # every link, in order: the publisher follows the chain
@@ -552,6 +564,8 @@ class Runner:
         if self.dead_letter is not None:
             self._dead_letter_state = self.dead_letter.sync()
         self._good = self._snapshot()
+        if self.history is not None:  # a rollback comes back here: an interval ends here
+            self.history.boundary()
 
     def _after_good_batch(self, event: BatchEvent) -> None:
         """A batch passed the guard: its messages are cleared of suspicion, quarantines are no longer "in a
@@ -591,6 +605,8 @@ class Runner:
 
     def _observe(self, idle_since: float | None = None) -> None:
         """Health file and metrics: after a trained batch, or while the stream is quiet (``idle_since``)."""
+        if self.history is not None:  # an interval due by time ends on a quiet stream too
+            self.history.batch(self.rows)
         elapsed = time.perf_counter() - self._t0
         rate = (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0
         if idle_since is None:
@@ -637,6 +653,10 @@ class Runner:
         if self._commits is not None and self._resumed_from is None:
             self._commits.reset()  # a fresh run: an earlier run's commits in this directory are not its own
         self._dead_letter_start()
+        if self.history is not None:
+            self.history.start(self._history_progress, resumed_from=self._resumed_from,
+                               source=self.source_spec if isinstance(self.source_spec, str) else None,
+                               config=self._history_config())
         self._t0 = time.perf_counter()
         self._rows_at_start = self.rows
         skipped_at_start = dict(self._skipped)
@@ -663,6 +683,8 @@ class Runner:
                     await anyio.to_thread.run_sync(self._writer.flush)
                     await self._settle()
         finally:
+            if self.history is not None:
+                self.history.close()
             if self._writer is not None:
                 self._writer.close()
             if self._publisher is not None:  # the last durable checkpoint's model, published before exit
@@ -715,6 +737,24 @@ class Runner:
             self.position = summary.position  # may move past trailing skipped input
         return summary
 
+    def _history_progress(self) -> Progress:
+        """The counters the history records at an interval's end."""
+        trainer = getattr(self.estimator, "trainer_", None)
+        lag = getattr(self._source, "lag", None)
+        return Progress(self.batches, self.rows, self._skipped_rows(), self._skipped_messages(),
+                        self._loop.summary().stream_metrics if self._loop is not None else {},
+                        None if trainer is None else float(trainer.lr_scale), lag() if callable(lag) else {})
+
+    def _history_config(self) -> dict[str, Any]:
+        """The run's configuration as the history keeps it (the report shows it)."""
+        est = self.estimator
+        params = est.get_params(deep=False) if hasattr(est, "get_params") else {}
+        return {"estimator": type(est).__name__, "params": params, "options": self.options.as_dict(),
+                "checkpoints": {"every_batches": self.every_batches, "every_seconds": self.every_seconds,
+                                "keep": self.store.keep if self.store is not None else None,
+                                "full_every": self.full_every},
+                "publish": None if self.publish_path is None else str(self.publish_path)}
+
     def _rows_left(self) -> int | None:
         """What ``max_rows`` leaves to train from the current row counter (restored on resume or rollback)."""
         return None if self.max_rows is None else max(self.max_rows - self.rows, 0)
@@ -750,6 +790,7 @@ class Runner:
         self._suspects.update(k for k in self._rollback_units if k not in self._quarantine.skip)
         self._suspect_until = self._diverged_at + 8 + 2 * len(self._suspects)
         self._pending.clear()
+        at_rows = self.rows
         self._restore(good)
         if self.dead_letter is not None:
             self.dead_letter.rewind(good.dead_letter)  # replayed skips are written again
@@ -758,6 +799,9 @@ class Runner:
         trainer.n_skipped = 0
         guard.reset()
         self._good_run = 0
+        if self.history is not None:
+            self.history.rollback(at_rows=at_rows, to_step=good.step, to_rows=good.rows, reason=str(reason),
+                                  lr_scale=scale, quarantined=tuple(poison))
         if poison:
             log_event("quarantine", f"poison message {', '.join(poison)}: {guard.max_rollbacks} rollbacks "
                       f"({reason}); quarantined (skipped as 'poison'), rolled back to batch {good.step} "
