@@ -44,6 +44,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="the metrics history in CHECKPOINT_DIR/history: an interval every N rows (also at checkpoints)")
     p.add_argument("--history-every-seconds", type=float,
                    help="... or every S seconds, whichever comes first (default 10)")
+    p.add_argument("--mlflow", metavar="URI", help="after the run, log its parameters, metrics history and model "
+                   "to this MLflow tracking URI (extra [mlflow])")
+    p.add_argument("--tensorboard", metavar="DIR", help="after the run, write its metrics history as TensorBoard "
+                   "scalars in DIR (extra [tensorboard])")
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
     from streamfit._stream.options import add_option_flags
@@ -139,6 +143,14 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--gradient", choices=["auto", "onnxruntime", "streamfit"], default="auto",
                       help="gradient builder: onnxruntime-training's (any op it knows), streamfit's own (the ready-made "
                            "models' ops), auto: the first where installed")
+    report = sub.add_parser("report", help="draw a run's metrics history: one self-contained HTML page (and PNGs)")
+    report.add_argument("checkpoint_dir", help="the run's checkpoint directory (holding history/)")
+    report.add_argument("-o", "--output", help="the HTML page to write (default CHECKPOINT_DIR/report.html)")
+    report.add_argument("--png", metavar="DIR", help="also write each plot as a PNG file in DIR")
+    report.add_argument("--mlflow", metavar="URI", help="log the run's parameters, metrics history and model to "
+                        "this MLflow tracking URI (extra [mlflow])")
+    report.add_argument("--tensorboard", metavar="DIR", help="write the metrics history as TensorBoard scalars "
+                        "in DIR (extra [tensorboard])")
     inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
     inspect.add_argument("checkpoint")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -364,6 +376,7 @@ def _train(ns: argparse.Namespace) -> int:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
         onnx.save(runner.estimator.to_onnx(), cfg.output)
     _print_summary(summary, cfg.output)
+    _track(cfg)
     return 0
 
 
@@ -398,6 +411,7 @@ def _serve(ns: argparse.Namespace) -> int:
     summary = anyio.run(main)
     _check_trained(summary, finite=False)
     _print_summary(summary, None)
+    _track(cfg)
     return 0
 
 
@@ -464,6 +478,48 @@ def _inspect(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _track(cfg: Any) -> None:
+    """After a run: its history to the trackers asked for (``--mlflow``, ``--tensorboard``)."""
+    if (cfg.mlflow or cfg.tensorboard) and cfg.checkpoint_dir is None:
+        from streamfit.exceptions import ConfigError
+
+        raise ConfigError("--mlflow/--tensorboard log the run's metrics history, kept in --checkpoint-dir: give one")
+    if cfg.mlflow:
+        from streamfit.report.trackers import log_mlflow
+
+        print(f"mlflow: {log_mlflow(cfg.checkpoint_dir, cfg.mlflow)}")
+    if cfg.tensorboard:
+        from streamfit.report.trackers import write_tensorboard
+
+        print(f"tensorboard: {write_tensorboard(cfg.checkpoint_dir, cfg.tensorboard)}")
+
+
+def _report_command(ns: argparse.Namespace) -> int:
+    from streamfit.exceptions import ConfigError
+
+    root = Path(ns.checkpoint_dir)
+    if not root.is_dir():
+        raise ConfigError(f"{root}: no such checkpoint directory")
+    did = False
+    if ns.output or ns.png or not (ns.mlflow or ns.tensorboard):
+        from streamfit.report import write_report
+
+        out = Path(ns.output) if ns.output else root / "report.html"
+        written = write_report(root, out, png_dir=ns.png)
+        print(f"report written to {out} ({len(written.plots)} plots" +
+              (f"; PNGs in {ns.png}" if ns.png else "") + ")")
+        did = True
+    if ns.mlflow:
+        from streamfit.report.trackers import log_mlflow
+
+        print(f"mlflow: {log_mlflow(root, ns.mlflow)}")
+    if ns.tensorboard:
+        from streamfit.report.trackers import write_tensorboard
+
+        print(f"tensorboard: {write_tensorboard(root, ns.tensorboard)}")
+    return 0 if did or ns.mlflow or ns.tensorboard else 2
+
+
 def _report(failure: Any, command: str, exc: BaseException, json_lines: bool, debug: bool) -> None:
     """One line on stderr, or one JSON log line; the traceback first with ``--debug``."""
     if debug:
@@ -489,7 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _logging_json = None
     args = list(sys.argv[1:] if argv is None else argv)
     commands = {"train": _train, "serve": _serve, "export": _export, "inspect": _inspect, "check": _check,
-                "compile": _compile}
+                "compile": _compile, "report": _report_command}
     ns: argparse.Namespace | None = None
     try:
         ns = _parser().parse_args(args)
