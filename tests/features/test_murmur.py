@@ -84,3 +84,35 @@ def test_partial_fit_on_string_columns_keeps_no_string_alive():
         model.predict_proba(t)
     grown = sys.getallocatedblocks() - before
     assert grown < 20_000, f"{grown} more allocated blocks after 200 batches of 2,000 distinct strings"
+
+
+def test_the_exported_model_fed_fixed_width_strings_predicts_the_same_and_keeps_nothing():
+    """The README's advice to servers: raw string columns as ``np.str_`` arrays, not object arrays (which the
+    binding keeps alive), give the model's predictions and leave the interpreter's allocated blocks flat."""
+    import onnxruntime as ort
+
+    from streamfit import LogisticRegression
+
+    columns = ["a", "b"]
+
+    def batch(k: int) -> pa.Table:
+        return pa.table({c: pa.array([f"{c}-{k}-{v}" for v in range(300)]) for c in columns})
+
+    y = np.arange(300) % 2
+    model = LogisticRegression(categorical=columns, buckets=1 << 10, random_state=0)
+    model.partial_fit(batch(0), y, classes=[0, 1])
+    session = ort.InferenceSession(model.to_onnx().SerializeToString(), providers=["CPUExecutionProvider"])
+    out = session.get_outputs()[0].name  # the decision function
+
+    def feeds(t: pa.Table) -> dict[str, np.ndarray]:
+        return {c: t.column(c).to_numpy(zero_copy_only=False).astype(np.str_) for c in columns}
+
+    probe = batch(1)
+    scores = session.run([out], feeds(probe))[0].reshape(-1)
+    np.testing.assert_allclose(scores, model.decision_function(probe).reshape(-1), rtol=1e-5, atol=1e-6)
+    tables = [batch(k) for k in range(2, 202)]
+    before = sys.getallocatedblocks()
+    for t in tables:
+        session.run([out], feeds(t))
+    grown = sys.getallocatedblocks() - before
+    assert grown < 10_000, f"{grown} more allocated blocks after 200 runs of 600 strings"
