@@ -78,5 +78,6 @@ def wait_for(predicate: Callable[[], Any], proc: subprocess.Popen, timeout: floa
             raise AssertionError(f"serve exited with {proc.returncode} while waiting for {what}:\n{err[-3000:]}")
         if time.monotonic() > deadline:
             proc.kill()
-            raise AssertionError(f"timed out waiting for {what}")
+            out, err = proc.communicate()
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; the process said:\n{err[-3000:]}")
         time.sleep(0.005)

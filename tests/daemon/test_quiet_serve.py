@@ -46,7 +46,7 @@ def test_a_quiet_daemon_checkpoints_publishes_and_commits_its_last_row(tmp_path,
         return (h.get("rows") == 640 and h.get("checkpoint_rows") == 640 and h.get("idle") is True
                 and committed_offset(kafka_broker, topic, f"g-{topic}") == len(messages))
 
-    wait_for(settled, proc, timeout=90, what="the last row checkpointed and committed while the topic is quiet")
+    wait_for(settled, proc, timeout=240, what="the last row checkpointed and committed while the topic is quiet")
     newest = CheckpointStore(tmp_path / "ck").load_latest()
     assert newest is not None and newest.meta["rows"] == 640
     assert read_health(health)["last_checkpoint"] == str(newest.path)
@@ -76,14 +76,14 @@ def test_a_partial_batch_is_trained_after_the_wait_and_a_kill_after_it_resumes_e
     wait = ["--max-batch-wait", "0.3", "--checkpoint-every-seconds", "0.5", "--health-interval", "0"]
     proc = _serve(kafka_broker, topic, tmp_path, *wait)
     # 128 rows, half a batch: trained while the source stays open, then checkpointed
-    wait_for(lambda: read_health(health).get("checkpoint_rows") == 128, proc, timeout=90,
+    wait_for(lambda: read_health(health).get("checkpoint_rows") == 128, proc, timeout=240,
              what="the partial batch trained and checkpointed")
     assert read_health(health)["rows"] == 128 and read_health(health)["batches"] == 1
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     kafka_broker.produce_batches(topic, rest, partition=0)
     proc = _serve(kafka_broker, topic, tmp_path, *wait, "--resume")
-    wait_for(lambda: read_health(health).get("checkpoint_rows") == 500, proc, timeout=90,
+    wait_for(lambda: read_health(health).get("checkpoint_rows") == 500, proc, timeout=240,
              what="the rest of the topic trained and checkpointed")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
