@@ -20,9 +20,7 @@ A pinball (quantile) loss and sign-SGD, then one real step:
 ...     '''Quantile loss: ``tau * r`` for ``r = t - y > 0``, ``(tau - 1) * r`` otherwise.'''
 ...     name = "pinball"
 ...     def __init__(self, tau: float = 0.5) -> None:
-...         self.tau = tau
-...     def get_params(self):
-...         return {"tau": self.tau}
+...         self.tau = tau                  # stored under its name: get_params() == {"tau": ...}
 ...     def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
 ...         r = b.op("Sub", t, y)
 ...         loss = b.op("Max", b.op("Mul", r, b.const(self.tau)), b.op("Mul", r, b.const(self.tau - 1)))
@@ -37,6 +35,8 @@ A pinball (quantile) loss and sign-SGD, then one real step:
 ...         return b.op("Sub", w, b.op("Mul", b.op("Sign", g), s["lr"])), {}
 ...     def numpy_update(self, w, g, state, s):
 ...         return w - s["lr"] * np.sign(g), {}
+>>> Pinball(tau=0.9) == Pinball(tau=0.9), Pinball(tau=0.9)  # equality and repr from get_params()
+(True, Pinball(tau=0.9))
 >>> trainer = Trainer(linear_model(2), loss=Pinball(tau=0.9), optimizer=SignSGD(), learning_rate=0.5)
 >>> X, y = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32), np.array([1.0, -1.0], np.float32)
 >>> trainer.step(X, y)  # zero weights: (0.9 * 1 + 0.1 * 1) / 2

@@ -9,16 +9,15 @@ a decay that ignores it (onnxcustom's) shrinks the weights to zero within a few 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
+from streamfit._params import Parameters
 
 __all__ = ["Penalty", "get_penalty"]
 
 
-class Penalty:
+class Penalty(Parameters):
     """Elastic-net penalty ``alpha * (l1_ratio * |w|_1 + (1 - l1_ratio) / 2 * |w|_2^2)``.
 
     What it emits: for each penalized weight the engine calls ``gradient(b, w, g)`` before the optimizer
@@ -73,9 +72,6 @@ class Penalty:
 
     def numpy_proximal(self, w: np.ndarray, lr: float) -> np.ndarray:
         return np.sign(w) * np.maximum(np.abs(w) - lr * self.l1, 0.0) if self.l1 else w
-
-    def get_params(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "l1_ratio": self.l1_ratio}
 
     def __repr__(self) -> str:
         return f"Penalty(alpha={self.alpha!r}, l1_ratio={self.l1_ratio!r})"

@@ -26,15 +26,14 @@ from streamfit.schedules import Schedule, as_schedule
 try:  # scikit-learn is optional: with it, clone/check_estimator/pipelines work as usual
     from sklearn.base import BaseEstimator as _SkBase
 except ImportError:  # pragma: no cover - exercised only without the [sklearn] extra
-    import inspect
+    from streamfit._params import param_names
 
     class _SkBase:  # type: ignore[no-redef]
         """Minimal get_params/set_params when scikit-learn is not installed."""
 
         @classmethod
         def _get_param_names(cls) -> list[str]:
-            sig = inspect.signature(cls.__init__)
-            return sorted(p for p in sig.parameters if p != "self")
+            return sorted(param_names(cls))
 
         def get_params(self, deep: bool = True) -> dict[str, Any]:
             return {name: getattr(self, name) for name in self._get_param_names()}

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
+from streamfit._params import Parameters
 
 __all__ = ["Loss"]
 
 
-class Loss(abc.ABC):
+class Loss(Parameters, abc.ABC):
     """Mean over the batch of ``sample_weight * l(y, t)``, and its gradient with respect to ``y``.
 
     A subclass writes only the per-element terms, once in ONNX (:meth:`terms`) and once in numpy
@@ -27,8 +28,8 @@ class Loss(abc.ABC):
     :class:`~streamfit.graph.GraphBuilder` ``b`` and returns the names of the per-row (or per-element) loss
     divided by :attr:`loss_factor` and of ``dl/dy`` (the shape of ``y``), both broadcastable against the
     ``[N, 1]`` row weights.  The engine sums the weighted loss (the batch loss it reports and checks) and
-    backpropagates the weighted ``dl/dy``.  A loss has no state: its parameters are :meth:`get_params`
-    (equality and ``repr`` use them).
+    backpropagates the weighted ``dl/dy``.  A loss has no state: its parameters are :meth:`get_params`, the
+    constructor's arguments stored under their names (equality and ``repr`` use them).
     """
 
     name: ClassVar[str]
@@ -69,10 +70,6 @@ class Loss(abc.ABC):
         """Derivative of the loss of one sample wrt a scalar prediction (learning-rate heuristics)."""
         _, d = self.numpy_terms(np.array([[p]], np.float64), np.array([[y]], np.float64))
         return float(d.ravel()[0])
-
-    def get_params(self) -> dict[str, Any]:
-        """The loss's parameters (those its constructor takes)."""
-        return {}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

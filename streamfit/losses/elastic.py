@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
@@ -27,9 +25,6 @@ class ElasticError(Loss):
             raise ValueError(f"l1 and l2 must be >= 0 and not both 0, got l1={l1!r}, l2={l2!r}")
         self.l1 = float(l1)
         self.l2 = float(l2)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"l1": self.l1, "l2": self.l2}
 
     def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
@@ -27,9 +25,6 @@ class EpsilonInsensitive(Loss):
         if not epsilon >= 0:
             raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
         self.epsilon = float(epsilon)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
 
     def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
@@ -26,9 +24,6 @@ class Huber(Loss):
         if not delta > 0:
             raise ValueError(f"delta must be > 0, got {delta!r}")
         self.delta = float(delta)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"delta": self.delta}
 
     def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)

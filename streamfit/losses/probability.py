@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
@@ -32,9 +30,6 @@ class ProbabilityLogLoss(Loss):
         if not 0 < eps < 1:
             raise ValueError(f"eps must be in (0, 1), got {eps!r}")
         self.eps = float(eps)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"eps": self.eps}
 
     def terms(self, b: GraphBuilder, p: str, t: str) -> tuple[str, str]:
         depth = b.op("Gather", b.op("Shape", p), b.const(1, np.int64))  # Shape(start=) needs opset 15

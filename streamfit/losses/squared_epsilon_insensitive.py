@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
@@ -26,9 +24,6 @@ class SquaredEpsilonInsensitive(Loss):
         if not epsilon >= 0:
             raise ValueError(f"epsilon must be >= 0, got {epsilon!r}")
         self.epsilon = float(epsilon)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
 
     def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         r = b.op("Sub", y, t)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
@@ -27,9 +25,6 @@ class SquaredHinge(Loss):
         if not threshold >= 0:
             raise ValueError(f"threshold must be >= 0, got {threshold!r}")
         self.threshold = float(threshold)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"threshold": self.threshold}
 
     def terms(self, b: GraphBuilder, z: str, t: str) -> tuple[str, str]:
         y = signed(b, t)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -29,9 +29,6 @@ class AdaGrad(Optimizer):
         self.eps = check_range("eps", eps, 0.0)
         self.initial_accumulator_value = check_range("initial_accumulator_value",
                                                      initial_accumulator_value, 0.0)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"eps": self.eps, "initial_accumulator_value": self.initial_accumulator_value}
 
     def init_state(self, w: np.ndarray) -> dict[str, np.ndarray]:
         return {"sum_sq": np.full_like(w, self.initial_accumulator_value)}

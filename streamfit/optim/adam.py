@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -34,9 +34,6 @@ class Adam(Optimizer):
         self.beta1 = check_range("beta1", beta1, 0.0, 1.0)
         self.beta2 = check_range("beta2", beta2, 0.0, 1.0)
         self.eps = check_range("eps", eps, 0.0)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
 
     def scalars(self, lr: float, t: int) -> tuple[float, ...]:
         step = t + 1

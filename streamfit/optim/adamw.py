@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -29,9 +29,6 @@ class AdamW(Adam):
                  weight_decay: float = 1e-2) -> None:
         super().__init__(beta1, beta2, eps)
         self.weight_decay = check_range("weight_decay", weight_decay, 0.0)
-
-    def get_params(self) -> dict[str, Any]:
-        return {**super().get_params(), "weight_decay": self.weight_decay}
 
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:

@@ -9,16 +9,17 @@ rate, bias corrections).  ``numpy_update`` is the same rule in numpy: the refere
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Mapping
+from typing import ClassVar, Mapping
 
 import numpy as np
 
 from streamfit._engine.graph import GraphBuilder
+from streamfit._params import Parameters
 
 __all__ = ["Optimizer", "check_range"]
 
 
-class Optimizer(abc.ABC):
+class Optimizer(Parameters, abc.ABC):
     """An update rule: ONNX nodes emitted once into the training graph, plus its numpy twin.
 
     A subclass writes :meth:`update` and :meth:`numpy_update` and, if needed, :attr:`slots`,
@@ -82,9 +83,6 @@ class Optimizer(abc.ABC):
         and so do its subclasses that keep its rule.
         """
         return False
-
-    def get_params(self) -> dict[str, Any]:
-        return {}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -55,9 +55,6 @@ class FTRL(Optimizer):
     @property
     def summed_gradient(self) -> bool:  # type: ignore[override]
         return self.summed
-
-    def get_params(self) -> dict[str, Any]:
-        return {"beta": self.beta, "l1": self.l1, "l2": self.l2, "summed": self.summed}
 
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:

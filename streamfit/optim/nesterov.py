@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -26,9 +26,6 @@ class Nesterov(Optimizer):
 
     def __init__(self, momentum: float = 0.9) -> None:
         self.momentum = check_range("momentum", momentum, 0.0, 1.0)
-
-    def get_params(self) -> dict[str, Any]:
-        return {"momentum": self.momentum}
 
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:
