@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from streamfit import LinearRegressor, LogisticRegression, train_stream_sync
+from streamfit.estimators._cache import caches
 from streamfit.exceptions import BadInputError
 from streamfit.features import Hashed
 from streamfit.features._murmur import murmur3, murmur3_int
@@ -73,7 +74,7 @@ def _forms(table: pa.Table, i: int):
 
 
 def _general(est) -> None:
-    est.__dict__.pop("_rows", None)
+    caches(est).rows = None
 
 
 def _state(est) -> dict:
@@ -125,7 +126,7 @@ def test_classifier_row_path_equals_the_general_path(optimizer, numeric):
             fast.partial_fit(X, y[i:i + 1])
             general.partial_fit(X, y[i:i + 1], classes=[0, 1])  # classes= on every call: the general path
         _general(general)
-    rows = fast.__dict__["_rows"]
+    rows = caches(fast).rows
     assert rows.rows > 0.9 * table.num_rows  # nulls in a tensor's columns and the first row took the other one
     for a, b in zip(fast_out, general_out):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -156,7 +157,7 @@ def test_regressor_row_path_equals_the_general_path(standardize_target, numeric)
             fast.partial_fit(X, y[i:i + 1].tolist())
             general.partial_fit(X, y[i:i + 1])
         _general(general)
-    assert fast.__dict__["_rows"].rows > 0.9 * table.num_rows
+    assert caches(fast).rows.rows > 0.9 * table.num_rows
     for a, b in zip(fast_out, general_out):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
@@ -170,7 +171,7 @@ def _fitted(**kw):
     clf.partial_fit(table.slice(0, 1), [0], classes=[0, 1])
     clf.partial_fit(table.slice(1, 1), [1])  # a label not encoded before: the general path
     clf.partial_fit(table.slice(2, 1), [1])
-    assert clf.__dict__["_rows"].rows == 1
+    assert caches(clf).rows.rows == 1
     return clf, table
 
 
@@ -214,7 +215,7 @@ def test_bad_rows_raise_the_general_paths_error_naming_the_column(case):
 
 def test_row_path_follows_replaced_state_and_parameters():
     clf, table = _fitted()
-    rows = clf.__dict__["_rows"]
+    rows = caches(clf).rows
     clf.partial_fit(table.slice(3, 1), [0])
     assert rows.rows == 2
     clf.set_params(buckets=101)  # the general path decides what a changed parameter does
@@ -226,7 +227,7 @@ def test_row_path_follows_replaced_state_and_parameters():
     assert row_path(clone) is None
     clone.partial_fit(table.slice(4, 1), [1])
     clone.partial_fit(table.slice(5, 1), [1])
-    assert clone.__dict__["_rows"].rows == 1 and clone.t_ == clf.t_ + 2
+    assert caches(clone).rows.rows == 1 and clone.t_ == clf.t_ + 2
 
 
 def test_one_row_steps_find_distinct_ids_without_numpy_sorting(monkeypatch):
@@ -271,11 +272,11 @@ def test_stream_of_one_row_batches_takes_the_row_path_and_equals_it_without(monk
     fast_summary = train_stream_sync(fast, table, label="label", batch_size=1, classes=[0, 1])
     # all but the first row (with classes=; the loop commits the encoder's kinds after it, so the second is
     # general too) and the first row of the other label (not encoded yet)
-    assert fast.__dict__["_rows"].rows >= table.num_rows - 3
-    monkeypatch.setattr(_hashed_rows.HashedRows, "fits", classmethod(lambda cls, est: False))
+    assert caches(fast).rows.rows >= table.num_rows - 3
+    monkeypatch.setattr(_hashed_rows.HashedRow, "fits", classmethod(lambda cls, est: False))
     general = LogisticRegression(**kw)
     general_summary = train_stream_sync(general, table, label="label", batch_size=1, classes=[0, 1])
-    assert "_rows" not in general.__dict__
+    assert caches(general).rows is None
     assert fast_summary.rows == general_summary.rows == table.num_rows
     assert fast_summary.stream_metrics == general_summary.stream_metrics
     _assert_same_state(fast, general)
@@ -287,12 +288,12 @@ def test_ids_of_the_row_path_are_the_encoders(numeric):
     cat = NUMERIC if numeric else CAT
     clf = LogisticRegression(categorical=cat, dense=DENSE, buckets=97, batch_size=1)
     clf.partial_fit(table, table.column("label").to_numpy(), classes=[0, 1])
-    rows = _hashed_rows.HashedClassifierRows(clf)
+    rows = _hashed_rows.HashedRow(clf)
     enc = Hashed(cat, 97)
     taken = 0
     for i in range(table.num_rows):
         X = _forms(table, i)
-        arrays = rows.load(X)
+        arrays = rows.read(X)
         if arrays is None:  # a null where the row is read as one tensor: the general path's
             continue
         taken += 1

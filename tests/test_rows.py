@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from streamfit import LinearRegressor, LogisticRegression
+from streamfit.estimators._cache import caches
 from streamfit.exceptions import BadInputError
 
 
@@ -45,8 +46,8 @@ def test_classifier_row_path_equals_the_general_path(dtype, standardize):
             general_pred.append(general.predict(row.tolist())[0])  # a list: never the one-row path
         fast.partial_fit(row, y[i:i + 1], classes=classes if i == 0 else None)
         general.partial_fit(row, y[i:i + 1], classes=classes)  # classes= on every call: the general path
-        general.__dict__.pop("_rows", None)  # and its predictions too
-    assert "_rows" in fast.__dict__
+        caches(general).rows = None  # and its predictions too
+    assert caches(fast).rows is not None
     assert fast_pred == general_pred
     _assert_same(_state(fast), _state(general))
     np.testing.assert_array_equal(fast.decision_function(X), general.decision_function(X))
@@ -65,8 +66,8 @@ def test_regressor_row_path_equals_the_general_path(standardize_target):
             general_pred.append(general.predict(row.tolist()))
         fast.partial_fit(row, y[i:i + 1])
         general.partial_fit(row.tolist(), y[i:i + 1])  # a list: the general path
-        general.__dict__.pop("_rows", None)
-    assert "_rows" in fast.__dict__
+        caches(general).rows = None
+    assert caches(fast).rows is not None
     assert all(a.dtype == b.dtype == np.float64 and a.shape == b.shape == (1,) for a, b in zip(fast_pred, general_pred))
     np.testing.assert_array_equal(np.concatenate(fast_pred), np.concatenate(general_pred))
     _assert_same(_state(fast), _state(general))
@@ -79,7 +80,7 @@ def test_row_path_still_refuses_bad_rows_and_labels_and_follows_replaced_state()
     clf.partial_fit(X[:1], y[:1], classes=[False, True])
     for i in range(1, 20):
         clf.partial_fit(X[i:i + 1], y[i:i + 1])
-    assert "_rows" in clf.__dict__
+    assert caches(clf).rows is not None
     before = _state(clf)
     bad = X[20:21].copy()
     bad[0, 2] = np.nan
@@ -118,7 +119,7 @@ def test_graph_scaling_statistics_equal_numpy_and_river_and_resume_exactly():
         ref.learn_one(dict(zip(keys, X[i].astype(np.float32).tolist())))
         if i == 99:
             half = clf.state_dict()
-    assert river is not None and "_rows" in clf.__dict__
+    assert river is not None and caches(clf).rows is not None
     X32 = X.astype(np.float64).astype(np.float32).astype(np.float64)  # the rows as the model received them
     np.testing.assert_allclose(clf.scaler_.mean_, X32.mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(clf.scaler_.var_, X32.var(axis=0), rtol=1e-10)
@@ -151,8 +152,8 @@ def test_classifier_row_path_partial_fit_predict_equals_the_general_path(standar
         row = X[i:i + 1]
         fast_out.append(fast.partial_fit_predict(row, y[i:i + 1], classes=["no", "yes"] if i == 0 else None))
         general_out.append(general.partial_fit_predict(row, y[i:i + 1], classes=["no", "yes"]))  # the general path
-        general.__dict__.pop("_rows", None)
-    assert "_rows" in fast.__dict__
+        caches(general).rows = None
+    assert caches(fast).rows is not None
     assert all(a.dtype == b.dtype == np.float64 and a.shape == b.shape == (1, 2) for a, b in zip(fast_out, general_out))
     np.testing.assert_array_equal(np.concatenate(fast_out), np.concatenate(general_out))
     _assert_same(_state(fast), _state(general))
@@ -177,8 +178,8 @@ def test_regressor_row_path_partial_fit_predict_equals_the_general_path(standard
         row = X[i:i + 1]
         fast_out.append(fast.partial_fit_predict(row, y[i:i + 1]))
         general_out.append(general.partial_fit_predict(row.tolist(), y[i:i + 1]))  # a list: the general path
-        general.__dict__.pop("_rows", None)
-    assert "_rows" in fast.__dict__
+        caches(general).rows = None
+    assert caches(fast).rows is not None
     assert all(a.dtype == b.dtype and a.shape == b.shape == (1,) for a, b in zip(fast_out, general_out))
     np.testing.assert_array_equal(np.concatenate(fast_out), np.concatenate(general_out))
     _assert_same(_state(fast), _state(general))

@@ -17,6 +17,7 @@ import pyarrow as pa
 from streamfit._arrow import as_features, as_labels
 from streamfit._engine.inputs import NamedRows, check_mapping
 from streamfit._engine.trainer import Trainer
+from streamfit.estimators._cache import ATTRIBUTE as CACHE
 from streamfit.exceptions import BadInputError
 from streamfit.losses import Loss
 from streamfit.optim import get_optimizer
@@ -258,8 +259,9 @@ class OnnxEstimator(_SkBase):
         parent = getattr(super(), "__getstate__", None)
         state = dict(parent() if parent is not None else self.__dict__)  # a copy: the live dict stays intact
         trainer = state.pop("trainer_", None)
-        state.pop("_rows", None)  # the one-row path of the ready-made models holds the trainer: made again
-        state.pop("_hashed_rows", None)
+        cache = state.get(CACHE)
+        if cache is not None:  # without the one-row path: it holds the trainer, and is made again
+            state[CACHE] = cache.for_pickle()
         if trainer is not None:
             state["_pickled_trainer"] = {"model": trainer.prepared.standalone_model().SerializeToString(),
                                          "weights": trainer.weight_names, "loss": trainer.loss,

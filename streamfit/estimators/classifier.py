@@ -9,6 +9,7 @@ import numpy as np
 from streamfit._arrow import as_labels
 from streamfit._engine.model import load_model
 from streamfit.estimators._base import OnnxEstimator
+from streamfit.estimators._cache import ATTRIBUTE as CACHE, caches
 from streamfit.exceptions import BadInputError
 
 try:
@@ -133,12 +134,13 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def _set_classes(self, classes: np.ndarray) -> None:
         self.classes_ = classes
-        self._one_label: dict[Any, Any] = {}  # label -> its encoded batch of one row (read-only: the trainer copies it)
+        caches(self).labels = {}  # label -> its encoded batch of one row (read-only: the trainer copies it)
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
         """Checked labels -> class indices (the trainer's dtype for a binary model, int64 for softmax)."""
         if len(y) == 1:  # a batch of one row (a per-event stream): the encoded label is looked up
-            cache = self.__dict__.get("_one_label")
+            held = self.__dict__.get(CACHE)
+            cache = held.labels if held is not None else None
             if cache is not None:
                 try:
                     label = y.item()

@@ -25,7 +25,8 @@ from streamfit.losses import Loss
 from streamfit._engine.model import load_model
 from streamfit.models._graphs import (INPUT, SCALER_MEAN, SCALER_SCALE, dense_model, destandardized, layer_names,
                                       layers_of, scaler_tensors, standardized)
-from streamfit.models._rows import ClassifierRows, RegressorRows, keep_row_path, row_path
+from streamfit.estimators._cache import caches
+from streamfit.models._rows import DenseRow, LabelTarget, ScaledTarget, keep_row_path, row_path
 from streamfit.models._validation import check_features, check_labels, check_sample_weight, check_targets
 from streamfit.models.scaler import RunningScaler, scaler_from_state
 from streamfit.schedules import Schedule, as_schedule
@@ -80,16 +81,18 @@ class ReadyMade:
         given = self.__dict__.get("_inputs_param")
         if given is None or isinstance(given, Mapping):
             return given
-        cached = self.__dict__.get("_inputs_shorthand")
-        if cached is None or cached[0] is not given:
-            cached = self.__dict__["_inputs_shorthand"] = (given, {INPUT: given})
-        return cached[1]
+        # keyed by the object given (the mapping holds it, so its id is not reused while cached)
+        return caches(self).keyed("shorthand", id(given), lambda: {INPUT: given})  # type: ignore[no-any-return]
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         params = super().get_params(deep)  # type: ignore[misc]
         if "inputs" in params:  # the parameter as given, not the mapping made of it
             params["inputs"] = self.__dict__.get("_inputs_param")
         return params
+
+    def _row_reader(self) -> Any:
+        """The reader of this model's one-row path (models/_rows.py): a dense float row."""
+        return DenseRow
 
     # -- what a model writes -------------------------------------------------------------------------
     def _hidden_sizes(self) -> tuple[int, ...]:
@@ -326,9 +329,8 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
     def _targets(self, y: Any, n: int) -> np.ndarray:
         return check_targets(y, n)
 
-    def _row_path_kind(self) -> Any:
-        """The one-row path this model keeps for per-event streams (models/_rows.py)."""
-        return RegressorRows
+    #: the target of this model's one-row path (models/_rows.py)
+    _row_target = ScaledTarget
 
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "ReadyRegressor":
         """One pass over ``X`` in minibatches of ``batch_size`` (one row of a stream: the one-row path)."""
@@ -336,7 +338,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
         if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, sample_weight)
-        keep_row_path(self, X, self._row_path_kind())
+        keep_row_path(self, X)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
@@ -353,7 +355,7 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
         scaler = getattr(self, "target_scaler_", None)
         before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
         out = super().partial_fit_predict(X, y, sample_weight)
-        keep_row_path(self, X, self._row_path_kind())
+        keep_row_path(self, X)
         if getattr(self, "target_scaler_", None) is None:
             return out
         if before is None:  # the first batch: the model predicted from no statistics at all
@@ -426,9 +428,8 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
     def _check_labels(self, y: Any, n: int) -> np.ndarray:
         return check_labels(y, n)
 
-    def _row_path_kind(self) -> Any:
-        """The one-row path this model keeps for per-event streams (models/_rows.py)."""
-        return ClassifierRows
+    #: the target of this model's one-row path (models/_rows.py)
+    _row_target = LabelTarget
 
     def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "ReadyClassifier":
         """One pass over ``X``; the first call needs ``classes`` (one row of a stream: the one-row path)."""
@@ -436,7 +437,7 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
         if rows is not None and rows.partial_fit(self, X, y):
             return self
         super().partial_fit(X, y, classes, sample_weight)
-        keep_row_path(self, X, self._row_path_kind())
+        keep_row_path(self, X)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
@@ -448,7 +449,7 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
             if proba is not None:
                 return proba
         out = super().partial_fit_predict(X, y, classes, sample_weight)
-        keep_row_path(self, X, self._row_path_kind())
+        keep_row_path(self, X)
         return out
 
     def predict(self, X: Any) -> np.ndarray:

@@ -1,16 +1,17 @@
-"""The one-row path of the hashed linear models (``categorical=``): one event per call.
+"""The reader of the hashed linear models' one-row path (``categorical=``): one event per call.
 
 A per-event stream calls ``partial_fit``/``predict`` with a one-row Arrow table, record batch or dict of
 columns.  The general path builds a record batch, compiles and runs the column plan (numpy hashing of a
 ``(1, fields)`` block, per-column checks) and the estimator's batch checks: about a millisecond per row,
 where the step itself is two short session runs.  :class:`HashedRows` is what a fitted hashed model keeps
 for such rows: per schema a :class:`RowLayout` (where the columns are, made once), per column a cache of
-the ids of values seen, the ``ids``/``x`` arrays the trainer takes.  A row is read with a few Arrow calls
+the ids of values seen, the ``ids``/``x`` arrays the trainer takes; :class:`~streamfit.models._rows.RowPath`
+composes it with the model's target (a label or a scaled target) as it does the dense reader.  A row is read with a few Arrow calls
 (all integer columns of one type as one tensor), hashed in Python (:func:`~streamfit.features._murmur.murmur3_int`
 and the general path's own string hash: the same ids bit for bit), and handed to the trainer.  Anything
-else -- a null, a non-finite or non-float dense value, a column kind the encoder has not seen, sample
-weights, ``classes=``, an unseen label, several rows -- returns ``None``/``False`` and takes the general
-path, which validates it and names the column (the same errors as before).
+else -- a null, a non-finite or non-float dense value, a column kind the encoder has not seen, several
+rows -- returns None and takes the general path, which validates it and names the column (the same
+errors as before).
 """
 
 from __future__ import annotations
@@ -26,15 +27,13 @@ from streamfit.features._encoders import NULL_ID, _hash_str
 from streamfit.features._murmur import murmur3_int
 from streamfit.features._values import kind_of
 from streamfit.models._fm_graph import DENSE, IDS
-from streamfit.models._rows import class_of, encoded_label, in_target_units, proba_of
-from streamfit.models.scaler import RunningScaler
+from streamfit.models._rows import PASSIVE_AGGRESSIVE
 
-__all__ = ["HashedRows", "HashedClassifierRows", "HashedRegressorRows", "RowLayout"]
+__all__ = ["HashedRow", "RowLayout"]
 
 _F32 = np.dtype(np.float32)
 _F32_MAX = float(np.finfo(np.float32).max)
 _EXACT = float(2 ** 53)  # integers below this in magnitude are exact in float64
-_PASSIVE_AGGRESSIVE = ("pa1", "pa2")
 #: ids kept per column (a dict of value -> id); cleared when full (a click stream's values are Zipf-like:
 #: the frequent ones come back at once)
 _CACHE = 1 << 14
@@ -81,14 +80,13 @@ def layout_of(schema: pa.Schema, categorical: tuple[str, ...], dense: tuple[str,
                      bool(categorical) and plain_ints, len(set(map(str, dense_types))) == 1, whole)
 
 
-class HashedRows:
-    """What the one-row path of a fitted hashed model needs, made once (and again when its trainer, encoder
-    state or hashing parameters change: :meth:`current`)."""
+class HashedRow:
+    """A one-row table, record batch or dict of columns as the hashed model's inputs, made once (and again
+    when its encoder state or hashing parameters change: :meth:`current`)."""
 
     def __init__(self, est: Any) -> None:
         from streamfit.features._estimator import encoder_states
 
-        self.trainer = est.trainer_
         self.categorical = tuple(est.categorical)
         self.dense = tuple(est.dense)
         self.params = _params(est)
@@ -107,7 +105,6 @@ class HashedRows:
             self.arrays[DENSE] = self.x
         self._layouts: list[tuple[pa.Schema, RowLayout | None]] = []
         self._last: Any = None  # the Arrow row whose inputs are in ids/x
-        self.rows = 0  # rows this path took (tests check that one-row calls use it)
 
     @classmethod
     def offered(cls, X: Any) -> bool:
@@ -126,10 +123,8 @@ class HashedRows:
         return state is not None and None not in state.kinds
 
     def current(self, est: Any) -> bool:
-        """Whether this path still fits ``est`` (trainer, hashing parameters and column kinds unchanged)."""
-        d = est.__dict__
-        return (d.get("trainer_") is self.trainer and _plain_params(est) and _params(est) == self.params
-                and tuple(self.state.kinds) == self.kinds)
+        """Whether this reader still fits ``est`` (hashing parameters and column kinds unchanged)."""
+        return _plain_params(est) and _params(est) == self.params and tuple(self.state.kinds) == self.kinds
 
     # -- reading one row ------------------------------------------------------------------------------
     def _layout(self, schema: pa.Schema) -> RowLayout | None:
@@ -142,7 +137,7 @@ class HashedRows:
         self._layouts.append((schema, layout))
         return layout
 
-    def load(self, X: Any) -> dict[str, np.ndarray] | None:
+    def read(self, X: Any) -> dict[str, np.ndarray] | None:
         """The model inputs of the one row ``X``, or None when it takes the general path."""
         kind = type(X)
         if X is self._last:  # the row just read (predict, then partial_fit of one event): Arrow data is immutable
@@ -254,109 +249,12 @@ class HashedRows:
         self.ids[0] = ids
         return self.arrays
 
-    # -- steps ----------------------------------------------------------------------------------------
-    def _step(self, est: Any, arrays: dict[str, np.ndarray], T: np.ndarray) -> None:
-        loss = self.trainer.step(arrays, T)
-        est.t_ = self.trainer.n_steps
-        est.loss_ = loss if math.isfinite(loss) else float("nan")
-        self.rows += 1
+    def learn(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inputs the trainer steps on (no statistics: dense columns are used as given)."""
+        return arrays
 
-    def _output(self, X: Any) -> np.ndarray | None:
-        arrays = self.load(X)
-        if arrays is None:
-            return None
-        self.rows += 1
-        return self.trainer._predict(arrays, False)
-
-
-class HashedClassifierRows(HashedRows):
-    """The one-row path of a hashed :class:`~streamfit.LogisticRegression` (labels among those encoded)."""
-
-    def __init__(self, est: Any) -> None:
-        super().__init__(est)
-        self.classes = est.classes_
-
-    def current(self, est: Any) -> bool:
-        return super().current(est) and est.__dict__.get("classes_") is self.classes
-
-    def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
-        """One step on the row; False (nothing done) when it must take the general path."""
-        T = encoded_label(est, y)
-        arrays = None if T is None else self.load(X)
-        if T is None or arrays is None:
-            return False
-        self._step(est, arrays, T)
-        return True
-
-    def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
-        """The row's class probabilities before its step, as the general path computes them; None: general."""
-        return proba_of(est, self.trainer.last_output) if self.partial_fit(est, X, y) else None
-
-    def predict(self, est: Any, X: Any) -> np.ndarray | None:
-        out = self._output(X)
-        return None if out is None else class_of(self.classes, out)
-
-
-class HashedRegressorRows(HashedRows):
-    """The one-row path of a hashed :class:`~streamfit.LinearRegressor` with one output."""
-
-    def __init__(self, est: Any) -> None:
-        super().__init__(est)
-        self.target = est.__dict__.get("target_scaler_")
-        self.t = np.empty(1, _F32)
-
-    @classmethod
-    def fits(cls, est: Any) -> bool:
-        return super().fits(est) and int(getattr(est, "n_outputs_", 0)) == 1
-
-    def current(self, est: Any) -> bool:
-        return super().current(est) and est.__dict__.get("target_scaler_") is self.target
-
-    def _target(self, y: Any) -> np.ndarray | None:
-        """The row's target, standardized as the general path does (the statistics updated first)."""
-        if type(y) is np.ndarray:
-            if y.shape != (1,) or y.dtype.kind not in "fiub":
-                return None
-            self.t[...] = y
-        elif type(y) is list and len(y) == 1 and type(y[0]) in (float, int):
-            self.t[0] = y[0]
-        else:
-            return None
-        t = self.t.item(0)
-        if not math.isfinite(t):
-            return None
-        return self.t
-
-    def _scaled(self, T: np.ndarray) -> np.ndarray:
-        if self.target is not None:
-            if isinstance(self.target, RunningScaler):
-                self.target.update_row([T.item(0)])
-            mean, scale = self.target.float32()
-            T[0] = (T[0] - mean[0]) / scale[0]  # numpy float32 scalars: the float32 arithmetic of transform()
-        return T
-
-    def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
-        T = self._target(y)
-        arrays = None if T is None else self.load(X)
-        if T is None or arrays is None:
-            return False
-        self._step(est, arrays, self._scaled(T))
-        return True
-
-    def partial_fit_predict(self, est: Any, X: Any, y: Any) -> np.ndarray | None:
-        T = self._target(y)
-        arrays = None if T is None else self.load(X)
-        if T is None or arrays is None:
-            return None
-        scaler = self.target
-        before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
-        self._step(est, arrays, self._scaled(T))
-        out = self.trainer.last_output.reshape(1).copy()
-        return out if before is None else est._to_target_units(out, *before)
-
-    def predict(self, est: Any, X: Any) -> np.ndarray | None:
-        out = self._output(X)
-        return None if out is None else in_target_units(self.target, out)
+    def inputs(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return arrays
 
 
 _NO = object()  # not a value the row path takes
@@ -399,4 +297,4 @@ def _params(est: Any) -> tuple[Any, ...]:
 def _plain_params(est: Any) -> bool:
     """No parameter that the general path refuses or treats per row (``inputs=``, passive-aggressive)."""
     d = est.__dict__
-    return d.get("_inputs_param") is None and d.get("learning_rate") not in _PASSIVE_AGGRESSIVE
+    return d.get("_inputs_param") is None and d.get("learning_rate") not in PASSIVE_AGGRESSIVE

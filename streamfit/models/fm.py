@@ -9,39 +9,30 @@ the ids in its batch, whatever ``buckets`` is.  ``to_onnx()`` exports a model th
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
-from streamfit.models._base import random_generator
-from streamfit.models._fm_graph import DENSE, IDS, fm_model
+from streamfit.models._hashed import HashedModel
 
 __all__ = ["FMClassifier", "FMRegressor"]
 
 
-class _HashedModel:
-    """What the factorization machines share: the graph and the column mapping from the parameters."""
+class _Factorization(HashedModel):
+    """What the factorization machines add to the hashed models: factors, and the mapping and graph as their
+    ``inputs`` and ``model``."""
 
-    categorical: Sequence[str]
-    dense: Sequence[str]
-    buckets: int
     n_factors: int
     init_scale: float
-    hash_seed: int
-    random_state: Any
     _sparse_tables = True  # lazy rules (Adam, penalties) on touched rows: a step never costs O(buckets)
-    weights = None
-    input_name: str | None = None
-    output_name: str | None = None
 
-    def _check_params(self) -> None:
-        if isinstance(self.categorical, str) or not all(isinstance(c, str) for c in self.categorical):
-            raise ValueError(f"categorical must be a list of column names, got {self.categorical!r}")
-        if isinstance(self.dense, str) or not all(isinstance(c, str) for c in self.dense):
-            raise ValueError(f"dense must be a list of column names, got {self.dense!r}")
+    def _factors(self) -> tuple[int, float]:
+        return self.n_factors, self.init_scale
+
+    def _check_hashed_params(self) -> None:
+        super()._check_hashed_params()
         if not list(self.categorical) and not list(self.dense):
             raise ValueError("give at least one categorical or dense column")
         if isinstance(self.n_factors, bool) or not isinstance(self.n_factors, (int, np.integer)) or self.n_factors < 0:
@@ -49,50 +40,24 @@ class _HashedModel:
 
     def _precheck_params(self) -> None:
         """Refuse now what the first fit would refuse (columns, factors, buckets, seed), without building the tables."""
-        self._check_params()
+        self._check_hashed_params()
         self.inputs
 
     @property
     def inputs(self) -> dict[str, Any]:  # type: ignore[override]
         """The model inputs from the columns: hashed ids of the categorical ones, the dense ones as values."""
-        from streamfit.features import Hashed
-
-        key = (tuple(self.categorical), tuple(self.dense), self.buckets, self.hash_seed)
-        cached = self.__dict__.get("_inputs_cache")
-        if cached is None or cached[0] != key:  # one object while the parameters stay (the column plan keys on it)
-            out: dict[str, Any] = {}
-            if list(self.categorical):
-                out[IDS] = Hashed(list(self.categorical), self.buckets, seed=self.hash_seed)
-            if list(self.dense):
-                out[DENSE] = list(self.dense)
-            cached = self.__dict__["_inputs_cache"] = (key, out)
-        return cached[1]
+        return self._hashed_inputs()
 
     @property
     def model(self) -> Any:  # type: ignore[override]
         """The ONNX graph (built once per fit from the parameters, with initial factors from ``random_state``)."""
-        cached = self.__dict__.get("_built")
-        key = (tuple(self.categorical), tuple(self.dense), self.buckets, self.n_factors, self.init_scale,
-               self._n_outputs())
-        if cached is None or cached[0] != key:
-            self._check_params()
-            graph = fm_model(len(self.categorical), len(self.dense), int(self.buckets), int(self.n_factors),
-                             random_generator(self.random_state), self.init_scale, n_outputs=self._n_outputs())
-            cached = self.__dict__["_built"] = (key, graph)
-        return cached[1]
+        return self._hashed_graph(self._n_outputs())
 
     def _n_outputs(self) -> int:
         return 1
 
     def _check_X(self, X: Any, reset: bool, learn: bool = True) -> Any:
-        from streamfit._engine.inputs import NamedRows
-
-        if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
-            X = pa.table({k: pa.array(v) for k, v in X.items()})
-        if not isinstance(X, (pa.Table, pa.RecordBatch, Mapping, NamedRows)):
-            raise TypeError(f"{type(self).__name__} takes an Arrow Table/RecordBatch or a dict of columns "
-                            f"(categorical {list(self.categorical)}, dense {list(self.dense)}), got {type(X).__name__}")
-        return super()._check_X(X, reset, learn)  # type: ignore[misc]
+        return super()._check_X(self._columns_X(X, type(self).__name__), reset, learn)  # type: ignore[misc]
 
 
 _DOC_PARAMS = """
@@ -114,7 +79,7 @@ _DOC_PARAMS = """
 """
 
 
-class FMClassifier(_HashedModel, OnnxClassifier):
+class FMClassifier(_Factorization, OnnxClassifier):
     """Binary order-2 factorization machine (log loss) over hashed categorical columns and dense columns.
 
     Examples
@@ -169,7 +134,7 @@ class FMClassifier(_HashedModel, OnnxClassifier):
         return self.model, 1
 
 
-class FMRegressor(_HashedModel, OnnxRegressor):
+class FMRegressor(_Factorization, OnnxRegressor):
     """Order-2 factorization machine regression (squared error by default) over hashed categorical columns
     and dense columns."""
 

@@ -7,14 +7,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from streamfit.models._base import ReadyRegressor
-from streamfit.models._categorical import Categorical
-from streamfit.models._hashed_rows import HashedRegressorRows
+from streamfit.models._hashed_linear import HashedLinear
+from streamfit.models._hashed_rows import HashedRow
 from streamfit.models.scaler import RunningScaler
 
 __all__ = ["LinearRegressor"]
 
 
-class LinearRegressor(Categorical, ReadyRegressor):
+class LinearRegressor(HashedLinear, ReadyRegressor):
     """``y = X @ coef_.T + intercept_`` trained online (``partial_fit``) or in epochs (``fit``).
 
     The ONNX graph (``MatMul`` + ``Add``, zero initial weights) is built on the first call from
@@ -134,9 +134,9 @@ class LinearRegressor(Categorical, ReadyRegressor):
             return super()._restore_trainer(state)
         self._start_hashed(int(np.shape(state["trainer"]["weights"]["bias"])[-1]))
 
-    # -- categorical=: one event per call takes the hashed one-row path (models/_hashed_rows.py) --------------
-    def _row_path_kind(self) -> Any:
-        return HashedRegressorRows if self._hashed else super()._row_path_kind()
+    # -- categorical=: one event per call: the one-row path with the hashed reader (models/_hashed_rows.py) ----
+    def _row_reader(self) -> Any:
+        return HashedRow if self._hashed else super()._row_reader()
 
     @property
     def coef_(self) -> np.ndarray:

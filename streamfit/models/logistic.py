@@ -7,13 +7,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from streamfit.models._base import ReadyClassifier
-from streamfit.models._categorical import Categorical
-from streamfit.models._hashed_rows import HashedClassifierRows
+from streamfit.models._hashed_linear import HashedLinear
+from streamfit.models._hashed_rows import HashedRow
 
 __all__ = ["LogisticRegression"]
 
 
-class LogisticRegression(Categorical, ReadyClassifier):
+class LogisticRegression(HashedLinear, ReadyClassifier):
     """Logistic regression trained online: one logit and log loss for 2 classes, softmax for more.
 
     The ONNX graph (``MatMul`` + ``Add``, zero initial weights) is built on the first call from
@@ -106,9 +106,9 @@ class LogisticRegression(Categorical, ReadyClassifier):
         self.output_kind_ = "scores"
         self.trainer_ = self._make_trainer(self.loss_name_, self.model)
 
-    # -- categorical=: one event per call takes the hashed one-row path (models/_hashed_rows.py) --------------
-    def _row_path_kind(self) -> Any:
-        return HashedClassifierRows if self._hashed else super()._row_path_kind()
+    # -- categorical=: one event per call: the one-row path with the hashed reader (models/_hashed_rows.py) ----
+    def _row_reader(self) -> Any:
+        return HashedRow if self._hashed else super()._row_reader()
 
     @property
     def coef_(self) -> np.ndarray:

@@ -4,35 +4,27 @@
 linear model: every categorical column hashed (:class:`~streamfit.features.Hashed`, one table of
 ``buckets`` ids, each column with its own seed) and one-hot encoded, which is a ``Gather`` of one weight
 row per field; dense columns enter with a weight each.  The graph is
-:func:`~streamfit.models._fm_graph.fm_model` without factors; its table is trained row-sparsely (a step
-costs the rows its batch touches, whatever ``buckets`` is), and ``to_onnx()`` takes the raw columns.
-Without ``categorical`` the models are the dense ones, unchanged.
+:func:`~streamfit.models._fm_graph.fm_model` without factors (:class:`~streamfit.models._hashed.HashedModel`
+makes it and the column mapping); its table is trained row-sparsely (a step costs the rows its batch
+touches, whatever ``buckets`` is), and ``to_onnx()`` takes the raw columns.  Without ``categorical`` the
+models are the dense ones, unchanged.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-import pyarrow as pa
+from streamfit.estimators._cache import caches
+from streamfit.models._hashed import HashedModel
 
-from streamfit.models._base import random_generator
-from streamfit.models._fm_graph import DENSE, IDS, fm_model
-
-__all__ = ["Categorical"]
+__all__ = ["HashedLinear"]
 
 
-class Categorical:
-    """Mixin (first base) of :class:`~streamfit.LinearRegressor` and :class:`~streamfit.LogisticRegression`."""
+class HashedLinear(HashedModel):
+    """Mixin (first base) of :class:`~streamfit.LinearRegressor` and :class:`~streamfit.LogisticRegression`:
+    the hashed model while ``categorical`` is set, the dense one otherwise."""
 
-    categorical: Sequence[str]
-    dense: Sequence[str]
-    buckets: int
-    hash_seed: int
-    random_state: Any
     learning_rate: Any
-    weights: Any = None
-    input_name: str | None = None
-    output_name: str | None = None
 
     @property
     def _hashed(self) -> bool:
@@ -60,11 +52,8 @@ class Categorical:
 
     # -- the hashed model ---------------------------------------------------------------------------
     def _check_hashed_params(self) -> None:
+        super()._check_hashed_params()
         name = type(self).__name__
-        for what in ("categorical", "dense"):
-            cols = getattr(self, what)
-            if isinstance(cols, str) or not hasattr(cols, "__iter__") or not all(isinstance(c, str) and c for c in cols):
-                raise ValueError(f"{name}: {what} must be a list of column names, got {cols!r}")
         overlap = set(self.categorical) & set(self.dense)
         if overlap:
             raise ValueError(f"{name}: columns {sorted(overlap)} are both categorical and dense")
@@ -82,28 +71,6 @@ class Categorical:
             self._check_hashed_params()
             self._hashed_inputs()
 
-    def _hashed_inputs(self) -> dict[str, Any]:
-        from streamfit.features import Hashed
-
-        key = (tuple(self.categorical), tuple(self.dense), self.buckets, self.hash_seed)
-        cached = self.__dict__.get("_hashed_inputs_cache")
-        if cached is None or cached[0] != key:  # one object while the parameters stay (the column plan keys on it)
-            out: dict[str, Any] = {IDS: Hashed(list(self.categorical), self.buckets, seed=self.hash_seed)}
-            if list(self.dense):
-                out[DENSE] = list(self.dense)
-            cached = self.__dict__["_hashed_inputs_cache"] = (key, out)
-        return cached[1]
-
-    def _hashed_graph(self, n_outputs: int) -> Any:
-        key = (tuple(self.categorical), tuple(self.dense), self.buckets, n_outputs)
-        cached = self.__dict__.get("_hashed_graph_cache")
-        if cached is None or cached[0] != key:
-            self._check_hashed_params()
-            graph = fm_model(len(self.categorical), len(self.dense), int(self.buckets), 0,
-                             random_generator(self.random_state), n_outputs=n_outputs)
-            cached = self.__dict__["_hashed_graph_cache"] = (key, graph)
-        return cached[1]
-
     def _hashed_width(self) -> int:
         """Output columns of the hashed graph (a hook: classes or targets decide)."""
         return 1
@@ -111,7 +78,7 @@ class Categorical:
     def _declared_inputs(self) -> tuple[Any, ...]:
         """The model inputs before the first fit (the stream's column plan needs them): the hashed graph's."""
         if not self._hashed:
-            return super()._declared_inputs()  # type: ignore[misc]
+            return super()._declared_inputs()  # type: ignore[misc, no-any-return]
         from streamfit._engine.model import _model_input
 
         graph = self.model.graph
@@ -126,7 +93,6 @@ class Categorical:
     def _check_X(self, X: Any, reset: bool, learn: bool = True) -> Any:
         if not self._hashed:
             return super()._check_X(X, reset, learn)  # type: ignore[misc]
-        from streamfit._engine.inputs import NamedRows
         from streamfit.models._base import ReadyMade
 
         try:
@@ -134,15 +100,11 @@ class Categorical:
                    getattr(self, "learning_rate", None))
         except TypeError:
             key = None
-        if key is None or self.__dict__.get("_hashed_checked") != key:  # once per parameter set, not per (one-row) call
+        cache = caches(self)
+        if key is None or cache.checked != key:  # once per parameter set, not per (one-row) call
             self._check_hashed_params()
-            self.__dict__["_hashed_checked"] = key
-        if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
-            X = pa.table({k: pa.array(v) for k, v in X.items()})
-        if not isinstance(X, (pa.Table, pa.RecordBatch, Mapping, NamedRows)):
-            raise TypeError(f"{type(self).__name__}(categorical=...) takes an Arrow Table/RecordBatch or a dict of "
-                            f"columns (categorical {list(self.categorical)}, dense {list(self.dense)}), "
-                            f"got {type(X).__name__}")
+            cache.checked = key
+        X = self._columns_X(X, f"{type(self).__name__}(categorical=...)")
         return super(ReadyMade, self)._check_X(X, reset, learn)  # type: ignore[misc]  # not the dense matrix checks
 
     def _hashed_coef_error(self) -> AttributeError:
