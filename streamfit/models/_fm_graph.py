@@ -55,34 +55,54 @@ def fm_model(n_fields: int, n_dense: int, buckets: int, n_factors: int, rng: Any
         nodes.append(helper.make_node("MatMul", [DENSE, "dense_linear"], ["dense_lin"]))
         terms.append("dense_lin")
     if n_factors:
-        s_parts, q_parts = [], []
-        if n_fields:
-            inits.append(numpy_helper.from_array(
-                (rng.standard_normal((buckets, n_factors)) * init_scale).astype(dtype), "factors"))
-            nodes += [helper.make_node("Gather", ["factors", IDS], ["e"]),  # [N, F, k]
-                      helper.make_node("ReduceSum", ["e", "axis1"], ["s_cat"], keepdims=0),
-                      helper.make_node("Mul", ["e", "e"], ["e2"]),
-                      helper.make_node("ReduceSum", ["e2", "axis1"], ["q_cat"], keepdims=0)]
-            s_parts.append("s_cat")
-            q_parts.append("q_cat")
-        if n_dense:
-            inits.append(numpy_helper.from_array(
-                (rng.standard_normal((n_dense, n_factors)) * init_scale).astype(dtype), "dense_factors"))
-            nodes += [helper.make_node("MatMul", [DENSE, "dense_factors"], ["s_dense"]),
-                      helper.make_node("Mul", [DENSE, DENSE], ["x2"]),
-                      helper.make_node("Mul", ["dense_factors", "dense_factors"], ["u2"]),
-                      helper.make_node("MatMul", ["x2", "u2"], ["q_dense"])]
-            s_parts.append("s_dense")
-            q_parts.append("q_dense")
-        s, q = s_parts[0], q_parts[0]
-        if len(s_parts) == 2:
-            nodes += [helper.make_node("Add", s_parts, ["s"]), helper.make_node("Add", q_parts, ["q"])]
-            s, q = "s", "q"
-        # a Constant node, not an initializer: float initializers are trained weights
-        nodes += [helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.full((1,), 0.5, dtype))),helper.make_node("Mul", [s, s], ["s2"]), helper.make_node("Sub", ["s2", q], ["d"]),
-                  helper.make_node("ReduceSum", ["d", "axis1"], ["pair_sum"], keepdims=1),  # [N, 1]
-                  helper.make_node("Mul", ["pair_sum", "half"], ["pair"])]
+        pair_inits, pair_nodes = _pairwise(n_fields, n_dense, buckets, n_factors, rng, init_scale, dtype)
+        inits += pair_inits
+        nodes += pair_nodes
         terms.append("pair")
+    nodes += _sum_of(terms)
+    graph = helper.make_graph(nodes, "streamfit_fm", inputs, [helper.make_tensor_value_info(OUTPUT, elem, ["N", n_outputs])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _pairwise(n_fields: int, n_dense: int, buckets: int, n_factors: int, rng: Any, init_scale: float,
+              dtype: np.dtype) -> tuple[list[Any], list[Any]]:
+    """The initializers and nodes of the pairwise term ``pair = 0.5 * sum_k (s**2 - q)`` ([N, 1]): the
+    categorical fields' factors (drawn first) and the dense fields' ``U``."""
+    inits, nodes, s_parts, q_parts = [], [], [], []
+    if n_fields:
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((buckets, n_factors)) * init_scale).astype(dtype), "factors"))
+        nodes += [helper.make_node("Gather", ["factors", IDS], ["e"]),  # [N, F, k]
+                  helper.make_node("ReduceSum", ["e", "axis1"], ["s_cat"], keepdims=0),
+                  helper.make_node("Mul", ["e", "e"], ["e2"]),
+                  helper.make_node("ReduceSum", ["e2", "axis1"], ["q_cat"], keepdims=0)]
+        s_parts.append("s_cat")
+        q_parts.append("q_cat")
+    if n_dense:
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((n_dense, n_factors)) * init_scale).astype(dtype), "dense_factors"))
+        nodes += [helper.make_node("MatMul", [DENSE, "dense_factors"], ["s_dense"]),
+                  helper.make_node("Mul", [DENSE, DENSE], ["x2"]),
+                  helper.make_node("Mul", ["dense_factors", "dense_factors"], ["u2"]),
+                  helper.make_node("MatMul", ["x2", "u2"], ["q_dense"])]
+        s_parts.append("s_dense")
+        q_parts.append("q_dense")
+    s, q = s_parts[0], q_parts[0]
+    if len(s_parts) == 2:
+        nodes += [helper.make_node("Add", s_parts, ["s"]), helper.make_node("Add", q_parts, ["q"])]
+        s, q = "s", "q"
+    # a Constant node, not an initializer: float initializers are trained weights
+    nodes += [helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.full((1,), 0.5, dtype))),
+              helper.make_node("Mul", [s, s], ["s2"]), helper.make_node("Sub", ["s2", q], ["d"]),
+              helper.make_node("ReduceSum", ["d", "axis1"], ["pair_sum"], keepdims=1),  # [N, 1]
+              helper.make_node("Mul", ["pair_sum", "half"], ["pair"])]
+    return inits, nodes
+
+
+def _sum_of(terms: list[str]) -> list[Any]:
+    """Nodes adding the terms left to right into ``Y`` (an Identity when there is one term)."""
+    nodes = []
     out = terms[0]
     for k, term in enumerate(terms[1:]):
         name = OUTPUT if k == len(terms) - 2 else f"sum_{k}"
@@ -90,6 +110,4 @@ def fm_model(n_fields: int, n_dense: int, buckets: int, n_factors: int, rng: Any
         out = name
     if out != OUTPUT:
         nodes.append(helper.make_node("Identity", [out], [OUTPUT]))
-    graph = helper.make_graph(nodes, "streamfit_fm", inputs, [helper.make_tensor_value_info(OUTPUT, elem, ["N", n_outputs])],
-                              inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return nodes
