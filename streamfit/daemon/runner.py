@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields, replace
@@ -36,6 +37,11 @@ from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot
 from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
 from streamfit.history import HistoryOptions, Progress, RunHistory
 from streamfit.sources import Position, Source, SourceBatch, open_source
+from streamfit.sources._commits import Handover
+from streamfit.sources._wakeup import loop_caller
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 __all__ = ["Runner", "RunSummary"]
 
@@ -108,6 +114,10 @@ class _KeepOpen(Source):
 QUIET_CHECKPOINT_AFTER = 1.0
 #: the loop's idle events come at most this often and at least this often (s), within the schedules' periods
 _IDLE_EVERY = (0.05, 1.0)
+#: how often the run looks for a checkpoint write that became durable, to commit its offsets at once
+_DURABLE_POLL = 0.005  # s
+#: of a handover's time, what is left to checkpoint and commit once the rows are trained (waited for before)
+_HANDOVER_COMMIT_SHARE = 0.4
 
 #: the loop reads no daemon option: it gets them at their defaults (the Runner applies them)
 _DAEMON_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
@@ -242,6 +252,8 @@ class Runner:
         self._rows_at_start = 0
         self._guard_every = every_batches or 100
         self._submitted_step = 0
+        self._settle_lock: anyio.Lock | None = None  # _settle from a batch, a handover, a durable write
+        self._handovers: Callable[[Handover], None] | None = None  # queues a handover on the event loop
         #: the run's column plan: from the checkpoint on resume, else fixed by the first loop's first batch;
         #: every later loop (after a rollback, after a restart) reads the stream into the same layout.
         self._layout: ColumnLayout | None = None
@@ -263,6 +275,8 @@ class Runner:
         if self._commits is not None:  # the source notes its commits; those of checkpoints since this one are own
             self._commits.since = self._commits.step = self.batches  # a source's own rewind commits this point
             source.attach_commit_ledger(self._commits)
+        if self.store is not None:  # a rebalance lets a partition go once its rows are checkpointed and committed
+            source.attach_handover_settler(self._hand_over)
         if position is not None:
             try:
                 source.seek(position)
@@ -467,6 +481,12 @@ class Runner:
 
     async def _settle(self) -> None:
         """Handle writes that became durable: log, publish the model, commit the source's offsets."""
+        if self._settle_lock is None:
+            self._settle_lock = anyio.Lock()
+        async with self._settle_lock:  # one at a time: commits go out in checkpoint order
+            await self._settle_durable()
+
+    async def _settle_durable(self) -> None:
         assert self._writer is not None
         result = self._writer.last_result
         if result is None or result.step not in self._pending:
@@ -726,9 +746,27 @@ class Runner:
                                 idle_every=self._idle_every(), stop_event=stop_event, layout=self._layout,
                                 quarantine=self._quarantine if self.guard is not None else None)
         self._loop_running = True
+        send, receive = anyio.create_memory_object_stream[Handover](16)
+        call = loop_caller()
+
+        def hand_over(handover: Handover) -> None:  # on the event loop
+            try:
+                send.send_nowait(handover)
+            except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                handover.done.set()
+
+        self._handovers = lambda handover: call(lambda: hand_over(handover))
         try:
-            summary = await self._loop.run()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._duties, receive)
+                summary = await self._loop.run()
+                tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # the loop's or a duty's error, raised as itself
+            raise group.exceptions[0] if len(group.exceptions) == 1 else group
         finally:
+            self._handovers = None
+            send.close()
+            receive.close()
             self._skipped, self._skipped_msgs = self._skipped_rows(), self._skipped_messages()  # fold them in
             self._skipped_read.update(self._loop.rebatcher.skipped_rows)
             self._messages_skipped_read.update(self._loop.rebatcher.skipped_messages)
@@ -754,6 +792,67 @@ class Runner:
                                 "keep": self.store.keep if self.store is not None else None,
                                 "full_every": self.full_every},
                 "publish": None if self.publish_path is None else str(self.publish_path)}
+
+    # -- beside the loop: handovers (Kafka rebalances), commits as soon as a checkpoint is durable --------
+    def _hand_over(self, handover: Handover) -> None:
+        """The source's settler (called in its consumer thread, inside a revoke): settled on the event loop."""
+        queue = self._handovers
+        if queue is None:
+            handover.done.set()
+        else:
+            queue(handover)
+
+    async def _duties(self, handovers: Any) -> None:
+        """Settle each handover; commit a checkpoint's offsets as soon as it is durable (the window in which a
+        member killed after its checkpoint leaves the group's offset behind), not at the next batch."""
+        while True:
+            handover = None
+            with anyio.move_on_after(_DURABLE_POLL):
+                handover = await handovers.receive()
+            if handover is not None:
+                try:
+                    await self._settle_handover(handover)
+                finally:
+                    handover.done.set()
+            elif self._pending and self._writer is not None and not self._writer.busy:
+                await self._settle()
+
+    async def _settle_handover(self, handover: Handover) -> None:
+        """Train the rows the source returned of the revoked partitions (the queued batches), checkpoint and
+        commit them, before ``handover.deadline``; what is not done by then is left to the next owner."""
+        if self._writer is None:
+            return
+        left = handover.deadline - time.monotonic()
+        with anyio.move_on_after(max(0.0, left * (1 - _HANDOVER_COMMIT_SHARE))):
+            while not self._trained_up_to(handover) and self._loop_running and self._rollback_reason is None:
+                await anyio.sleep(0.002)
+        step = self.batches
+        refused = None
+        with anyio.move_on_after(max(0.0, handover.deadline - time.monotonic())):
+            while self._committed_step < step and self._rollback_reason is None and not self._suspects:
+                if self._submitted_step < step and not self._writer.busy:
+                    self._submit(wait=False)
+                await anyio.to_thread.run_sync(self._writer.flush)
+                try:
+                    await self._settle()
+                except SourceError as exc:  # the group refused the commit (a rebalance ahead of it): let go
+                    refused = exc
+                    break
+        if self._committed_step < step:
+            log_event("handover", f"partitions {sorted(handover.returned)} of {handover.topic} revoked before "
+                      f"batch {step} was checkpointed and committed{f': {refused}' if refused else ''}; their next "
+                      "owner starts at the group's last commit", step=step, committed=self._committed_step)
+
+    def _trained_up_to(self, handover: Handover) -> bool:
+        """The trained position has every row the source returned of the handover's partitions."""
+        parts = self.position.get("partitions") if isinstance(self.position, Mapping) else None
+        if not isinstance(parts, Mapping):
+            return not handover.returned
+        for p, returned in handover.returned.items():
+            at = parts.get(str(p))
+            if not isinstance(at, Mapping) or (at.get("offset", -1), at.get("row", -1)) < returned:
+                return False
+        return True
 
     def _rows_left(self) -> int | None:
         """What ``max_rows`` leaves to train from the current row counter (restored on resume or rollback)."""

@@ -18,7 +18,7 @@ import pyarrow as pa
 from streamfit.exceptions import BadInputError
 
 if TYPE_CHECKING:
-    from streamfit.sources._commits import CommitLedger
+    from streamfit.sources._commits import CommitLedger, HandoverSettler
 
 __all__ = ["Position", "SourceBatch", "Source", "Unit"]
 
@@ -109,6 +109,10 @@ class Source(abc.ABC):
     def attach_commit_ledger(self, ledger: "CommitLedger") -> None:
         """Note this source's group commits in ``ledger`` and consult it on assignment, so that a committed
         offset of this learner's own never skips rows its resumed model lacks (Kafka).  Others ignore it."""
+
+    def attach_handover_settler(self, settler: "HandoverSettler") -> None:
+        """Before a rebalance takes a partition away, let ``settler`` train, checkpoint and commit what was read
+        of it, so that its next owner starts after those rows (Kafka).  Others ignore it."""
 
     async def aclose(self) -> None:
         self._closed = True

@@ -1,16 +1,22 @@
-"""What a source needs to tell its own group commits from another member's: a typed ledger interface.
+"""What a source that commits to a consumer group needs from the run: a ledger of its own commits, and a settler
+that trains and commits a partition before a rebalance takes it away.
 
-The broker drops commit metadata, so a committed offset ahead of a resumed position says nothing of who
-committed it: another member (which trained the rows in between) or this learner from a newer checkpoint
-since lost (then the model lacks them).  A source that commits to a group (Kafka) notes each commit in a
-ledger before sending it and asks the ledger at assignment time; the run owns the ledger (durable, beside
-its checkpoints) and scopes it to the checkpoint it resumed from.
+A committed offset ahead of a resumed position says nothing of who committed it (the broker here, tansu,
+drops commit metadata): another member (which trained the rows in between) or this learner from a newer
+checkpoint since lost (then the model lacks them).  A source (Kafka) notes each commit in a ledger before
+sending it and asks the ledger at assignment time; the run owns the ledger (durable, beside its checkpoints)
+and scopes it to the checkpoint it resumed from.
+
+On a revoke the source hands the run a :class:`Handover` (the partitions and where the source has returned
+rows of each) and waits, serving the commits the run makes, until the run has trained those rows, written a
+checkpoint of them and committed it (:attr:`Handover.done`), or the handover's deadline passes.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
@@ -41,4 +47,28 @@ class CommitLedger(Protocol):
 
     def own_offsets(self, topic: str, group: str, partition: int) -> frozenset[int]:
         """The offsets of ``partition`` this learner committed since the point it resumed from."""
+        ...
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Partitions of ``topic`` a rebalance revokes: ``returned`` maps each to ``(offset, row)``, where the rows
+    the source returned of it end (the run must train up to there, checkpoint and commit before ``deadline``, a
+    ``time.monotonic()`` instant); the run sets ``done`` when it has (or has given up)."""
+
+    topic: str
+    returned: Mapping[int, tuple[int, int]]
+    deadline: float
+    done: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "returned", MappingProxyType(dict(sorted(self.returned.items()))))
+
+
+@runtime_checkable
+class HandoverSettler(Protocol):
+    """The run's side of a handover: called in the source's consumer thread, returns at once."""
+
+    def __call__(self, handover: Handover) -> None:
+        """Start settling ``handover`` (train, checkpoint, commit its partitions); set ``handover.done`` when over."""
         ...

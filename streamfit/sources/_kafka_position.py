@@ -22,16 +22,17 @@ FORMAT = '{"topic": str, "partitions": {"<partition>": {"offset": int, "row": in
 class PartitionPosition:
     """One partition: every message before ``offset`` is done, and the first ``row`` rows of message ``offset``.
 
-    >>> PartitionPosition(5, 3).after_commit(7), PartitionPosition(5, 3).after_commit(5)
-    (PartitionPosition(offset=7, row=0), PartitionPosition(offset=5, row=3))
+    >>> PartitionPosition(5, 3).after_commit(PartitionPosition(7)), PartitionPosition(5, 3).after_commit(
+    ...     PartitionPosition(5)), PartitionPosition(5, 3).after_commit(PartitionPosition(5, 9))
+    (PartitionPosition(offset=7, row=0), PartitionPosition(offset=5, row=3), PartitionPosition(offset=5, row=9))
     """
 
     offset: int
     row: int = 0
 
-    def after_commit(self, committed: int) -> "PartitionPosition":
-        """The later of this position and a group's committed ``offset`` (another member trained up to it)."""
-        return PartitionPosition(committed) if committed > self.offset else self
+    def after_commit(self, committed: "PartitionPosition") -> "PartitionPosition":
+        """The later of this position and where a group's commit ends (another member trained up to there)."""
+        return committed if committed > self else self
 
 
 @dataclass(frozen=True)

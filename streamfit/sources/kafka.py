@@ -14,6 +14,7 @@ import bisect
 import collections
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from streamfit.exceptions import BadInputError, SourceError
 from streamfit.sources._base import Position, Source, SourceBatch, Unit
-from streamfit.sources._commits import CommitLedger, GroupCommit
+from streamfit.sources._commits import CommitLedger, GroupCommit, Handover, HandoverSettler
 from streamfit.sources._kafka_position import KafkaPosition, PartitionPosition
 from streamfit.sources._wakeup import Wakeup
 from streamfit.sources.decoders import Decoder, _one_batch, get_decoder
@@ -31,6 +32,11 @@ __all__ = ["KafkaSource"]
 
 _log = logging.getLogger(__name__)
 _librdkafka_log = logging.getLogger("streamfit.sources.librdkafka")  # instead of librdkafka's stderr
+
+#: the row inside a message is committed to this sibling group, as ``offset * ROW_SPAN + row`` per partition (the
+#: broker here drops commit metadata): a new owner of the partition starts at that row of the committed message
+ROWS_GROUP_SUFFIX = ".streamfit-rows"
+ROW_SPAN = 1 << 24
 
 
 def _import_kafka() -> Any:
@@ -72,12 +78,19 @@ class KafkaSource(Source):
     to ``group``, where each partition starts unless :meth:`seek` says otherwise.  ``until_eof=True`` ends
     the stream (``StopAsyncIteration``) once every partition read has reached its end (librdkafka's
     partition EOF, so the broker's end offsets are never needed): a finite run over what the topic holds.
+
+    Each commit also sends the row inside the message to the group ``<group>.streamfit-rows`` (no member ever
+    joins it; its offset of a partition is ``offset * 2**24 + row``), first: a member assigned the partition
+    starts at that row when it names the message the group committed.  With a handover settler attached
+    (:meth:`attach_handover_settler`: the daemon's Runner), a revoke waits, at most ``handover_timeout``
+    seconds, for the caller to train the rows returned of the revoked partitions, checkpoint and commit them
+    (the commits are served meanwhile), so that the next owner starts after them.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",
                  config: Mapping[str, Any] | None = None, max_messages: int = 500, poll_timeout: float = 0.02,
                  coalesce_rows: int = 1024, fetch_ahead: int = 1, partitions: Sequence[int] | None = None,
-                 until_eof: bool = False) -> None:
+                 until_eof: bool = False, handover_timeout: float = 5.0) -> None:
         self._kafka = _import_kafka()
         if not topic or not isinstance(topic, str):
             raise ValueError(f"Invalid topic: {topic!r}")
@@ -91,6 +104,9 @@ class KafkaSource(Source):
             raise ValueError(f"Invalid coalesce_rows: {coalesce_rows!r}, expected an int >= 0")
         if isinstance(fetch_ahead, bool) or not isinstance(fetch_ahead, int) or fetch_ahead < 0:
             raise ValueError(f"Invalid fetch_ahead: {fetch_ahead!r}, expected an int >= 0")
+        handover_timeout = float(handover_timeout)
+        if not handover_timeout >= 0:
+            raise ValueError(f"Invalid handover_timeout: {handover_timeout!r}, expected seconds >= 0")
         conf = {"bootstrap.servers": bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
                 # a trainer wants data as soon as it is there: librdkafka's default lets a fetch wait up to
@@ -108,12 +124,18 @@ class KafkaSource(Source):
                 raise ValueError(f"Invalid partitions: {partitions!r}, expected distinct partition numbers")
         if until_eof:
             conf["enable.partition.eof"] = True
+        poll_interval = float(str(conf.get("max.poll.interval.ms", 300_000))) / 1000
+        if handover_timeout >= poll_interval:
+            raise ValueError(f"Invalid handover_timeout: {handover_timeout!r} s, expected less than "
+                             f"max.poll.interval.ms ({poll_interval:g} s): the group waits that long for a member "
+                             "to rejoin after a revoke")
         if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
             raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")
         self.topic, self.group, self.config = topic, group, conf
         self.decoder = get_decoder(decoder)
         self.max_messages, self.poll_timeout, self.coalesce_rows = max_messages, poll_timeout, coalesce_rows
         self.fetch_ahead = fetch_ahead
+        self.handover_timeout = handover_timeout
         self.partitions = sorted(partitions) if partitions is not None else None
         self.until_eof = bool(until_eof)
         self._eof: set[int] = set()  # partitions at their end (until_eof): a message there takes it out
@@ -132,8 +154,10 @@ class KafkaSource(Source):
         self._pending_skip: dict[int, PartitionPosition] = {}  # partition -> (offset, rows to skip in it)
         self._sought: set[int] = set()  # partitions of the seek position not assigned yet
         self._ledger: CommitLedger | None = None  # this learner's own commits (attach_commit_ledger)
+        self._settler: HandoverSettler | None = None  # trains and commits revoked partitions (attach_handover_settler)
+        self._rows_consumer: Any = None  # commits to and reads the rows group (never subscribes)
         #: partitions resumed behind a committed offset of this learner's own: the group's offset to set back
-        self._rewind: dict[int, int] = {}
+        self._rewind: dict[int, PartitionPosition] = {}
         # fetch-ahead: the thread appends (fetch number, batch, its position dict) to _ahead under _mutex
         self._mutex = threading.Lock()
         self._room = threading.Condition(self._mutex)  # the fetch thread waits here for the caller to catch up
@@ -172,6 +196,14 @@ class KafkaSource(Source):
             raise TypeError(f"KafkaSource: expected a CommitLedger (record, own_offsets), got {type(ledger).__name__}")
         self._ledger = ledger
 
+    def attach_handover_settler(self, settler: HandoverSettler) -> None:
+        """On a revoke, hand ``settler`` the revoked partitions and wait (``handover_timeout``) until it has
+        trained, checkpointed and committed what this source returned of them.  Before iteration."""
+        self._check_seek_allowed()
+        if not callable(settler):
+            raise TypeError(f"KafkaSource: expected a handover settler (a callable), got {type(settler).__name__}")
+        self._settler = settler
+
     def _snapshot(self, live: Mapping[int, PartitionPosition]) -> Position:
         return KafkaPosition(self.topic, live).to_json()
 
@@ -181,11 +213,17 @@ class KafkaSource(Source):
         self._assigned = (self._assigned or set()) | {tp.partition for tp in mine}
         with self._mutex:
             trained = {tp.partition: self._returned[tp.partition] for tp in mine if tp.partition in self._returned}
-        if trained:  # sought, or given back after a rebalance: continue where the caller is
-            committed = self._committed(consumer, sorted(trained))
+        if mine:
+            committed = self._committed_positions(consumer, sorted(tp.partition for tp in mine))
             for tp in mine:
-                if tp.partition in trained:
-                    self._start_at(tp, trained[tp.partition], committed.get(tp.partition, -1))
+                at = committed.get(tp.partition)
+                if tp.partition in trained:  # sought, or given back after a rebalance: continue where the caller is
+                    self._start_at(tp, trained[tp.partition], at)
+                elif at is not None and at.row:  # the previous owner trained part of the committed message
+                    tp.offset = at.offset
+                    self._pending_skip[tp.partition] = at
+                    _log.info("%s[%d]: starting at row %d of offset %d, where the group's commit ends", self.topic,
+                              tp.partition, at.row, at.offset)
         (consumer.incremental_assign if self._incremental else consumer.assign)(partitions)
 
     def _committed(self, consumer: Any, partitions: list[int]) -> dict[int, int]:
@@ -197,27 +235,42 @@ class KafkaSource(Source):
             return {}
         return {tp.partition: tp.offset for tp in got or () if tp.error is None and tp.offset >= 0}
 
-    def _start_at(self, tp: Any, trained: PartitionPosition, committed: int) -> None:
+    def _committed_positions(self, consumer: Any, partitions: list[int]) -> dict[int, PartitionPosition]:
+        """Where the group's commits of ``partitions`` end: the committed offset, and the row inside that message
+        the rows group holds for it (0 when it names another message: its commit was not followed by the group's)."""
+        offsets = self._committed(consumer, partitions)
+        rows = self._committed(self._rows_consumer, sorted(offsets)) if self._rows_consumer is not None and \
+            offsets else {}
+        out = {}
+        for p, offset in offsets.items():
+            encoded = rows.get(p, -1)
+            row = encoded % ROW_SPAN if encoded >= 0 and encoded // ROW_SPAN == offset else 0
+            out[p] = PartitionPosition(offset, row)
+        return out
+
+    def _start_at(self, tp: Any, trained: PartitionPosition, committed_at: PartitionPosition | None) -> None:
         """A partition the caller has trained up to ``trained`` (a checkpoint's position, or the last batch returned
         before a rebalance took it away) is assigned: start there, not at the group's committed offset, which lags
         behind (offsets are committed only once a checkpoint covering them is durable) and would replay rows;
         unless another member of the group has committed further meanwhile (it trained them).  A further offset
         that the commit ledger holds is this learner's own (from a checkpoint since lost): it does not win."""
         p = tp.partition
+        committed = committed_at.offset if committed_at is not None else -1
         own = self._ledger.own_offsets(self.topic, self.group, p) if self._ledger is not None else frozenset()
         mine = committed > trained.offset and committed in own
-        at = trained if mine else trained.after_commit(committed)
+        at = trained if mine or committed_at is None else trained.after_commit(committed_at)
         tp.offset = at.offset
         self._live[p] = at
         resumed = p in self._sought
         self._sought.discard(p)
-        where = f"{self.topic}[{p}]: the group committed offset {committed}, after the {trained.offset}:" \
-                f"{trained.row} this source {'resumed at' if resumed else 'had returned'}"
+        where = f"{self.topic}[{p}]: the group committed offset {committed}" + \
+            (f" row {committed_at.row}" if committed_at is not None and committed_at.row else "") + \
+            f", after the {trained.offset}:{trained.row} this source {'resumed at' if resumed else 'had returned'}"
         if mine:  # this learner's own commit, of a checkpoint newer than the one resumed (lost, or not chosen)
             _log.warning(where + ", and this learner committed it itself (its commit ledger) from a checkpoint "
                          "since lost or not resumed: continuing at %d:%d, the rows in between are trained again "
                          "(the model lacks them)", at.offset, at.row)
-            self._rewind[p] = at.offset
+            self._rewind[p] = at
         elif at != trained and self._ledger is not None:  # another member's commit: its rows are trained
             lost = sorted(o for o in own if trained.offset < o < committed)
             if lost:
@@ -243,12 +296,22 @@ class KafkaSource(Source):
             self._pending_skip.pop(p, None)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self._let_go(consumer, partitions, settle=True)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        """Partitions lost (this member's session timed out): another member may hold them already, a commit
+        would be refused; the caller's next positions keep them where it trained them."""
+        self._let_go(consumer, partitions, settle=False)
+
+    def _let_go(self, consumer: Any, partitions: list[Any], settle: bool) -> None:
         revoked = {tp.partition for tp in partitions if tp.topic == self.topic}
+        if revoked:
+            self._forget_ahead(revoked)
+            if settle:
+                self._hand_over(revoked)
         if self._assigned is not None:
             self._assigned -= revoked
         self._eof -= revoked
-        if revoked:
-            self._forget_ahead(revoked)
         for p in revoked:
             self._pending_skip.pop(p, None)
             self._rewind.pop(p, None)
@@ -269,10 +332,49 @@ class KafkaSource(Source):
                                  for p in self.partitions])
             else:
                 consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                   on_lost=self._on_revoke)
+                                   on_lost=self._on_lost)
+            rows_config = {k: v for k, v in self.config.items() if k not in _MEMBER_ONLY}
+            self._rows_consumer = self._kafka.Consumer({**rows_config, "group.id": self.group + ROWS_GROUP_SUFFIX},
+                                                       logger=_librdkafka_log)
         except self._kafka.KafkaException as exc:
             raise SourceError(f"cannot start a Kafka consumer for topic {self.topic!r}: {exc}") from exc
         return consumer
+
+    def _hand_over(self, revoked: set[int]) -> None:
+        """In the consumer thread, inside a revoke: let the settler train, checkpoint and commit what this source
+        returned of ``revoked`` (its commits are served here, the partitions still assigned) before letting go,
+        within ``handover_timeout``; without a settler (or fetching on demand) the next owner starts at the
+        group's last commit."""
+        settler = self._settler
+        if settler is None or threading.current_thread() is not self._thread or not self.handover_timeout:
+            return
+        with self._mutex:
+            returned = {p: (self._returned[p].offset, self._returned[p].row) for p in revoked if p in self._returned}
+        if not returned:
+            return
+        t0 = time.monotonic()
+        handover = Handover(self.topic, returned, t0 + self.handover_timeout)
+        settler(handover)
+        while not handover.done.is_set() and time.monotonic() < handover.deadline:
+            with self._room:
+                request = self._requests.popleft() if self._requests else None
+                if request is None:
+                    self._room.wait(0.002)
+            if request is not None:
+                request.run()
+        with self._room:  # commits the settler sent as it gave up: sent now, while the partitions are still ours
+            pending = list(self._requests)
+            self._requests.clear()
+        for request in pending:
+            request.run()
+        seconds = time.monotonic() - t0
+        if handover.done.is_set():
+            _log.info("%s: partitions %s handed over in %.3f s (trained, checkpointed and committed up to %s)",
+                      self.topic, sorted(returned), seconds, returned)
+        else:
+            _log.warning("%s: partitions %s revoked: not settled within handover_timeout=%g s; the next owner "
+                         "starts at the group's last commit (rows after it may be trained twice)", self.topic,
+                         sorted(returned), self.handover_timeout)
 
     def _check_partitions(self, consumer: Any) -> None:
         """Refuse partitions the topic does not have (librdkafka would wait for them forever)."""
@@ -341,19 +443,32 @@ class KafkaSource(Source):
         self._flush(group, out)
         return out
 
+    def _commit_now(self, parts: Mapping[int, PartitionPosition]) -> None:
+        """In the consumer's thread: note ``parts`` in the ledger, send the rows inside their messages to the rows
+        group, then their offsets to the group (a member reading both between the two sees the rows commit name
+        another message than the group's, and starts at row 0 of it: the older behaviour)."""
+        if not parts:
+            return
+        kafka, topic = self._kafka, self.topic
+        if self._ledger is not None:  # durable first: a commit sent is always one the ledger knows
+            self._ledger.record(GroupCommit(topic, self.group, {p: at.offset for p, at in parts.items()}))
+        rows = [kafka.TopicPartition(topic, p, at.offset * ROW_SPAN + at.row) for p, at in parts.items()
+                if at.row < ROW_SPAN]
+        if self._rows_consumer is not None and rows:
+            self._rows_consumer.commit(offsets=rows, asynchronous=False)
+        self._consumer.commit(offsets=[kafka.TopicPartition(topic, p, at.offset) for p, at in parts.items()],
+                              asynchronous=False)
+
     def _send_rewind(self) -> None:
         """Set the group's offset back to where training resumed on partitions whose committed offset was this
         learner's own (a checkpoint since lost): a rebalance before the next commit then gives them to another
         member there, not after rows no model holds.  The resumed checkpoint is durable: its offsets may be."""
-        offsets = {p: o for p, o in self._rewind.items() if p in (self._assigned or ())}
+        offsets = {p: at for p, at in self._rewind.items() if p in (self._assigned or ())}
         self._rewind.clear()
         if not offsets:
             return
-        if self._ledger is not None:
-            self._ledger.record(GroupCommit(self.topic, self.group, offsets))
         try:
-            self._consumer.commit(offsets=[self._kafka.TopicPartition(self.topic, p, o) for p, o in offsets.items()],
-                                  asynchronous=False)
+            self._commit_now(offsets)
         except self._kafka.KafkaException as exc:  # the next checkpoint's commit sets it
             _log.warning("%s: setting the group's offsets back to %s failed: %s", self.topic, offsets, exc)
 
@@ -607,17 +722,10 @@ class KafkaSource(Source):
         async with lock:
             if self._closed:
                 raise RuntimeError(f"KafkaSource({self.topic}) is closed")
-            consumer, kafka, topic, ledger = self._consumer, self._kafka, self.topic, self._ledger
 
             def commit() -> None:  # in the consumer's thread, between two consume calls: the assignment holds
                 mine = self._assigned or set()
-                offsets = {p: at.offset for p, at in parts.items() if p in mine}
-                if not offsets:
-                    return
-                if ledger is not None:  # durable first: a commit sent is always one the ledger knows
-                    ledger.record(GroupCommit(topic, self.group, offsets))
-                consumer.commit(offsets=[kafka.TopicPartition(topic, p, o) for p, o in offsets.items()],
-                                asynchronous=False)
+                self._commit_now({p: at for p, at in parts.items() if p in mine})
 
             try:
                 if self._thread is not None:
@@ -643,6 +751,9 @@ class KafkaSource(Source):
                     self._wake()
                     self._ahead.clear()
                 consumer, self._consumer = self._consumer, None
+                rows_consumer, self._rows_consumer = self._rows_consumer, None
+                if rows_consumer is not None:
+                    await anyio.to_thread.run_sync(rows_consumer.close)
                 if consumer is not None:
                     try:
                         await anyio.to_thread.run_sync(consumer.close)
@@ -650,6 +761,11 @@ class KafkaSource(Source):
                         raise SourceError(f"closing the Kafka consumer of {self.topic!r} failed: "
                                           f"{exc}") from exc
         await super().aclose()
+
+
+#: consumer settings that make a group member: the rows group's consumer, which only commits and reads, has none
+_MEMBER_ONLY = frozenset({"group.id", "group.instance.id", "enable.partition.eof", "partition.assignment.strategy",
+                          "group.protocol", "group.remote.assignor"})
 
 
 class _Request:

@@ -47,7 +47,7 @@ _CONVERT: dict[str, dict[str, Callable[[str], Any]]] = {
     "ipc": {},
     "ipc+tcp": {"max_connections": int},
     "kafka": {"group": str, "decoder": str, "max_messages": int, "poll_timeout": float, "coalesce_rows": int,
-              "fetch_ahead": int},
+              "fetch_ahead": int, "handover_timeout": float},
 }
 
 
