@@ -4,7 +4,9 @@ Every checkpoint holds the estimator's full state *and* the source position righ
 batch it includes, written atomically; on resume both are restored together, so each row of the
 stream takes effect exactly once however the process died.  Kafka offsets are committed only once
 the checkpoint that covers them is durable, and noted first in the run's commit ledger: a resume from an
-older checkpoint than the newest committed one (that one lost) trains the rows after it again.
+older checkpoint than the newest committed one (that one lost) trains the rows after it again.  They are
+committed as soon as it is durable (a duty beside the loop), and before a rebalance takes a partition away
+(a handover: its rows trained, checkpointed and committed, so its next owner starts after them).
 """
 
 from __future__ import annotations

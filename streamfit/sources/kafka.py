@@ -83,8 +83,9 @@ class KafkaSource(Source):
     joins it; its offset of a partition is ``offset * 2**24 + row``), first: a member assigned the partition
     starts at that row when it names the message the group committed.  With a handover settler attached
     (:meth:`attach_handover_settler`: the daemon's Runner), a revoke waits, at most ``handover_timeout``
-    seconds, for the caller to train the rows returned of the revoked partitions, checkpoint and commit them
-    (the commits are served meanwhile), so that the next owner starts after them.
+    seconds (and half of ``max.poll.interval.ms``), for the caller to train the rows returned of the revoked
+    partitions, checkpoint and commit them (the commits are served meanwhile), so that the next owner starts
+    after them.
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",
@@ -124,11 +125,9 @@ class KafkaSource(Source):
                 raise ValueError(f"Invalid partitions: {partitions!r}, expected distinct partition numbers")
         if until_eof:
             conf["enable.partition.eof"] = True
+        # the group waits max.poll.interval.ms for a member to rejoin after a revoke: a handover stays well within
         poll_interval = float(str(conf.get("max.poll.interval.ms", 300_000))) / 1000
-        if handover_timeout >= poll_interval:
-            raise ValueError(f"Invalid handover_timeout: {handover_timeout!r} s, expected less than "
-                             f"max.poll.interval.ms ({poll_interval:g} s): the group waits that long for a member "
-                             "to rejoin after a revoke")
+        handover_timeout = min(handover_timeout, poll_interval / 2)
         if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
             raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")
         self.topic, self.group, self.config = topic, group, conf

@@ -213,8 +213,9 @@ def _check(ra: int, rb: int, total: int, kills: int) -> None:
 
 
 def test_two_daemons_in_a_group_with_a_kill_train_every_row_once(tmp_path, kafka_broker):
-    """The short trial: b joins (a rebalance), a is killed (b takes its partitions), a is back (a rebalance)."""
-    ra, rb, total = _group_run(tmp_path, kafka_broker, rows_per_message=BATCH, kills=1)
+    """The short trial: b joins (a rebalance), a is killed (b takes its partitions), a is back (a rebalance);
+    messages of 100 rows in batches of 64: positions inside messages, partial batches at every handover."""
+    ra, rb, total = _group_run(tmp_path, kafka_broker, rows_per_message=100, kills=1)
     _check(ra, rb, total, kills=1)
 
 
