@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from streamfit.features._murmur import murmur3, murmur3_arrow, murmur3_bytes, murmur3_int64, murmur3_strings
+from streamfit.features._murmur import murmur3, murmur3_arrow, murmur3_bytes, murmur3_concat, murmur3_int64
 from streamfit.features._values import Categorical, categorical, kind_of
 
 __all__ = ["Encoder", "EncoderState", "Hashed", "Vocabulary", "Padded", "Lengths", "Mask", "NULL_ID", "OOV_ID"]
@@ -181,12 +181,14 @@ class Hashed(Encoder):
                 seed = self.column_seed(k)
                 out[:, k] = [0 if v is None else 1 + _hash_str(v, seed) % m for v in arr.to_pylist()]
         elif strings:
-            seeds = [self.column_seed(k) for k in strings]
-            for k, arr, hashed in zip(strings, texts, murmur3_strings(texts, seeds)):
-                ids = 1 + hashed.astype(np.int64) % m
+            ids = (1 + murmur3_concat(texts, [self.column_seed(k) for k in strings]).astype(np.int64) % m) \
+                .reshape(len(strings), n)
+            for j, arr in enumerate(texts):
                 if arr.null_count:
-                    ids[_nulls(arr)] = NULL_ID
-                out[:, k] = ids
+                    ids[j, _nulls(arr)] = NULL_ID
+            if len(strings) == len(arrays):
+                return ids.T.copy()
+            out[:, strings] = ids.T
         if block:
             stacked = np.stack(values, axis=1) if n else np.zeros((0, len(block)), np.int64)
             hashed = 1 + murmur3_int64(stacked, _column_seeds(self.columns, self.seed, tuple(block))) \

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 from onnx import helper
 
-__all__ = ["murmur3", "murmur3_strings", "murmur3_arrow", "MURMUR_DOMAIN", "murmur_node", "murmur3_int",
+__all__ = ["murmur3", "murmur3_strings", "murmur3_concat", "murmur3_arrow", "MURMUR_DOMAIN", "murmur_node", "murmur3_int",
            "murmur3_int64", "murmur3_bytes"]
 
 MURMUR_DOMAIN = "com.microsoft"
@@ -161,7 +161,42 @@ def _mix_blocks(k: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _steps(blocks: int) -> np.ndarray:
-    return np.arange(4 * blocks, 0, -4, dtype=np.int64)[:, None]
+    """Byte distances back from a lane's tail to its ``blocks`` right-aligned blocks, then 0 (the tail)."""
+    return np.arange(4 * blocks, -4, -4, dtype=np.int64)[:, None]
+
+
+@lru_cache(maxsize=64)
+def _lanes(n: int) -> tuple[int, int]:
+    """(1 in every 64-bit lane, the low 32 bits of every lane) of ``n`` lanes packed in one Python int."""
+    ones = int.from_bytes(b"\x01\0\0\0\0\0\0\0" * n, "little")
+    return ones, ones * _M32
+
+
+#: up to this many lanes the blocks are chained in one Python int of 64-bit lanes (a few integer operations
+#: per block for all lanes) instead of six numpy calls per block
+_PACKED_LANES = 192
+
+
+def _chain_packed(k: np.ndarray, lengths: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """The hash steps after the block mix, every lane in a 64-bit field of one Python int: each product and
+    sum fits in its field and each shift's spill into a neighbour is masked off (``& M``)."""
+    n = k.shape[1]
+    w, last = 8 * n, len(k) - 1
+    raw = memoryview(k.astype(np.uint64).tobytes())
+    ones, M = _lanes(n)
+    c = 0xE6546B64 * ones
+    h = int.from_bytes(seeds.astype(np.uint64).tobytes(), "little")
+    for j in range(last):
+        h ^= int.from_bytes(raw[j * w:(j + 1) * w], "little")
+        h = (((h << 13) | (h >> 19)) & M) * 5 + c & M
+    h ^= int.from_bytes(raw[last * w:], "little")  # the tail
+    h ^= int.from_bytes(lengths.astype(np.uint64).tobytes(), "little")
+    h = (h ^ (h >> 16)) & M
+    h = h * 0x85EBCA6B & M
+    h = (h ^ (h >> 13)) & M
+    h = h * 0xC2B2AE35 & M
+    h = (h ^ (h >> 16)) & M
+    return np.frombuffer(h.to_bytes(w, "little"), dtype=np.uint64).astype(np.uint32)
 
 
 def _hash_lanes(words: np.ndarray, tails: np.ndarray, lengths: np.ndarray, seeds: np.ndarray,
@@ -170,21 +205,23 @@ def _hash_lanes(words: np.ndarray, tails: np.ndarray, lengths: np.ndarray, seeds
     uint32 at every byte offset), one seed and its padding block per lane."""
     nblocks = lengths >> 2
     B = int(nblocks.max()) if len(lengths) else 0
+    k = words[tails[None, :] - _steps(B)]  # (B + 1, lanes): block j of every lane, then its tail word
+    k[B] &= _TAIL_MASKS[lengths & 3]  # 1-3 tail bytes (none: 0, which mixes to 0)
+    _mix_blocks(k)
+    if B and int(nblocks.min()) < B:
+        k[:B] = np.where(np.arange(B)[:, None] < (B - nblocks)[None, :], pads[None, :], k[:B])
+    if len(lengths) <= _PACKED_LANES:
+        return _chain_packed(k, lengths, seeds)
     h = seeds.copy()
-    if B:
-        k = _mix_blocks(words[tails[None, :] - _steps(B)])  # (B, lanes): block j of every lane
-        short = nblocks < B
-        if short.any():
-            k = np.where(np.arange(B)[:, None] < (B - nblocks)[None, :], pads[None, :], k)
-        t = np.empty_like(h)
-        for row in k:
-            h ^= row
-            np.right_shift(h, _U(19), out=t)
-            h <<= _U(13)
-            h |= t
-            h *= _U(5)
-            h += _U(0xE6546B64)
-    h ^= _mix_blocks(words[tails] & _TAIL_MASKS[lengths & 3])  # 1-3 tail bytes (none: 0, which mixes to 0)
+    t = np.empty_like(h)
+    for row in k[:B]:
+        h ^= row
+        np.right_shift(h, _U(19), out=t)
+        h <<= _U(13)
+        h |= t
+        h *= _U(5)
+        h += _U(0xE6546B64)
+    h ^= k[B]
     h ^= lengths.astype(np.uint32)
     return _fmix(h)
 
@@ -238,9 +275,10 @@ def _hash_spans(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seeds
         return out
 
 
-def _spans(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, list[tuple[int, "pa.Buffer | None", int]]]:
+def _spans(arr: pa.Array, at: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, "pa.Buffer | None", int]]]:
     """(starts, lengths, byte ranges) of a string, large_string or string_view array's values: value i is
-    ``lengths[i]`` bytes from ``starts[i]`` in the concatenation of the byte ranges (buffer, offset, size)."""
+    ``lengths[i]`` bytes from ``at + starts[i]`` once the byte ranges (buffer, offset, size) are copied, in
+    order, from byte ``at`` on."""
     n = len(arr)
     bufs = arr.buffers()
     if pa.types.is_string_view(arr.type) or pa.types.is_binary_view(arr.type):
@@ -249,52 +287,65 @@ def _spans(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, list[tuple[int, "pa.B
         inline = lengths <= 12  # inline: the bytes follow the length; else (prefix, buffer index, offset)
         ranges: list[tuple[int, "pa.Buffer | None", int]] = [(16 * arr.offset, bufs[1], 16 * n)]
         base = np.zeros(max(len(bufs) - 2, 1), dtype=np.int64)
-        at = 16 * n
+        end = at + 16 * n
         for b, buf in enumerate(bufs[2:]):
-            base[b] = at
+            base[b] = end
             ranges.append((0, buf, buf.size if buf is not None else 0))
-            at += buf.size if buf is not None else 0
+            end += buf.size if buf is not None else 0
         rows = np.arange(n, dtype=np.int64)
-        starts = np.where(inline, 16 * rows + 4, base[np.where(inline, 0, views[:, 2])] + views[:, 3])
+        starts = np.where(inline, at + 16 * rows + 4, base[np.where(inline, 0, views[:, 2])] + views[:, 3])
         return starts, lengths, ranges
     wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
     itemsize = 8 if wide else 4
-    offsets = np.frombuffer(bufs[1], dtype=np.int64 if wide else np.int32, count=n + 1,
-                            offset=itemsize * arr.offset).astype(np.int64)
-    lo = int(offsets[0]) if n else 0
-    return offsets[:-1] - lo, np.diff(offsets), [(lo, bufs[2], int(offsets[-1]) - lo if n else 0)]
+    offsets = np.frombuffer(bufs[1], dtype=np.int64 if wide else np.int32, count=n + 1, offset=itemsize * arr.offset)
+    lo, hi = (int(offsets[0]), int(offsets[-1])) if n else (0, 0)
+    placed = np.add(offsets, at - lo, dtype=np.int64)
+    return placed[:-1], placed[1:] - placed[:-1], [(lo, bufs[2], hi - lo)]
+
+
+def murmur3_concat(arrays: Sequence[pa.Array], seeds: Sequence[int]) -> np.ndarray:
+    """uint32 hashes of the values of string arrays (string, large_string or string_view; sliced or not), one
+    after the other, array ``j`` with seed ``seeds[j]``, all in one vectorized pass (a null slot hashes its
+    bytes, if any: callers mask nulls).  Bit-identical to the kernel on the values' UTF-8 bytes."""
+    sizes = [len(a) for a in arrays]
+    total = sum(sizes)
+    if total <= _PY_LANES:
+        return np.array([0 if v is None else murmur3_bytes(v.encode() if isinstance(v, str) else v, int(s))
+                         for a, s in zip(arrays, seeds) for v in a.to_pylist()], dtype=np.uint32)
+    parts = []
+    at = 0
+    for a in arrays:
+        parts.append(_spans(a, at))
+        at += sum(size for _, _, size in parts[-1][2])
+    if len(parts) == 1:
+        (starts, lengths, _), = parts
+        lane_seeds = np.full(total, int(seeds[0]) & _M32, dtype=np.uint32)
+        pads = np.full(total, _pad_block(int(seeds[0]) & _M32), dtype=np.uint32)
+    else:
+        starts, lengths = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+        lane_seeds = np.repeat(np.array([int(s) & _M32 for s in seeds], dtype=np.uint32), sizes)
+        pads = np.repeat(np.array([_pad_block(int(s) & _M32) for s in seeds], dtype=np.uint32), sizes)
+    lead = int(lengths.max()) & ~3  # room before the first string for the padding blocks' reads
+    data = np.zeros(lead + at + 4, dtype=np.uint8)
+    at = lead
+    for _, _, ranges in parts:
+        for offset, buf, size in ranges:
+            if size and buf is not None:
+                data[at:at + size] = np.frombuffer(buf, dtype=np.uint8, count=size, offset=offset)
+            at += size
+    starts = starts + lead
+    return _hash_spans(data, starts, lengths, lane_seeds, pads)
 
 
 def murmur3_strings(arrays: Sequence[pa.Array], seeds: Sequence[int]) -> list[np.ndarray]:
-    """uint32 hashes of every value of string arrays (string, large_string or string_view; sliced or not),
-    array ``j`` with seed ``seeds[j]``, all in one vectorized pass (a null slot hashes its bytes, if any:
-    the caller masks nulls).  Bit-identical to the kernel on the values' UTF-8 bytes.
+    """:func:`murmur3_concat`, one array of hashes per string array.
 
     >>> a = pa.array(["hello", "", "héllo wörld"])
     >>> murmur3_strings([a], [0])[0].tolist() == murmur3(np.array(a.to_pylist(), dtype=object)).tolist()
     True
     """
-    sizes = [len(a) for a in arrays]
-    total = sum(sizes)
-    if total <= _PY_LANES:
-        return [np.array([0 if v is None else murmur3_bytes(v.encode() if isinstance(v, str) else v, int(s))
-                          for v in a.to_pylist()], dtype=np.uint32) for a, s in zip(arrays, seeds)]
-    parts = [_spans(a) for a in arrays]
-    lengths = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    lead = 4 * (int(lengths.max()) >> 2) if total else 0  # room for the padding blocks' reads
-    nbytes = sum(size for p in parts for _, _, size in p[2])
-    data = np.zeros(lead + nbytes + 4, dtype=np.uint8)
-    at, starts = lead, []
-    for (st, _, ranges) in parts:
-        starts.append(st + at)
-        for offset, buf, size in ranges:
-            if size and buf is not None:
-                data[at:at + size] = np.frombuffer(buf, dtype=np.uint8, count=size, offset=offset)
-            at += size
-    lane_seeds = np.repeat(np.array([int(s) for s in seeds], dtype=np.uint32), sizes)
-    pads = np.repeat(np.array([_pad_block(int(s) & _M32) for s in seeds], dtype=np.uint32), sizes)
-    hashed = _hash_spans(data, np.concatenate(starts), lengths, lane_seeds, pads)
-    return np.split(hashed, np.cumsum(sizes)[:-1].tolist())
+    hashed = murmur3_concat(arrays, seeds)
+    return np.split(hashed, np.cumsum([len(a) for a in arrays])[:-1].tolist())
 
 
 def murmur3_arrow(arr: "pa.Array | pa.ChunkedArray", seed: int) -> np.ndarray:
