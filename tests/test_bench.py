@@ -109,3 +109,8 @@ def test_soak_bench_smoke(tmp_path):
     for key in ("rss_slope_mb_per_h", "fds", "threads", "lag_p50_s", "lag_p95_s", "checkpoint_write_p95_ms",
                 "sigterm_exit_s", "rows_per_s"):
         assert fig[key] is not None, key
+
+
+def test_hashing_bench_smoke():
+    out = _run("hashing.py", timeout=200)
+    assert "session (old) vs numpy (new)" in out and "Hashed.encode" in out and "partial_fit" in out
