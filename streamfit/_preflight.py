@@ -223,7 +223,7 @@ def _is_artifact(path: str) -> bool:
 
 def _kinds(spec: dict[str, Any]) -> tuple[set[str], str | None]:
     """The step strategies a preflight can run here, and a note on what it skips."""
-    from streamfit._engine.build import has_ort_training
+    from streamfit._engine.ort_private import has_ort_training
 
     if _is_artifact(spec["model"]):
         return {"fused"}, "a training artifact: its fused step graphs only (no forward/backward stage)"

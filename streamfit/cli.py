@@ -200,7 +200,8 @@ def _check(ns: argparse.Namespace) -> int:
 
 
 def _compile(ns: argparse.Namespace) -> int:
-    from streamfit._engine.artifact import compile_artifact, read_artifact, save_artifact
+    from streamfit._engine.artifact import read_artifact, save_artifact
+    from streamfit._engine.compile import compile_artifact
     from streamfit.exceptions import ConfigError
     from streamfit.penalties import get_penalty
 

@@ -141,7 +141,8 @@ def make(directory: "str | Path") -> dict[str, Any]:
     """Compile, train and save every case into ``directory``; returns the manifest (also written as JSON)."""
     import onnxruntime
 
-    from streamfit._engine.artifact import compile_artifact, save_artifact
+    from streamfit._engine.artifact import save_artifact
+    from streamfit._engine.compile import compile_artifact
     from streamfit._engine.trainer import Trainer
     from streamfit.penalties import Penalty
 

@@ -18,7 +18,10 @@ import numpy as np
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.model import PreparedModel
+from streamfit._engine.gradient_graphs import GradientGraphs
 from streamfit._engine.names import Names
+from streamfit._engine.onnx_helpers import attr
+from streamfit._engine.rewrites import propagate_matmul_shapes, remove_noop_reshapes, shape_table
 from streamfit.exceptions import ModelError
 
 __all__ = ["SUPPORTED", "NO_GRADIENT", "build_own_gradient", "unsupported_ops"]
@@ -94,13 +97,6 @@ class _Emitter:
 Rule = Callable[[_Emitter, NodeProto, list, list, list], None]
 
 
-def _attr(node: NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _binary(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
     a, b = node.input[0], node.input[1]
     dy = dys[0]
@@ -136,8 +132,8 @@ def _matmul(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> 
 
 
 def _gemm(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    ta, tb = _attr(node, "transA", 0), _attr(node, "transB", 0)
-    alpha, beta = float(_attr(node, "alpha", 1.0)), float(_attr(node, "beta", 1.0))
+    ta, tb = attr(node, "transA", 0), attr(node, "transB", 0)
+    alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
     a, b = node.input[0], node.input[1]
     dy = dys[0]
     if need[0]:  # Y = alpha op(A) op(B): d op(A) = alpha dY op(B)^T
@@ -161,20 +157,20 @@ def _relu(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> No
     if e.dtype == np.float32:
         mask = e.op("HardSigmoid", [y], alpha=2.0 ** 126, beta=0.0)
     else:
-        big = e.const("sf_relu_big", np.array(2.0 ** 1022))
-        mask = e.op("Clip", [e.op("Mul", [y, big]), e.const("sf_zero", np.array(0)), e.const("sf_one", np.array(1))])
+        big = e.const(Names.relu_big, np.array(2.0 ** 1022))
+        mask = e.op("Clip", [e.op("Mul", [y, big]), e.const(Names.zero, np.array(0)), e.const(Names.one, np.array(1))])
     e.op("Mul", [dys[0], mask], outs[0])
 
 
 def _tanh(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
     y = node.output[0]  # dY * (1 - Y^2), as rewrites.float64_activation_grads spells TanhGrad
-    d = e.op("Sub", [e.const("sf_one", np.array(1)), e.op("Mul", [y, y])])
+    d = e.op("Sub", [e.const(Names.one, np.array(1)), e.op("Mul", [y, y])])
     e.op("Mul", [dys[0], d], outs[0])
 
 
 def _sigmoid(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
     y = node.output[0]  # dY * Y * (1 - Y)
-    d = e.op("Mul", [y, e.op("Sub", [e.const("sf_one", np.array(1)), y])])
+    d = e.op("Mul", [y, e.op("Sub", [e.const(Names.one, np.array(1)), y])])
     e.op("Mul", [dys[0], d], outs[0])
 
 
@@ -198,7 +194,7 @@ def _reduce_sum(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list)
     if len(node.input) < 2 or not node.input[1]:
         raise ModelError(f"ReduceSum node {node.name!r} without axes: not differentiated by streamfit's builder")
     dy = dys[0]
-    if not _attr(node, "keepdims", 1):
+    if not attr(node, "keepdims", 1):
         dy = e.op("Unsqueeze", [dy, node.input[1]])
     e.op("Expand", [dy, e.op("Shape", [x])], outs[0])
 
@@ -208,7 +204,7 @@ def _reshape(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) ->
 
 
 def _transpose(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    perm = _attr(node, "perm", None)
+    perm = attr(node, "perm", None)
     if perm is None:
         perm = list(range(len(e.shape(node.input[0], node))))[::-1]
     inverse = [0] * len(perm)
@@ -218,7 +214,7 @@ def _transpose(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) 
 
 
 def _concat(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    axis = int(_attr(node, "axis", 0))
+    axis = int(attr(node, "axis", 0))
     sizes = []
     for x in node.input:
         shape = e.shape(x, node)
@@ -232,7 +228,7 @@ def _concat(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> 
 
 
 def _gather(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    if int(_attr(node, "axis", 0)) != 0:
+    if int(attr(node, "axis", 0)) != 0:
         raise ModelError(f"Gather node {node.name!r}: streamfit's builder differentiates axis=0 only")
     data, ids = node.input[0], node.input[1]
     # dData = zeros(data) with dY added at the ids' rows (ScatterND, reduction="add"): GatherGrad in standard ops
@@ -281,11 +277,8 @@ def _requires_grad(model: ModelProto, sources: set[str]) -> set[str]:
     return needs
 
 
-def build_own_gradient(pm: PreparedModel, input_grads: Sequence[str] = ()) -> Any:
+def build_own_gradient(pm: PreparedModel, input_grads: Sequence[str] = ()) -> GradientGraphs:
     """The gradient graphs of ``pm`` (as :func:`build.build_gradient_graphs` returns them), built here."""
-    from streamfit._engine.build import GradientGraphs
-    from streamfit._engine.rewrites import _shape_table, propagate_matmul_shapes, remove_noop_reshapes
-
     bad = unsupported_ops(pm, input_grads)
     if bad:
         raise ModelError(f"the gradient of ops {bad} needs onnxruntime-training at train time (Python <= 3.12); "
@@ -293,7 +286,7 @@ def build_own_gradient(pm: PreparedModel, input_grads: Sequence[str] = ()) -> An
                          "Python <= 3.12 (`streamfit compile MODEL -o model.train.onnx`) and train the artifact here")
     model = pm.with_host_inputs(pm.model)  # host tensors: inputs the caller sets, never folded as constants
     graph = model.graph
-    shapes = _shape_table(model, pm.initial)
+    shapes = shape_table(model, pm.initial)
     sources = set(pm.weights) | set(input_grads)
     needs = _requires_grad(model, sources)
     y = pm.output_name

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 import numpy as np
-from onnxruntime.capi import _pybind_state as C
+from streamfit._engine import ort_private as C
 
 from streamfit._engine.device import Device
 
@@ -75,7 +75,7 @@ class HostScalars:
     host tensors, see :attr:`~streamfit._engine.model.PreparedModel.host`)."""
 
     def __init__(self, names: Iterable[str], dtype: np.dtype, tensors: Mapping[str, np.ndarray] | None = None) -> None:
-        cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        cpu = C.cpu_device()
         self.arrays = {n: np.zeros((), dtype) for n in names}
         self.arrays.update((n, np.array(a, order="C")) for n, a in (tensors or {}).items())
-        self.values = {n: C.OrtValue.ortvalue_from_numpy(a, cpu) for n, a in self.arrays.items()}
+        self.values = {n: C.from_numpy(a, cpu) for n, a in self.arrays.items()}

@@ -9,21 +9,24 @@ Both use the same loss/penalty/optimizer emitters, hence the same arithmetic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
-from onnxruntime.capi import _pybind_state as C
 
+from streamfit._engine.autodiff import build_own_gradient
 from streamfit._engine.checkplan import CheckPlan
+from streamfit._engine.gradient_graphs import GradientGraphs
 from streamfit._engine.graph import GraphBuilder, onnx_dtype
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.names import Names
+from streamfit._engine.onnx_helpers import attrs, toposort
+from streamfit._engine.ort_private import has_ort_training, ort_gradient
 from streamfit._engine.running_stats import emit_running_stats
-from streamfit._engine.rewrites import (_shape_table, bias_grads_as_matmul, decompose_fused_matmul, propagate_matmul_shapes, float64_activation_grads,
-                                       remove_noop_reshapes, replace_relu_grad, simplify_broadcast_gradients)
+from streamfit._engine.rewrites import (bias_grads_as_matmul, decompose_fused_matmul, float64_activation_grads,
+                                       propagate_matmul_shapes, remove_noop_reshapes, replace_relu_grad, shape_table,
+                                       simplify_broadcast_gradients)
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
 from streamfit.optim.base import Optimizer
@@ -36,29 +39,9 @@ _OPSET = 17
 _IR = 8
 
 
-@dataclass
-class GradientGraphs:
-    """What ``OrtModuleGraphBuilder`` returns: forward model (weights as inputs), gradient model, info."""
-
-    forward: ModelProto
-    gradient: ModelProto
-    grad_names: list[str]
-    info: Any
-    #: static shapes of forward tensors and their ``*_grad`` twins (ints, symbols or None per dim)
-    shapes: dict[str, list] = field(default_factory=dict)
-    #: gradients of the inputs asked for (the rows of sparse tables), in the order asked
-    input_grad_names: list[str] = field(default_factory=list)
-
-
-
 #: gradient builders: onnxruntime-training's ``OrtModuleGraphBuilder`` (any op it knows; Python <= 3.12) and
 #: streamfit's own (:mod:`streamfit._engine.autodiff`: the ready-made models' ops, standard ops only)
 GRADIENT_BUILDERS = ("auto", "onnxruntime", "streamfit")
-
-
-def has_ort_training() -> bool:
-    """True when this onnxruntime is a training build (it has ``OrtModuleGraphBuilder``)."""
-    return hasattr(C, "OrtModuleGraphBuilder")
 
 
 def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), builder: str = "auto") -> GradientGraphs:
@@ -70,26 +53,17 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
     if builder not in GRADIENT_BUILDERS:
         raise ValueError(f"gradient builder must be one of {GRADIENT_BUILDERS}, got {builder!r}")
     if builder == "streamfit" or (builder == "auto" and not has_ort_training()):
-        from streamfit._engine.autodiff import build_own_gradient
-
         return build_own_gradient(pm, input_grads)
     if not has_ort_training():
         raise ModelError("the onnxruntime gradient builder needs onnxruntime-training at train time (Python <= 3.12); "
                          "this onnxruntime is an inference build")
-    config = C.OrtModuleGraphBuilderConfiguration()
-    config.initializer_names = list(pm.weights)
-    config.initializer_names_to_train = list(pm.weights)
-    config.input_names_require_grad = list(input_grads)
-    config.build_gradient_graph = True
-    ort_builder = C.OrtModuleGraphBuilder()
     try:
-        ort_builder.initialize(pm.with_host_inputs(pm.model).SerializeToString(), config)
-        ort_builder.build(C.TrainingGraphTransformerConfiguration())
+        built = ort_gradient(pm.with_host_inputs(pm.model).SerializeToString(), pm.weights, input_grads)
     except Exception as exc:
         raise ModelError(f"onnxruntime-training cannot build the gradient of this model: {exc}") from exc
-    info = ort_builder.get_graph_info()
-    gradient = onnx.load_from_string(ort_builder.get_gradient_model())
-    shapes = _shape_table(pm.model, pm.initial)
+    info = built.info
+    gradient = onnx.load_from_string(built.gradient)
+    shapes = shape_table(pm.model, pm.initial)
     propagate_matmul_shapes(gradient, shapes)
     simplify_broadcast_gradients(gradient, shapes)
     remove_noop_reshapes(gradient, shapes, protect={pm.output_name})
@@ -99,7 +73,7 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
         float64_activation_grads(gradient, pm.dtype)
     order = list(info.initializer_names_to_train)
     grads = dict(zip(order, info.initializer_grad_names_to_train))
-    return GradientGraphs(onnx.load_from_string(ort_builder.get_forward_model()), gradient,
+    return GradientGraphs(onnx.load_from_string(built.forward), gradient,
                           [grads[w] for w in pm.weights], info, shapes,
                           [info.user_input_grad_names[name] for name in input_grads])
 
@@ -119,7 +93,7 @@ def sample_weight_shape(n: int, y_rank: int) -> tuple[int, ...]:
     return (n,) if y_rank <= 1 else (n, 1)
 
 
-def _rename_output(b: GraphBuilder, old: str, new: str, graph_inputs: set[str]) -> None:
+def rename_output(b: GraphBuilder, old: str, new: str, graph_inputs: set[str]) -> None:
     """Give the node that produces ``old`` the output name ``new`` (Identity when ``old`` is an input)."""
     if old in graph_inputs:
         b.op("Identity", old, out=new)
@@ -160,7 +134,7 @@ def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer
         produced = {**new_state, "": w_new}
         for slot, value in produced.items():
             target = Names.new(state[slot] if slot else w)
-            _rename_output(b, value, target, graph_inputs | set(scalars.values()) | set(state.values()))
+            rename_output(b, value, target, graph_inputs | set(scalars.values()) | set(state.values()))
             outputs.append(_value_info(target, elem, slot_shapes[slot] if slot else shape))
             sums.append(b.op("ReduceSum", target, keepdims=0))
     check = b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
@@ -195,7 +169,7 @@ def _scalar_outputs(b: GraphBuilder, terms: list[str], prefix: str, elem: int) -
         terms = [b.op("Sum", *terms)]
     outputs = []
     for i, term in enumerate(terms):
-        _rename_output(b, term, f"{prefix}{i}", set())
+        rename_output(b, term, f"{prefix}{i}", set())
         outputs.append(_value_info(f"{prefix}{i}", elem, []))
     return outputs
 
@@ -239,14 +213,14 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         new = Names.new(w)
         base = b.op("Mul", w, Names.decay) if l2 and w in pm.penalized else w
         gemm = producers.get(g)
-        attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute} if gemm is not None else {}
+        attrs_ = attrs(gemm) if gemm is not None else {}
         foldable = gemm is not None and (gemm.op_type == "Gemm" and len(gemm.input) == 2
                     and consumers.get(g, 0) == 0 and not (large_batch and min(shape or [1]) <= 1))
         if gemm is not None and foldable:
             gemm.input.append(base)
             del gemm.attribute[:]
-            gemm.attribute.extend([helper.make_attribute(k, v) for k, v in attrs.items() if k not in ("alpha", "beta")])
-            gemm.attribute.extend([helper.make_attribute("alpha", -float(attrs.get("alpha", 1.0))),
+            gemm.attribute.extend([helper.make_attribute(k, v) for k, v in attrs_.items() if k not in ("alpha", "beta")])
+            gemm.attribute.extend([helper.make_attribute("alpha", -float(attrs_.get("alpha", 1.0))),
                                    helper.make_attribute("beta", 1.0)])
             gemm.output[0] = new
         else:
@@ -256,7 +230,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
             bounded.append(w)
             operands[0][gemm.input[0]] = None
             operands[1][gemm.input[1]] = None
-            alpha_max = max(alpha_max, abs(float(attrs.get("alpha", 1.0))))
+            alpha_max = max(alpha_max, abs(float(attrs_.get("alpha", 1.0))))
         elif host_checks and int(np.prod(shape)) == 1:
             host.append(w)
         else:
@@ -300,8 +274,8 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     fold = folds_lr_into_gradients(optimizer, penalty)
     loss_out, dy = loss.graph(b, y_name, Names.target, Names.loss_weight, Names.grad_weight)
     existing = {i.name for i in graph.input}
-    _rename_output(b, loss_out, Names.loss, existing)
-    _rename_output(b, dy, dy_name, existing)
+    rename_output(b, loss_out, Names.loss, existing)
+    rename_output(b, dy, dy_name, existing)
     plan = CheckPlan()
     if fold:
         upd_inputs, upd_outputs, plan = emit_sgd_folded(b, graph, pm, graphs.grad_names, penalty, large_batch,
@@ -332,7 +306,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     grad_model.opset_import.extend(_opsets(graphs.gradient))
     grad_model.ir_version = min(grad_model.ir_version or 10, 10)
     plan.attach(grad_model)  # the graph carries what the step that runs it must check itself
-    return _toposort(grad_model)
+    return toposort(grad_model)
 
 
 def _batch_dim(pm: PreparedModel, shapes: dict[str, list]) -> "int | str | None":
@@ -340,42 +314,13 @@ def _batch_dim(pm: PreparedModel, shapes: dict[str, list]) -> "int | str | None"
     return dims[0] if dims else None
 
 
-def check_plan(model: ModelProto) -> CheckPlan:
-    """What the step running a fused graph checks itself: bounded and host-read weights (see
-    :func:`emit_sgd_folded`); empty when the graph checks everything."""
-    return CheckPlan.of(model)
-
-
-def _toposort(model: ModelProto) -> ModelProto:
-    """Reorder nodes topologically (the update nodes consume gradients produced after the YieldOp)."""
-    graph = model.graph
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending = list(graph.node)
-    ordered = []
-    while pending:
-        rest = []
-        for node in pending:
-            if all(name in available for name in node.input):
-                ordered.append(node)
-                available.update(node.output)
-            else:
-                rest.append(node)
-        if len(rest) == len(pending):
-            missing = sorted({n for node in rest for n in node.input if n not in available})
-            raise ModelError(f"cannot order the training graph; unresolved inputs {missing[:5]}")
-        pending = rest
-    del graph.node[:]
-    graph.node.extend(ordered)
-    return model
-
-
 def build_loss_model(loss: Loss, dtype: np.dtype, y_rank: int) -> ModelProto:
     """The forward/backward strategy's loss graph: (Y, target, loss and grad weights) -> (loss, dL/dY)."""
     b = GraphBuilder(dtype, prefix="sf_l_")
     y = Names.y
     loss_out, dy = loss.graph(b, y, Names.target, Names.loss_weight, Names.grad_weight)
-    _rename_output(b, loss_out, Names.loss, set())
-    _rename_output(b, dy, Names.dy, set())
+    rename_output(b, loss_out, Names.loss, set())
+    rename_output(b, dy, Names.dy, set())
     elem = onnx_dtype(dtype)
     y_shape = ["N"] + [f"d{i}" for i in range(1, y_rank)]
     graph = helper.make_graph(
@@ -398,4 +343,4 @@ def build_update_model(pm: PreparedModel, optimizer: Optimizer, penalty: Penalty
     inputs, outputs = emit_updates(b, pm, grads, optimizer, penalty, None, names)
     graph = helper.make_graph(b.nodes, "streamfit_update", base_inputs + inputs, outputs, b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)], ir_version=_IR)
-    return _toposort(model)
+    return toposort(model)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import _pybind_state as C
+from streamfit._engine import ort_private as C
 
 __all__ = ["Device", "parse_device", "session_options"]
 
@@ -35,22 +35,21 @@ class Device:
         return [("CUDAExecutionProvider", {"device_id": str(self.index)}), "CPUExecutionProvider"]
 
     def ort_device(self) -> C.OrtDevice:
-        kind = C.OrtDevice.cpu() if self.kind == "cpu" else C.OrtDevice.cuda()
-        return C.OrtDevice(kind, C.OrtDevice.default_memory(), self.index)
+        return C.device_of(self.kind, self.index)
 
     def resident(self, array: np.ndarray) -> C.OrtValue:
         """A device-resident OrtValue holding ``array`` (shares the numpy memory on CPU, copies on CUDA).
 
         On CPU the caller must keep ``array`` alive as long as the OrtValue is bound.
         """
-        return C.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.ort_device())
+        return C.from_numpy(np.ascontiguousarray(array), self.ort_device())
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> tuple[C.OrtValue, np.ndarray | None]:
         """A new device buffer; on CPU also the numpy array that backs it."""
         if self.kind == "cpu":
             arr = np.empty(shape, dtype)
-            return C.OrtValue.ortvalue_from_numpy(arr, self.ort_device()), arr
-        return C.OrtValue.ortvalue_from_shape_and_type(list(shape), np.dtype(dtype).type, self.ort_device()), None
+            return C.from_numpy(arr, self.ort_device()), arr
+        return C.from_shape_and_type(shape, dtype, self.ort_device()), None
 
     def staging(self, shape: tuple[int, ...], dtype: Any) -> tuple[C.OrtValue, np.ndarray]:
         """A reusable host buffer that batches are copied into, and the OrtValue bound to it.
@@ -60,9 +59,9 @@ class Device:
         """
         arr = np.zeros(shape, dtype)
         if self.kind == "cuda":
-            pinned = _pinned_device(self.index)
+            pinned = C.pinned_device(self.index)
             try:
-                value = C.OrtValue.ortvalue_from_shape_and_type(list(shape), np.dtype(dtype).type, pinned)
+                value = C.from_shape_and_type(shape, dtype, pinned)
                 view = value.numpy()
             except Exception:  # no pinned allocator in this build: plain memory below
                 value = None
@@ -71,17 +70,11 @@ class Device:
                 if view.size == 0 or view.ctypes.data == value.data_ptr():
                     view[...] = 0
                     return value, view
-        cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
-        return C.OrtValue.ortvalue_from_numpy(arr, cpu), arr
+        return C.from_numpy(arr, C.cpu_device()), arr
 
     def to_numpy(self, value: C.OrtValue) -> np.ndarray:
         """Host copy of a device value (a fresh array on CUDA; a copy on CPU too, so it is a snapshot)."""
         return np.array(value.numpy(), copy=True)
-
-
-def _pinned_device(index: int) -> C.OrtDevice:
-    # OrtDevice(CPU, CUDA_PINNED=1, index): the memory type ORT's CUDA provider uses for pinned buffers.
-    return C.OrtDevice(C.OrtDevice.cpu(), 1, index)
 
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")

@@ -24,6 +24,7 @@ from typing import Iterator
 import numpy as np
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.onnx_helpers import prune
 from streamfit.exceptions import ModelError
 
 __all__ = ["rewrite_embedding_bags"]
@@ -195,6 +196,4 @@ def rewrite_embedding_bags(model: ModelProto, notes: list[str]) -> None:
                      f"{bag.ids!r}) rewritten as Gather + ReduceSum{' / bag size' if bag.mode == 'mean' else ''}")
     del graph.node[:]
     graph.node.extend(nodes)
-    from streamfit._engine.ml_ops import _prune
-
-    _prune(model)  # the loop's index arithmetic and the dynamo pre-gather feed nothing any more
+    prune(model)  # the loop's index arithmetic and the dynamo pre-gather feed nothing any more

@@ -11,12 +11,13 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import _pybind_state as C
+from onnx import ModelProto
 
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import GradientGraphs, Names, build_loss_model, build_update_model
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
+from streamfit._engine import ort_private as C
 from streamfit._engine.running_stats import running_stats_model
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.exceptions import StreamfitError
@@ -47,12 +48,13 @@ class ForwardBackwardStep:
             raise StreamfitError(f"unexpected gradient-graph inputs {self.feed_names}, expected {expected}")
         dev = device.ort_device()
         n_fw = len(graphs.info.user_output_names) + len(graphs.info.frontier_node_arg_map)
-        self.agent = C.TrainingAgent(self.session._sess, self.feed_names, [dev] * n_fw, graphs.grad_names,
-                                     [dev] * len(graphs.grad_names), 0)
-        self.loss_session = make_session(build_loss_model(loss, pm.dtype, y_rank).SerializeToString(), options,
-                                         device, pm.dtype)
-        self.update_session = make_session(build_update_model(pm, optimizer, penalty).SerializeToString(),
-                                           options, device, pm.dtype)
+        self.agent = C.training_agent(self.session, self.feed_names, [dev] * n_fw, graphs.grad_names,
+                                      [dev] * len(graphs.grad_names))
+        self._gradient_model = graphs.gradient
+        self._loss_model = build_loss_model(loss, pm.dtype, y_rank)
+        self._update_model = build_update_model(pm, optimizer, penalty)
+        self.loss_session = make_session(self._loss_model.SerializeToString(), options, device, pm.dtype)
+        self.update_session = make_session(self._update_model.SerializeToString(), options, device, pm.dtype)
         self.outputs = HostScalars([Names.loss, Names.check], pm.dtype)
         self._update_inputs = {i.name for i in self.update_session.get_inputs()}
         self._state: Any = None
@@ -65,8 +67,12 @@ class ForwardBackwardStep:
         self.lr_in_grad_weights = False  # dL/dY is the plain gradient; the update graph applies the lr
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
 
+    def graphs(self) -> dict[str, ModelProto]:
+        """The step graphs by role: ``gradient`` (forward and backward), ``loss`` and ``update``."""
+        return {"gradient": self._gradient_model, "loss": self._loss_model, "update": self._update_model}
+
     def _bindings(self, staging: Staging) -> dict[str, Any]:
-        io = C.SessionIOBinding(self.loss_session._sess)
+        io = C.io_binding(self.loss_session)
         io.bind_ortvalue_input(Names.target, staging.t_value)
         io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
         io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
@@ -80,11 +86,9 @@ class ForwardBackwardStep:
         live = dict(self.params.live())
         live.update(zip((i.name for i in self.pm.inputs), x_values))
         live.update((name, self.scalars.values[name]) for name in self.pm.host)
-        feeds = C.OrtValueVector()
-        for name in self.feed_names:
-            feeds.push_back(live[name])
-        fetches = C.OrtValueVector()
-        self._state = C.PartialGraphExecutionState()
+        feeds = C.value_vector([live[name] for name in self.feed_names])
+        fetches = C.value_vector()
+        self._state = C.partial_state()
         self.agent.run_forward(feeds, fetches, self._state, None)
         return fetches[0]
 
@@ -92,16 +96,15 @@ class ForwardBackwardStep:
         """Gradients of the trained weights given dL/dY, in the order of ``pm.weights``."""
         if self._state is None:
             raise StreamfitError("backward() needs a forward() first")
-        grads_in = C.OrtValueVector()
-        grads_in.push_back(dy_value)
-        grads = C.OrtValueVector()
+        grads_in = C.value_vector([dy_value])
+        grads = C.value_vector()
         self.agent.run_backward(grads_in, grads, self._state)
         self._state = None
         return [grads[i] for i in range(len(grads))]
 
     def apply(self, grads: Sequence[C.OrtValue]) -> bool:
         """Update weights and state from ``grads``; swap only if every new value is finite."""
-        io = C.SessionIOBinding(self.update_session._sess)
+        io = C.io_binding(self.update_session)
         src, dst = self.params.live(), self.params.spare()
         for w, g in zip(self.pm.weights, grads):
             io.bind_ortvalue_input(Names.grad(w), g)
@@ -112,7 +115,7 @@ class ForwardBackwardStep:
             io.bind_ortvalue_input(name, src[name])
             io.bind_ortvalue_output(Names.new(name), dst[name])
         io.bind_ortvalue_output(Names.check, self.outputs.values[Names.check])
-        self.update_session._sess.run_with_iobinding(io, None)
+        C.raw_session(self.update_session).run_with_iobinding(io, None)
         ok = bool(np.isfinite(self.outputs.arrays[Names.check]))
         if ok:
             self.params.swap()
@@ -121,7 +124,7 @@ class ForwardBackwardStep:
     # -- whole step ---------------------------------------------------------------------------------
     def update_running_stats(self, x_values: Sequence[C.OrtValue]) -> None:
         """New running statistics from this batch into the spare set (live once the step is applied)."""
-        io = C.SessionIOBinding(self._stats_session._sess)
+        io = C.io_binding(self._stats_session)
         for spec, value in zip(self.pm.inputs, x_values):
             io.bind_ortvalue_input(spec.name, value)
         src, dst = self.params.live(), self.params.spare()
@@ -131,7 +134,7 @@ class ForwardBackwardStep:
             io.bind_ortvalue_input(name, self.scalars.values[name])
         for name in self.pm.buffers:
             io.bind_ortvalue_output(Names.new(name), dst[name])
-        self._stats_session._sess.run_with_iobinding(io, None)
+        C.raw_session(self._stats_session).run_with_iobinding(io, None)
 
     def run(self, staging: Staging) -> tuple[float, bool]:
         if self._stats_session is not None:
@@ -140,7 +143,7 @@ class ForwardBackwardStep:
         np.copyto(staging.y, y.numpy())  # CUDA: a device-to-host copy, as the fused step's bound output
         io = staging.extra["loss_io"]
         io.bind_ortvalue_input(Names.y, y)
-        self.loss_session._sess.run_with_iobinding(io, None)
+        C.raw_session(self.loss_session).run_with_iobinding(io, None)
         loss = float(self.outputs.arrays[Names.loss])
         if not np.isfinite(loss):
             self._state = None

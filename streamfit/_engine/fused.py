@@ -9,7 +9,6 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import onnxruntime as ort
 from onnx import ModelProto
-from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import HostScalars, PingPong
 from streamfit._engine.build import GradientGraphs, build_fused, folds_lr_into_gradients
@@ -17,6 +16,7 @@ from streamfit._engine.checkplan import CheckPlan
 from streamfit._engine.device import Device, make_session
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.names import Names
+from streamfit._engine import ort_private as C
 from streamfit._engine.staging import Staging, StagingCache
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
@@ -100,11 +100,20 @@ class FusedStep:
         self.lr_in_grad_weights = folds_lr_into_gradients(optimizer, penalty)
         self.cache = StagingCache(device, self._bindings, loss_factor=loss.loss_factor)
 
+    def large_graph(self) -> ModelProto:
+        """The graph large batches run (built on first use: the first large batch, or a caller asking)."""
+        if self.large_model is None:
+            self.large_model = self._build_large()
+        return self.large_model
+
+    def graphs(self) -> dict[str, ModelProto]:
+        """The step graphs by role: ``fused`` (small batches) and ``fused_large``."""
+        return {"fused": self.model, "fused_large": self.large_graph()}
+
     def _session_for(self, rows: int) -> ort.InferenceSession:
         if rows < self.large_batch_rows:
             return self.session
-        if self.large_model is None:
-            self.large_model = self._build_large()
+        self.large_graph()
         if self._light_large_batches and rows * self._weights_size < self.parallel_min_work:
             if self._large_light_session is None:
                 self._large_light_session = make_session(self.large_model.SerializeToString(), self._light_options,
@@ -119,8 +128,7 @@ class FusedStep:
         """The 0-d host array a scalar output of the graphs is written to (one per name, bound once)."""
         if name not in self._scalar_outputs:
             array = np.zeros((), self.pm.dtype)
-            cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
-            self._scalar_outputs[name] = (C.OrtValue.ortvalue_from_numpy(array, cpu), array)
+            self._scalar_outputs[name] = (C.from_numpy(array, C.cpu_device()), array)
         return self._scalar_outputs[name][1]
 
     def _bindings(self, staging: Staging) -> dict[str, Any]:
@@ -139,7 +147,7 @@ class FusedStep:
             ones.fill(1)
             extra["ones"] = (value, ones)  # kept alive with the staging buffers
         for src, dst in ((0, 1), (1, 0)):
-            io = C.SessionIOBinding(session._sess)
+            io = C.io_binding(session)
             for spec, value in zip(self.pm.inputs, staging.x_values):
                 if spec.name in inputs:  # an ids input read only by a cut-out table Gather is not one
                     io.bind_ortvalue_input(spec.name, value)
@@ -177,7 +185,7 @@ class FusedStep:
             s0, s1 = (tuple(a for name, a in scalars.items() if name.startswith(prefix))
                       for prefix in (Names.bound_in0, Names.bound_in1))
             sums = (s0, s1)
-        run = FusedRun(session._sess, (bindings[0], bindings[1]), per_set, sums,
+        run = FusedRun(C.raw_session(session), (bindings[0], bindings[1]), per_set, sums,
                        forget_bound=bool(self._bound.weights) and not small)
         return {"run": run, **extra}
 

@@ -22,6 +22,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, numpy_helper
 
+from streamfit._engine.onnx_helpers import copy_fields
+
 __all__ = ["HELD_MIN_BYTES", "HELD_LOCATION", "is_held", "stub", "load_holding", "attach", "table_array"]
 
 #: Float initializers at least this large are held out of the protobufs.
@@ -113,18 +115,6 @@ def _array_from_file(init: TensorProto, base_dir: str) -> np.ndarray:
     return out
 
 
-def _copy_fields(src: "onnx.message.Message", dst: "onnx.message.Message", skip: str) -> None:  # type: ignore[name-defined]
-    for fd, value in src.ListFields():
-        if fd.name == skip:
-            continue
-        if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
-            getattr(dst, fd.name).extend(value)
-        elif fd.message_type is not None:
-            getattr(dst, fd.name).CopyFrom(value)
-        else:
-            setattr(dst, fd.name, value)
-
-
 def load_holding(model: "str | os.PathLike[str] | bytes | ModelProto", hold: bool = True, owned: bool = False
                  ) -> tuple[ModelProto, dict[str, np.ndarray]]:
     """Load ``model`` with its large float initializers held out: the model with stubs, and their arrays by
@@ -167,8 +157,8 @@ def load_holding(model: "str | os.PathLike[str] | bytes | ModelProto", hold: boo
     if not embedded and (source is not model or owned):
         return source, held
     out = ModelProto()
-    _copy_fields(source, out, "graph")
-    _copy_fields(source.graph, out.graph, "initializer")
+    copy_fields(source, out, "graph")
+    copy_fields(source.graph, out.graph, "initializer")
     for init in inits:
         if _holdable(init):
             held[init.name] = _array_from_proto(init)

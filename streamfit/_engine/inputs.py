@@ -15,7 +15,7 @@ import numpy as np
 from streamfit._engine.model import ModelInput
 from streamfit.exceptions import BadInputError, InputMismatchError, ModelError
 
-__all__ = ["InputPlan", "NamedRows", "accepts", "check_mapping"]
+__all__ = ["InputSignature", "NamedRows", "accepts", "check_mapping"]
 
 #: numpy dtype kinds an input of each declared kind accepts (copying into the declared type is exact or
 #: a change of float precision; floats never go into integer inputs, numbers never into bool ones)
@@ -53,8 +53,9 @@ class NamedRows:
         return f"NamedRows({', '.join(f'{k}: {a.dtype}{list(a.shape)}' for k, a in self.arrays.items())})"
 
 
-class InputPlan:
-    """The model's inputs in order, and the one an ndarray ``X`` feeds (``default``)."""
+class InputSignature:
+    """What the model's non-weight inputs take: their names in order, the one an ndarray ``X`` feeds
+    (``default``), and the check of a batch's arrays against their declared dtypes and shapes."""
 
     def __init__(self, inputs: tuple[ModelInput, ...], default: str) -> None:
         self.inputs = inputs

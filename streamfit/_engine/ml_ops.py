@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.onnx_helpers import attrs, prune
 from streamfit.exceptions import ModelError
 
 __all__ = ["rewrite_ml_ops"]
@@ -35,11 +36,11 @@ def rewrite_ml_ops(model: ModelProto, notes: list[str]) -> dict[str, TensorProto
     from_skl2onnx = model.producer_name == "skl2onnx"
     if not from_skl2onnx and not any(node.domain == ML for node in graph.node):
         return {init.name: init for init in graph.initializer}
-    _prune(model)
+    prune(model)
     if from_skl2onnx:
         _freeze_constants(model, notes)
     types = _elem_types(model)
-    rw = _Rewriter(model, types)
+    rw = _MlRewriter(model, types)
     nodes: list[NodeProto] = []
     for node in graph.node:
         new = rw.rewrite(node) if node.domain == ML else None
@@ -52,23 +53,6 @@ def rewrite_ml_ops(model: ModelProto, notes: list[str]) -> dict[str, TensorProto
     graph.node.extend(nodes)
     graph.initializer.extend(rw.added.values())
     return {init.name: init for init in graph.initializer}
-
-
-def _prune(model: ModelProto) -> None:
-    """Drop the nodes no graph output depends on (a classifier's label branch once its scores are trained)."""
-    graph = model.graph
-    needed = {o.name for o in graph.output}
-    kept: list[NodeProto] = []
-    for node in reversed(graph.node):
-        if any(o in needed for o in node.output):
-            kept.append(node)
-            needed.update(i for i in node.input if i)
-    del graph.node[:]
-    graph.node.extend(reversed(kept))
-    used = needed | {i.name for i in graph.input}
-    unused = [init for init in graph.initializer if init.name not in used]
-    for init in unused:
-        graph.initializer.remove(init)
 
 
 def _freeze_constants(model: ModelProto, notes: list[str]) -> None:
@@ -111,15 +95,10 @@ def _elem_types(model: ModelProto) -> dict[str, int]:
     return types
 
 
-def _attrs(node: NodeProto) -> dict:
-    out = {}
-    for a in node.attribute:
-        value = helper.get_attribute_value(a)
-        out[a.name] = value.decode() if isinstance(value, bytes) else value
-    return out
+class _MlRewriter:
+    """Rewrites one ``ai.onnx.ml`` node into standard ops (a method per operator), with fresh names and the
+    model's constants."""
 
-
-class _Rewriter:
     def __init__(self, model: ModelProto, types: dict[str, int]) -> None:
         self.model = model
         self.types = types
@@ -130,7 +109,7 @@ class _Rewriter:
         self.constants = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
         for node in model.graph.node:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                value = _attrs(node).get("value")
+                value = attrs(node, decode=True).get("value")
                 if value is not None:
                     self.constants[node.output[0]] = numpy_helper.to_array(value)
 
@@ -164,7 +143,7 @@ class _Rewriter:
 
     def rewrite(self, node: NodeProto) -> list[NodeProto] | None:
         method = getattr(self, f"_{node.op_type}", None)
-        return None if method is None else method(node, _attrs(node))
+        return None if method is None else method(node, attrs(node, decode=True))
 
     # -- the linear models ------------------------------------------------------------------------
     def _affine(self, node: NodeProto, coefficients: list[float], intercepts: list[float], rows: int,

@@ -34,6 +34,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 from streamfit._engine.embedding_bag import rewrite_embedding_bags
 from streamfit._engine.held import attach, load_holding
 from streamfit._engine.ml_ops import ML, rewrite_ml_ops
+from streamfit._engine.onnx_helpers import copy_fields, default_opset
 from streamfit._engine.running_stats import RunningStats, eval_semantics
 from streamfit._engine.trainable import make_trainable
 from streamfit.exceptions import ModelError
@@ -173,8 +174,8 @@ class PreparedModel:
         held weights not in ``values`` get their ``initial`` data."""
         source = self.inference if self.inference is not None else self.model
         out = ModelProto()
-        _copy_fields(source, out, skip="graph")
-        _copy_fields(source.graph, out.graph, skip="initializer")  # the initializers replaced are never copied
+        copy_fields(source, out, skip="graph")
+        copy_fields(source.graph, out.graph, skip="initializer")  # the initializers replaced are never copied
         for init in source.graph.initializer:
             if init.name in values:
                 out.graph.initializer.append(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
@@ -201,19 +202,6 @@ class PreparedModel:
         return out
 
 
-def _copy_fields(source: Any, target: Any, skip: str) -> None:
-    """Copy every set field of protobuf message ``source`` into ``target`` except the field ``skip``."""
-    for fd, value in source.ListFields():
-        if fd.name == skip:
-            continue
-        if isinstance(value, (str, bytes, int, float)):
-            setattr(target, fd.name, value)
-        elif hasattr(value, "CopyFrom"):
-            getattr(target, fd.name).CopyFrom(value)
-        else:  # a repeated field
-            getattr(target, fd.name).extend(value)
-
-
 def load_model(model: "str | os.PathLike[str] | bytes | ModelProto") -> ModelProto:
     """Load a model from a path, serialized bytes or a ModelProto (copied: the caller's is untouched)."""
     if isinstance(model, ModelProto):
@@ -228,13 +216,6 @@ def load_model(model: "str | os.PathLike[str] | bytes | ModelProto") -> ModelPro
         return onnx.load(os.fspath(model))
     except Exception as exc:  # onnx raises DecodeError, OSError, ...: all mean "not a model we can read"
         raise ModelError(f"cannot load the ONNX model: {exc}") from exc
-
-
-def _default_opset(model: ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
 
 
 def _used_element_types(model: ModelProto) -> set[int]:
@@ -253,7 +234,7 @@ def _make_loadable(model: ModelProto, notes: list[str]) -> ModelProto:
     if len(versions) < len(model.opset_import):
         del model.opset_import[:]
         model.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in versions.items())
-    opset = _default_opset(model)
+    opset = default_opset(model)
     if opset and not MIN_OPSET <= opset <= MAX_OPSET:
         target = min(max(opset, MIN_OPSET), MAX_OPSET)
         try:

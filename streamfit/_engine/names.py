@@ -33,6 +33,10 @@ class Names:
     y = "sf_y"  # the loss graph's input: the model's output (forward/backward strategy)
     dy = "sf_dy"  # the loss graph's output: dL/dY
     ones = "sf_ones"  # a batch-long vector of ones (bias gradients as a GEMV, see rewrites.bias_grads_as_matmul)
+    # constants the gradient rewrites and streamfit's own gradient builder both add (shared by name)
+    one = "sf_one"  # 1 (TanhGrad, SigmoidGrad spelled out)
+    zero = "sf_zero"  # 0 (the ReluGrad mask's lower clip)
+    relu_big = "sf_relu_big"  # 2**1022: the float64 ReluGrad mask clip(Y * relu_big, 0, 1)
     #: model metadata: what the fused step checks itself, as canonical JSON (see :mod:`~streamfit._engine.checkplan`)
     check_plan_key = "streamfit.checks"
     dropout_off = "sf_dropout_off"  # the inference copy's bool False initializer: every Dropout's training_mode

@@ -23,9 +23,10 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
+from streamfit._engine.onnx_helpers import attrs, default_opset
 from streamfit._engine.rewrites import decompose_fused_matmul, float64_activation_grads, replace_relu_grad
 
-__all__ = ["REWRITTEN", "CANNOT", "INFERENCE_CONTRIB", "PortabilityReport", "make_portable", "portability_report", "step_graphs", "SplitGraphs", "split_at_yield",
+__all__ = ["REWRITTEN", "CANNOT", "INFERENCE_CONTRIB", "PortabilityReport", "make_portable", "portability_report", "SplitGraphs", "split_at_yield",
            "needs_training_build"]
 
 MS = "com.microsoft"
@@ -206,10 +207,6 @@ class _Ctx:
         return self.op("Range", start, rank, self.i64(1))
 
 
-def _attrs(node: NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
 Rewrite = Callable[[NodeProto, _Ctx], bool]  # emits into ctx.nodes; False: this case is not handled
 _REWRITES: dict[str, Rewrite] = {}
 
@@ -229,13 +226,13 @@ def _out(node: NodeProto, i: int) -> str:
 @_rewrite("Scale")
 def _scale(node: NodeProto, c: _Ctx) -> bool:
     x, s = node.input[0], c.op("Cast", node.input[1], to=c.elem)
-    c.op("Div" if _attrs(node).get("scale_down", 0) else "Mul", x, s, out=node.output[0])
+    c.op("Div" if attrs(node).get("scale_down", 0) else "Mul", x, s, out=node.output[0])
     return True
 
 
 @_rewrite("ConcatTraining")
 def _concat_training(node: NodeProto, c: _Ctx) -> bool:
-    axis = int(_attrs(node)["axis"])
+    axis = int(attrs(node)["axis"])
     c.op("Concat", *node.input, out=node.output[0], axis=axis)
     if _out(node, 1):
         lengths = [c.op("Gather", c.op("Shape", x), c.i64([axis])) for x in node.input]
@@ -245,7 +242,7 @@ def _concat_training(node: NodeProto, c: _Ctx) -> bool:
 
 @_rewrite("GatherGrad")
 def _gather_grad(node: NodeProto, c: _Ctx) -> bool:
-    if int(_attrs(node).get("axis", 0)) != 0:
+    if int(attrs(node).get("axis", 0)) != 0:
         return False
     shape, ids, dy = node.input
     ids = c.op("Cast", ids, to=onnx.TensorProto.INT64)
@@ -260,7 +257,7 @@ def _gather_grad(node: NodeProto, c: _Ctx) -> bool:
 @_rewrite("GatherElementsGrad")
 def _gather_elements_grad(node: NodeProto, c: _Ctx) -> bool:
     dy, shape, ids = node.input
-    axis = int(_attrs(node).get("axis", 0))
+    axis = int(attrs(node).get("axis", 0))
     ids = c.op("Cast", ids, to=onnx.TensorProto.INT64)
     dim = c.op("Gather", shape, c.i64(axis))
     ids = c.op("Where", c.op("Less", ids, c.i64(0)), c.op("Add", ids, dim), ids)
@@ -287,7 +284,7 @@ def _max_pool_grad(node: NodeProto, c: _Ctx) -> bool:
     pool = c.producers.get(indices)
     if pool is None or pool.op_type != "MaxPool" or len(pool.output) < 2 or pool.output[1] != indices:
         return False
-    if int(_attrs(node).get("storage_order", 0)) != 0:
+    if int(attrs(node).get("storage_order", 0)) != 0:
         return False
     x = pool.input[0]
     size = c.op("Reshape", c.op("Size", x), c.i64([1]))
@@ -327,7 +324,7 @@ def _broadcast_gradient_args(node: NodeProto, c: _Ctx) -> bool:
 @_rewrite("LeakyReluGrad")
 def _leaky_relu_grad(node: NodeProto, c: _Ctx) -> bool:
     dy, y = node.input
-    alpha = float(_attrs(node).get("alpha", 0.01))
+    alpha = float(attrs(node).get("alpha", 0.01))
     c.op("Where", c.op("Greater", y, c.const(0)), dy, c.op("Mul", dy, c.const(alpha)), out=node.output[0])
     return True
 
@@ -363,7 +360,7 @@ def _gelu_grad(node: NodeProto, c: _Ctx) -> bool:
 @_rewrite("QuickGeluGrad")
 def _quick_gelu_grad(node: NodeProto, c: _Ctx) -> bool:
     dy, x = node.input
-    alpha = float(_attrs(node).get("alpha", 1.702))
+    alpha = float(attrs(node).get("alpha", 1.702))
     ax = c.op("Mul", x, c.const(alpha))
     s = c.op("Sigmoid", ax)
     d = c.op("Mul", s, c.op("Add", c.const(1), c.op("Mul", ax, c.op("Sub", c.const(1), s))))
@@ -372,7 +369,7 @@ def _quick_gelu_grad(node: NodeProto, c: _Ctx) -> bool:
 
 
 def _softmax_axes(node: NodeProto, c: _Ctx, y: str) -> str:
-    axis = int(_attrs(node).get("axis", -1 if node.op_type.endswith("_13") else 1))
+    axis = int(attrs(node).get("axis", -1 if node.op_type.endswith("_13") else 1))
     if node.op_type.endswith("_13"):
         return c.i64([axis])
     return c.axes_from(y, axis)  # opset < 13 semantics: the input coerced to 2-D at axis
@@ -409,7 +406,7 @@ def _dropout_grad(node: NodeProto, c: _Ctx) -> bool:
 @_rewrite("LayerNormalizationGrad")
 def _layer_norm_grad(node: NodeProto, c: _Ctx) -> bool:
     dy, x, scale, mean, inv_std = node.input[:5]
-    axis = int(_attrs(node).get("axis", -1))
+    axis = int(attrs(node).get("axis", -1))
     mean, inv_std = c.op("Cast", mean, to=c.elem), c.op("Cast", inv_std, to=c.elem)
     rank = c.op("Size", c.op("Shape", x))
     start = c.i64(axis) if axis >= 0 else c.op("Add", rank, c.i64(axis))
@@ -432,7 +429,7 @@ def _layer_norm_grad(node: NodeProto, c: _Ctx) -> bool:
 @_rewrite("ConvGrad")
 def _conv_grad(node: NodeProto, c: _Ctx) -> bool:
     dy, x, w = node.input[:3]
-    a = _attrs(node)
+    a = attrs(node)
     auto_pad = a.get("auto_pad", b"NOTSET")
     if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) != "NOTSET" or "kernel_shape" not in a:
         return False
@@ -459,10 +456,6 @@ def _conv_grad(node: NodeProto, c: _Ctx) -> bool:
     return True
 
 
-def _default_opset(model: ModelProto) -> int:
-    return max((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), default=0)
-
-
 def _raise_opset(model: ModelProto, need: int) -> None:
     """Raise the default domain's opset to ``need`` (from 13..15 to 16: the ops' meanings do not change)."""
     for imp in model.opset_import:
@@ -479,7 +472,7 @@ def make_portable(model: ModelProto) -> ModelProto:
     """
     out = ModelProto()
     out.CopyFrom(model)
-    if _default_opset(out) < 13:
+    if default_opset(out) < 13:
         return out
     dtype = _graph_dtype(out)
     # the rewrites the engine already applies for speed or float64 (same functions, same arithmetic)
@@ -500,32 +493,6 @@ def make_portable(model: ModelProto) -> ModelProto:
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
-
-
-def step_graphs(trainer) -> "dict[str, ModelProto]":  # type: ignore[no-untyped-def]
-    """Every graph ``trainer`` (a :class:`~streamfit._engine.trainer.Trainer` that has taken a step) trains with,
-    by role: ``fused`` / ``fused_large`` (step="fused"), ``gradient`` / ``loss`` / ``update``
-    (step="forward_backward"), ``sparse_rows`` (tables trained row-sparsely)."""
-    from streamfit._engine.build import build_loss_model, build_update_model
-    from streamfit._engine.fused import FusedStep
-
-    strategy = trainer._strategy
-    if strategy is None:
-        raise RuntimeError("the step graphs are built on the first step: call step() first")
-    graphs: dict[str, ModelProto] = {}
-    if isinstance(strategy, FusedStep):
-        graphs["fused"] = strategy.model
-        if strategy.large_model is None:
-            strategy.large_model = strategy._build_large()
-        graphs["fused_large"] = strategy.large_model
-    else:
-        y_rank = len(trainer._y_tail or ()) + 1
-        graphs["gradient"] = trainer.graphs.gradient
-        graphs["loss"] = build_loss_model(trainer.loss, trainer.dtype, y_rank)
-        graphs["update"] = build_update_model(trainer._train_pm, trainer.optimizer, trainer.penalty)
-    if trainer._sparse is not None:
-        graphs["sparse_rows"] = trainer._sparse.model
-    return graphs
 
 
 def _ort_types(nodes: list[NodeProto], graph: onnx.GraphProto, model: ModelProto, names: list[str]

@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import _pybind_state as C
 
 from streamfit._engine.buffers import PingPong
 from streamfit._engine.device import Device
 from streamfit._engine.model import PreparedModel
+from streamfit._engine import ort_private as C
 
 __all__ = ["Predictor"]
 
@@ -42,6 +42,7 @@ class Predictor:
     def __init__(self, session: ort.InferenceSession, pm: PreparedModel, params: PingPong, device: Device,
                  fixed: Mapping[str, Any] | None = None) -> None:
         self.session = session
+        self._run = C.raw_session(session).run_with_iobinding  # the C session: one call per prediction
         #: inputs bound to the same OrtValue in every run (the row-sparse tables, updated in place)
         self.fixed = dict(fixed or {})
         self.pm = pm
@@ -67,12 +68,12 @@ class Predictor:
         else:
             for buf, a in zip(bound.xs, arrays):
                 buf[...] = a
-        self.session._sess.run_with_iobinding(bound.io[self.params.current], None)
+        self._run(bound.io[self.params.current], None)
         return bound.y.copy() if copy else bound.y
 
     def _run_unbound(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
         arrays = tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.pm.inputs, arrays))
-        io = C.SessionIOBinding(self.session._sess)
+        io = C.io_binding(self.session)
         for spec, a in zip(self.pm.inputs, arrays):
             io.bind_ortvalue_input(spec.name, self.device.resident(a))
         live = self.params.live()
@@ -80,8 +81,8 @@ class Predictor:
             io.bind_ortvalue_input(name, live[name])
         for name, value in self.fixed.items():
             io.bind_ortvalue_input(name, value)
-        io.bind_output(self.pm.output_name, C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0))
-        self.session._sess.run_with_iobinding(io, None)
+        io.bind_output(self.pm.output_name, C.cpu_device())
+        self._run(io, None)
         return io.get_outputs()[0].numpy()
 
     def _bind(self, arrays: tuple[np.ndarray, ...], key: tuple[Any, ...]) -> _Bound:
@@ -90,7 +91,7 @@ class Predictor:
         y_value, y = self.device.staging(shape, self.pm.dtype)
         ios = []
         for params in self.params.sets:
-            io = C.SessionIOBinding(self.session._sess)
+            io = C.io_binding(self.session)
             for spec, (value, _) in zip(self.pm.inputs, pairs):
                 io.bind_ortvalue_input(spec.name, value)
             for name in self._weights:

@@ -12,33 +12,10 @@ import numpy as np
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.names import Names
+from streamfit._engine.onnx_helpers import add_const, attrs, replace_nodes
 
-__all__ = ["decompose_fused_matmul", "replace_relu_grad", "float64_activation_grads"]
-
-
-def _const(model: ModelProto, name: str, value: np.ndarray) -> str:
-    if not any(init.name == name for init in model.graph.initializer):
-        model.graph.initializer.append(numpy_helper.from_array(value, name))
-    return name
-
-
-def _replace(model: ModelProto, rewrite) -> int:  # type: ignore[no-untyped-def]
-    nodes = []
-    count = 0
-    for node in model.graph.node:
-        new = rewrite(node)
-        if new is None:
-            nodes.append(node)
-        else:
-            nodes.extend(new)
-            count += 1
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return count
-
-
-def _attrs(node) -> dict:  # type: ignore[no-untyped-def]
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+__all__ = ["decompose_fused_matmul", "replace_relu_grad", "float64_activation_grads", "shape_table",
+           "propagate_matmul_shapes", "simplify_broadcast_gradients", "remove_noop_reshapes", "bias_grads_as_matmul"]
 
 
 def decompose_fused_matmul(model: ModelProto, dtype: np.dtype) -> int:
@@ -47,27 +24,27 @@ def decompose_fused_matmul(model: ModelProto, dtype: np.dtype) -> int:
     def rewrite(node):  # type: ignore[no-untyped-def]
         if node.op_type != "FusedMatMul" or node.domain != "com.microsoft":
             return None
-        attrs = _attrs(node)
-        if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
+        at = attrs(node)
+        if at.get("transBatchA", 0) or at.get("transBatchB", 0):
             return None
         out, nodes = node.output[0], []
         a, b = node.input[0], node.input[1]
-        if attrs.get("transA", 0):
+        if at.get("transA", 0):
             nodes.append(helper.make_node("Transpose", [a], [out + "_sfA"], perm=[1, 0]))
             a = out + "_sfA"
-        if attrs.get("transB", 0):
+        if at.get("transB", 0):
             nodes.append(helper.make_node("Transpose", [b], [out + "_sfB"], perm=[1, 0]))
             b = out + "_sfB"
-        alpha = float(attrs.get("alpha", 1.0))
+        alpha = float(at.get("alpha", 1.0))
         if alpha == 1.0:
             nodes.append(helper.make_node("MatMul", [a, b], [out]))
         else:
             nodes.append(helper.make_node("MatMul", [a, b], [out + "_sfM"]))
-            scale = _const(model, f"sf_alpha_{alpha!r}", np.array(alpha, dtype))
+            scale = add_const(model, f"sf_alpha_{alpha!r}", np.array(alpha, dtype))
             nodes.append(helper.make_node("Mul", [out + "_sfM", scale], [out]))
         return nodes
 
-    return _replace(model, rewrite)
+    return replace_nodes(model, rewrite)
 
 
 def replace_relu_grad(model: ModelProto, dtype: np.dtype) -> int:
@@ -79,9 +56,9 @@ def replace_relu_grad(model: ModelProto, dtype: np.dtype) -> int:
     """
     hard_sigmoid = np.dtype(dtype) == np.float32
     if not hard_sigmoid:
-        big = _const(model, "sf_relu_big", np.array(2.0 ** 1022, dtype))
-        zero = _const(model, "sf_zero", np.array(0, dtype))
-        one = _const(model, "sf_one", np.array(1, dtype))
+        big = add_const(model, Names.relu_big, np.array(2.0 ** 1022, dtype))
+        zero = add_const(model, Names.zero, np.array(0, dtype))
+        one = add_const(model, Names.one, np.array(1, dtype))
 
     def rewrite(node):  # type: ignore[no-untyped-def]
         if node.op_type != "ReluGrad" or node.domain != "com.microsoft":
@@ -95,17 +72,17 @@ def replace_relu_grad(model: ModelProto, dtype: np.dtype) -> int:
                 helper.make_node("Clip", [out + "_sfbig", zero, one], [out + "_sfmask"]),
                 helper.make_node("Mul", [dy, out + "_sfmask"], [out])]
 
-    return _replace(model, rewrite)
+    return replace_nodes(model, rewrite)
 
 
 def float64_activation_grads(model: ModelProto, dtype: np.dtype) -> int:
     """TanhGrad / SigmoidGrad spelled out, SplitTraining (Concat's gradient) as a standard Split (their CPU
     kernels are float only)."""
-    one = _const(model, "sf_one", np.array(1, dtype))
+    one = add_const(model, Names.one, np.array(1, dtype))
 
     def rewrite(node):  # type: ignore[no-untyped-def]
         if node.domain == "com.microsoft" and node.op_type == "SplitTraining":  # (x, split sizes), axis
-            return [helper.make_node("Split", list(node.input), list(node.output), **_attrs(node))]
+            return [helper.make_node("Split", list(node.input), list(node.output), **attrs(node))]
         if node.domain != "com.microsoft" or node.op_type not in ("TanhGrad", "SigmoidGrad"):
             return None
         dy, y = node.input[0], node.input[1]
@@ -118,7 +95,7 @@ def float64_activation_grads(model: ModelProto, dtype: np.dtype) -> int:
                 helper.make_node("Mul", [y, out + "_sfd"], [out + "_sfyd"]),
                 helper.make_node("Mul", [dy, out + "_sfyd"], [out])]
 
-    return _replace(model, rewrite)
+    return replace_nodes(model, rewrite)
 
 
 # -- static simplification of ORT's generic gradient chains --------------------------------------------
@@ -126,7 +103,7 @@ def float64_activation_grads(model: ModelProto, dtype: np.dtype) -> int:
 Dim = "int | str | None"
 
 
-def _shape_table(forward: ModelProto, weights: dict[str, np.ndarray]) -> dict[str, list]:
+def shape_table(forward: ModelProto, weights: dict[str, np.ndarray]) -> dict[str, list]:
     """Static shapes (ints, symbols or None per dim) of forward tensors and of their ``*_grad`` twins."""
     import onnx
 
@@ -162,11 +139,11 @@ def propagate_matmul_shapes(model: ModelProto, table: dict[str, list]) -> None:
         a, b = table.get(node.input[0]), table.get(node.input[1])
         if a is None or b is None or len(a) != 2 or len(b) != 2:
             continue
-        attrs = _attrs(node)
-        if attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0):
+        at = attrs(node)
+        if at.get("transBatchA", 0) or at.get("transBatchB", 0):
             continue
-        rows = a[1] if attrs.get("transA", 0) else a[0]
-        cols = b[0] if attrs.get("transB", 0) else b[1]
+        rows = a[1] if at.get("transA", 0) else a[0]
+        cols = b[0] if at.get("transB", 0) else b[1]
         table.setdefault(node.output[0], [rows, cols])
 
 
@@ -267,7 +244,7 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
                 model.graph.node.remove(red)
                 model.graph.node.remove(reshape)
                 if axes:
-                    axes_const = _const(model, Names.axes(axes), np.array(axes, np.int64))
+                    axes_const = add_const(model, Names.axes(axes), np.array(axes, np.int64))
                     new_nodes.append(helper.make_node("ReduceSum", [grad_in, axes_const], [grad_out], keepdims=0,
                                                       name=Names.reduce(grad_out)))
                 else:
@@ -327,7 +304,7 @@ def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype, shapes: dict[str, l
     for node in model.graph.node:
         if node.op_type != "ReduceSum" or not Names.is_reduce(node.name):
             continue
-        if _attrs(node).get("keepdims", 1) != 0 or len(node.input) < 2 or node.input[1] != Names.axes([0]):
+        if attrs(node).get("keepdims", 1) != 0 or len(node.input) < 2 or node.input[1] != Names.axes([0]):
             continue
         grad = node.input[0]
         shape = shapes.get(grad)
@@ -336,8 +313,8 @@ def bias_grads_as_matmul(model: ModelProto, dtype: np.dtype, shapes: dict[str, l
             fed = True
         else:  # ones[rows of dZ]: Shape -> Slice [0:1] -> ConstantOfShape(1)
             rows, ones = f"{node.name}_rows", f"{node.name}_ones"
-            start = _const(model, "sf_i64_0", np.array([0], np.int64))
-            stop = _const(model, "sf_i64_1", np.array([1], np.int64))
+            start = add_const(model, "sf_i64_0", np.array([0], np.int64))
+            stop = add_const(model, "sf_i64_1", np.array([1], np.int64))
             extra += [helper.make_node("Shape", [grad], [f"{rows}_shape"]),
                       helper.make_node("Slice", [f"{rows}_shape", start, stop], [rows]),
                       helper.make_node("ConstantOfShape", [rows], [ones],

@@ -20,18 +20,16 @@ masks) and as the identity in the inference copy, whatever the exported model sa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
+from streamfit._engine.graph import GraphBuilder
 from streamfit._engine.names import Names
+from streamfit._engine.onnx_helpers import ShapedRewriter, attrs, default_opset
 from streamfit.exceptions import ModelError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from streamfit._engine.graph import GraphBuilder
-    from streamfit._engine.trainable import _Rewriter
 
 __all__ = ["RunningStats", "rewrite_batchnorm", "training_dropout", "eval_semantics", "emit_running_stats",
            "running_stats_model"]
@@ -52,21 +50,17 @@ class RunningStats:
     spatial: int | None  # product of the dims after the channel (None: not static)
 
 
-def _opset(model: ModelProto) -> int:
-    return next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), 0)
-
-
-def _reduce_mean(rw: "_Rewriter", x: str, out: str, axes: list[int]) -> NodeProto:
-    if _opset(rw.model) >= 18:
+def _reduce_mean(rw: ShapedRewriter, x: str, out: str, axes: list[int]) -> NodeProto:
+    if default_opset(rw.model) >= 18:
         name = rw.name("axes")
         rw.consts.append(numpy_helper.from_array(np.array(axes, np.int64), name))
         return helper.make_node("ReduceMean", [x, name], [out], keepdims=1)
     return helper.make_node("ReduceMean", [x], [out], axes=axes, keepdims=1)
 
 
-def rewrite_batchnorm(rw: "_Rewriter", node: NodeProto, freeze: bool, found: list[RunningStats]) -> list[NodeProto]:
+def rewrite_batchnorm(rw: ShapedRewriter, node: NodeProto, freeze: bool, found: list[RunningStats]) -> list[NodeProto]:
     """Explicit ops for one BatchNormalization of the training copy (batch statistics, or frozen ones)."""
-    a = {at.name: helper.get_attribute_value(at) for at in node.attribute}
+    a = attrs(node)
     x, scale, bias, mean, var = (list(node.input) + [""] * 5)[:5]
     out = node.output[0]
     where = f"BatchNormalization node {node.name or out!r}"
@@ -105,7 +99,7 @@ def rewrite_batchnorm(rw: "_Rewriter", node: NodeProto, freeze: bool, found: lis
     return nodes
 
 
-def training_dropout(rw: "_Rewriter", node: NodeProto, seed: int) -> list[NodeProto]:
+def training_dropout(rw: ShapedRewriter, node: NodeProto, seed: int) -> list[NodeProto]:
     """Dropout with ``training_mode=True`` and a seed of its own (opset >= 12 form)."""
     ratio = node.input[1] if len(node.input) > 1 and node.input[1] else ""
     if not ratio:
@@ -113,9 +107,9 @@ def training_dropout(rw: "_Rewriter", node: NodeProto, seed: int) -> list[NodePr
         rw.consts.append(numpy_helper.from_array(np.array(0.5, np.float32), ratio))
     on = rw.name("training")
     rw.consts.append(numpy_helper.from_array(np.array(True), on))
-    attrs = {at.name: helper.get_attribute_value(at) for at in node.attribute if at.name != "seed"}
+    kept = {k: v for k, v in attrs(node).items() if k != "seed"}
     outputs = [node.output[0], node.output[1] if len(node.output) > 1 and node.output[1] else rw.name("mask")]
-    return [helper.make_node("Dropout", [node.input[0], ratio, on], outputs, name=node.name, seed=int(seed), **attrs)]
+    return [helper.make_node("Dropout", [node.input[0], ratio, on], outputs, name=node.name, seed=int(seed), **kept)]
 
 
 def eval_semantics(model: ModelProto) -> int:
@@ -140,7 +134,7 @@ def eval_semantics(model: ModelProto) -> int:
     return count
 
 
-def emit_running_stats(b: "GraphBuilder", stats: Sequence[RunningStats], names: Any
+def emit_running_stats(b: GraphBuilder, stats: Sequence[RunningStats], names: Any
                        ) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
     """Nodes computing each running statistic's new value from the batch statistics of the training graph.
 
@@ -166,8 +160,6 @@ def running_stats_model(training: ModelProto, inputs: Sequence[str], weights: Se
                         stats: Sequence[RunningStats], dtype: Any, names: Any) -> ModelProto:
     """The training copy's forward with the running-statistics update as its only outputs (the
     forward/backward strategy runs it beside the TrainingAgent, which has no place for extra outputs)."""
-    from streamfit._engine.graph import GraphBuilder
-
     model = ModelProto()
     model.CopyFrom(training)
     graph = model.graph

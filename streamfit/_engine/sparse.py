@@ -38,12 +38,16 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnxruntime.capi import _pybind_state as C
 
+from streamfit._engine.build import folds_lr_into_gradients, rename_output
 from streamfit._engine.cow import CowSnapshot
+from streamfit._engine.device import make_session
+from streamfit._engine.graph import GraphBuilder
 from streamfit._engine.cow import row_items as _row_items
 from streamfit._engine.model import PreparedModel
 from streamfit._engine.names import Names
+from streamfit._engine.onnx_helpers import toposort
+from streamfit._engine import ort_private as C
 from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
@@ -156,9 +160,6 @@ def rows_update_model(sparse: "SparseTables", fold: bool, decay: bool) -> onnx.M
     new state)``, and ``sf_check`` (finite iff all new values are).
 
     ``fold``: plain SGD on lr-scaled gradients (the fused SGD step's), ``decay`` its L2 factor input."""
-    from streamfit._engine.build import _rename_output
-    from streamfit._engine.graph import GraphBuilder
-
     b = GraphBuilder(sparse.dtype, prefix="sf_r_")
     elem = b.elem
     optimizer, penalty = sparse.optimizer, sparse.penalty
@@ -196,15 +197,14 @@ def rows_update_model(sparse: "SparseTables", fold: bool, decay: bool) -> onnx.M
             produced = {**new_state, "": new}
         for slot, value in produced.items():
             target = Names.new(state[slot] if slot else w)
-            _rename_output(b, value, target, {w, *state.values(), *scalars.values()})
+            rename_output(b, value, target, {w, *state.values(), *scalars.values()})
             outputs.append(helper.make_tensor_value_info(target, elem, shapes[slot] if slot else [k, *tail]))
             sums.append(b.op("ReduceSum", target, keepdims=0))
     check = b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
     outputs.append(helper.make_tensor_value_info(check, elem, []))
     graph = helper.make_graph(b.nodes, "streamfit_rows_update", inputs, outputs, b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    from streamfit._engine.build import _toposort
-    return _toposort(model)
+    return toposort(model)
 
 
 class _Staged:
@@ -234,7 +234,7 @@ class _Staged:
                 self.fused_outputs[grad] = pair = device.staging(shape, owner.dtype)
                 self.inputs[_suffix(t.name, f"grad{j}")] = pair  # the update reads what the fused run wrote
         session = owner.session
-        self.io = C.SessionIOBinding(session._sess)
+        self.io = C.io_binding(session)
         for name, value in owner.scalars.values.items():
             if name in owner.session_inputs:
                 self.io.bind_ortvalue_input(name, value)
@@ -257,8 +257,7 @@ class _Staged:
         self.new_items = [[(Names.new(w), t.name)] + [(Names.new(name), source) for name, source in items]
                           for t, w, items in zip(owner.tables, self.block_names, self.state_items)]
         self.check = np.zeros((), owner.dtype)
-        self._check_value = C.OrtValue.ortvalue_from_numpy(self.check, C.OrtDevice(C.OrtDevice.cpu(),
-                                                                                   C.OrtDevice.default_memory(), 0))
+        self._check_value = C.from_numpy(self.check, C.cpu_device())
         self.io.bind_ortvalue_output(Names.check, self._check_value)
 
 
@@ -272,9 +271,6 @@ class SparseTables:
 
     def __init__(self, tables: tuple[SparseTable, ...], pm: PreparedModel, optimizer: Optimizer,
                  penalty: Penalty | None, device: Any, scalars: Any, options: Any) -> None:
-        from streamfit._engine.build import folds_lr_into_gradients
-        from streamfit._engine.device import make_session
-
         self.tables = tables
         self.optimizer = optimizer
         self.penalty = penalty
@@ -295,7 +291,7 @@ class SparseTables:
                 array = np.ascontiguousarray(array).copy()
             self.arrays[t.name] = array
             self.state[t.name] = {k: np.ascontiguousarray(v) for k, v in optimizer.init_state(array).items()}
-            self.values[t.name] = C.OrtValue.ortvalue_from_numpy(array, device.ort_device())
+            self.values[t.name] = C.from_numpy(array, device.ort_device())
             self._rows[t.name] = _row_items(array)
             for slot, arr in self.state[t.name].items():
                 self._rows[Names.slot(t.name, slot)] = _row_items(arr)
@@ -367,7 +363,7 @@ class SparseTables:
 
     def update(self, staged: _Staged) -> bool:
         """After a finite fused run: the rows update; writes the new rows and state back if all are finite."""
-        self.session._sess.run_with_iobinding(staged.io, None)
+        C.raw_session(self.session).run_with_iobinding(staged.io, None)
         if not math.isfinite(staged.check.item()):
             return False
         for t, uniq, items in zip(self.tables, staged.uniq, staged.new_items):

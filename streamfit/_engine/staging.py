@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from onnxruntime.capi import _pybind_state as C
+from streamfit._engine import ort_private as C
 
 from streamfit._engine.device import Device
 

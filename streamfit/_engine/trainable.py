@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
+from streamfit._engine.onnx_helpers import ShapedRewriter, attrs
+from streamfit._engine.running_stats import rewrite_batchnorm, training_dropout
 from streamfit.exceptions import ModelError
 
 __all__ = ["make_trainable", "REFUSED"]
@@ -28,50 +30,7 @@ __all__ = ["make_trainable", "REFUSED"]
 #: Ops refused outright, with the reason (checked before any gradient is built).
 REFUSED: dict[str, str] = {}
 
-_NP: dict[int, type] = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.FLOAT16: np.float16}
-
-
-def _attrs(node: NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
-class _Rewriter:
-    """Fresh names, typed constants and the static shapes of one model."""
-
-    def __init__(self, model: ModelProto) -> None:
-        self.model = model
-        self.count = 0
-        self.consts: list[onnx.TensorProto] = []
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception:  # best effort: rewrites that need a shape say so
-            inferred = model
-        self.types: dict[str, tuple[int, list | None]] = {}
-        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
-            t = vi.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] if t.HasField("shape") else None
-            self.types[vi.name] = (t.elem_type, dims)
-        for init in model.graph.initializer:
-            self.types[init.name] = (init.data_type, list(init.dims))
-
-    def name(self, hint: str) -> str:
-        self.count += 1
-        return f"sf_t_{hint}_{self.count}"
-
-    def elem(self, tensor: str) -> int:
-        return self.types.get(tensor, (TensorProto.FLOAT, None))[0] or TensorProto.FLOAT
-
-    def const(self, value: "float | np.ndarray", like: str) -> str:
-        dtype = _NP.get(self.elem(like), np.float32)
-        name = self.name("c")
-        self.consts.append(numpy_helper.from_array(np.asarray(value, dtype), name))
-        return name
-
-    def shape(self, tensor: str) -> list | None:
-        return self.types.get(tensor, (0, None))[1]
-
-
-def _layernorm(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
+def _layernorm(rw: ShapedRewriter, node: NodeProto) -> list[NodeProto] | None:
     if node.op_type != "LayerNormalization" or len(node.output) >= 3 and all(node.output):
         return None
     outs = list(node.output) + [""] * (3 - len(node.output))
@@ -81,7 +40,7 @@ def _layernorm(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
     return [node]
 
 
-def _elu_like(rw: _Rewriter, x: str, out: str, alpha: float, gamma: float = 1.0, celu: bool = False) -> list[NodeProto]:
+def _elu_like(rw: ShapedRewriter, x: str, out: str, alpha: float, gamma: float = 1.0, celu: bool = False) -> list[NodeProto]:
     """gamma * (relu(x) + alpha * (exp(-relu(-x) / s) - 1)), s = alpha for CELU else 1."""
     n = rw.name
     neg, rneg, negr, e, em1, scaled, pos, total = (n(h) for h in ("neg", "rneg", "negr", "exp", "em1", "sc", "pos", "sum"))
@@ -101,7 +60,7 @@ def _elu_like(rw: _Rewriter, x: str, out: str, alpha: float, gamma: float = 1.0,
     return nodes
 
 
-def _softplus_nodes(rw: _Rewriter, x: str, out: str) -> list[NodeProto]:
+def _softplus_nodes(rw: ShapedRewriter, x: str, out: str) -> list[NodeProto]:
     """relu(x) + log(1 + exp(-|x|)) (no overflow), |x| = relu(x) + relu(-x)."""
     n = rw.name
     pos, neg, rneg, absx, nabs, e, ep1, lg = (n(h) for h in ("pos", "neg", "rneg", "abs", "nabs", "exp", "ep1", "log"))
@@ -112,10 +71,10 @@ def _softplus_nodes(rw: _Rewriter, x: str, out: str) -> list[NodeProto]:
             helper.make_node("Add", [pos, lg], [out])]
 
 
-def _activations(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
+def _activations(rw: ShapedRewriter, node: NodeProto) -> list[NodeProto] | None:
     if node.domain not in ("", "ai.onnx"):
         return None
-    a = _attrs(node)
+    a = attrs(node)
     x, out = node.input[0] if node.input else "", node.output[0] if node.output else ""
     if node.op_type == "Elu":
         return _elu_like(rw, x, out, float(a.get("alpha", 1.0)))
@@ -132,10 +91,10 @@ def _activations(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
     return None
 
 
-def _average_pool(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
+def _average_pool(rw: ShapedRewriter, node: NodeProto) -> list[NodeProto] | None:
     if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx"):
         return None
-    a = _attrs(node)
+    a = attrs(node)
     x, out = node.input[0], node.output[0]
     shape = rw.shape(x)
     why = "AveragePool's gradient kernel crashes onnxruntime-training 1.19.2 (SIGFPE); streamfit rewrites it into a Conv"
@@ -170,10 +129,10 @@ def _average_pool(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
             helper.make_node("Div", [total, count], [out], name=node.name)]
 
 
-def _reduce_extreme(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
+def _reduce_extreme(rw: ShapedRewriter, node: NodeProto) -> list[NodeProto] | None:
     if node.op_type not in ("ReduceMax", "ReduceMin") or node.domain not in ("", "ai.onnx"):
         return None
-    a = _attrs(node)
+    a = attrs(node)
     axes = a.get("axes")
     if axes is None and len(node.input) > 1 and node.input[1]:
         inits = {i.name: i for i in rw.model.graph.initializer}
@@ -199,7 +158,7 @@ def _reduce_extreme(rw: _Rewriter, node: NodeProto) -> list[NodeProto] | None:
     return nodes
 
 
-_REWRITES: list[Callable[[_Rewriter, NodeProto], "list[NodeProto] | None"]] = [
+_REWRITES: list[Callable[[ShapedRewriter, NodeProto], "list[NodeProto] | None"]] = [
     _layernorm, _activations, _average_pool, _reduce_extreme]
 
 
@@ -211,11 +170,9 @@ def make_trainable(model: ModelProto, notes: list[str], *, freeze_batchnorm: boo
     ``notes`` gets one line per kind of rewrite, ``running_stats`` one :class:`RunningStats` per
     BatchNormalization that training updates.  Raises :class:`ModelError` for an op it must refuse.
     """
-    from streamfit._engine.running_stats import rewrite_batchnorm, training_dropout
-
     out = ModelProto()
     out.CopyFrom(model)
-    rw = _Rewriter(out)
+    rw = ShapedRewriter(out)
     found: list = [] if running_stats is None else running_stats
     dropouts = 0
     for node in out.graph.node:

@@ -16,12 +16,13 @@ from onnx import ModelProto
 
 from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact, unavailable_kernels_hint
 from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import Names, build_gradient_graphs, has_ort_training, sample_weight_shape
+from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
 from streamfit._engine.device import Device, make_session, parse_device, session_options
 from streamfit._engine.forward_backward import ForwardBackwardStep
 from streamfit._engine.fused import FusedStep
-from streamfit._engine.inputs import InputPlan
+from streamfit._engine.inputs import InputSignature
 from streamfit._engine.model import ModelInput, load_model, prepare_model
+from streamfit._engine.ort_private import has_ort_training
 from streamfit._engine.portable import make_portable
 from streamfit._engine.predict import Predictor
 from streamfit._engine.sparse import SparseTables, find_tables, training_model
@@ -147,8 +148,8 @@ class Trainer:
         # thread takes a core from the reader), heavy ones on all cores
         self.small_batch_options = session_options(1 if threads is None else threads, spinning)
         self._threads_given = threads is not None
-        self._plan = InputPlan(self.prepared.inputs, self.prepared.input_name)
-        self._single = self._plan.single
+        self._signature = InputSignature(self.prepared.inputs, self.prepared.input_name)
+        self._single = self._signature.single
         #: ``inputs=``: the column plan that turns Arrow tables (or dicts of columns) into the model's inputs
         self.inputs = inputs
         self._columns: Any = None
@@ -249,14 +250,14 @@ class Trainer:
         """``X`` as one checked array per model input (model order); raises a clear error on a mismatch."""
         if self._columns is not None and self._columns.takes(X):
             X = self._columns.arrays(X)
-        arrays = self._plan.arrays(X)
-        self._plan.check(arrays)
+        arrays = self._signature.arrays(X)
+        self._signature.check(arrays)
         return arrays
 
     def _ensure_strategy(self, arrays: tuple[np.ndarray, ...]) -> None:
         if self._strategy is not None:
             return
-        probe = arrays if self._plan.fixed_batch else tuple(a[:1] if a.ndim else a for a in arrays)
+        probe = arrays if self._signature.fixed_batch else tuple(a[:1] if a.ndim else a for a in arrays)
         y = self._predict_arrays(probe)
         self._y_tail = tuple(y.shape[1:])
         self._strategy = self._make_strategy(y.ndim)
@@ -330,7 +331,7 @@ class Trainer:
 
     def _staging_for(self, arrays: tuple[np.ndarray, ...], y: np.ndarray, key: tuple[Any, ...]) -> Staging:
         """The staging buffers of a batch signature not seen recently: inputs and labels checked, buffers bound."""
-        n = self._plan.check(arrays)
+        n = self._signature.check(arrays)
         for stats in self.prepared.running_stats:
             if stats.spatial is not None and n * stats.spatial <= 1:
                 raise BadInputError(f"BatchNormalization {stats.node!r} needs more than one value per channel in "
@@ -385,12 +386,12 @@ class Trainer:
         else:
             if self._columns is not None and self._columns.takes(X):
                 X = self._columns.arrays(X)
-            arrays = self._plan.arrays(X)
-            key = self._plan.signature(arrays)
+            arrays = self._signature.arrays(X)
+            key = self._signature.signature(arrays)
         if type(y) is not np.ndarray:
             y = np.asarray(y)
         if self._integer_labels and y.dtype.kind == "f":  # whole-valued floats: checked on every call
-            y = self._targets(y, self._plan.check(arrays)).astype(np.int64)
+            y = self._targets(y, self._signature.check(arrays)).astype(np.int64)
         key += (y.shape, y.dtype.kind)
         staging = self._staged.get(key)
         if staging is None:
@@ -500,10 +501,10 @@ class Trainer:
         else:
             if self._columns is not None and self._columns.takes(X):
                 X = self._columns.arrays(X, learn=False)  # a prediction teaches a vocabulary nothing
-            arrays = self._plan.arrays(X)
-            key = self._plan.signature(arrays)
+            arrays = self._signature.arrays(X)
+            key = self._signature.signature(arrays)
         if key not in self._predict_checked:
-            self._plan.check(arrays)
+            self._signature.check(arrays)
             if len(self._predict_checked) >= 64:
                 self._predict_checked.clear()
             self._predict_checked.add(key)
@@ -515,6 +516,17 @@ class Trainer:
     def _predict_arrays(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
         """The model's output for checked arrays (model order), without binding them for later calls."""
         return self._predictor.run(arrays)
+
+    def step_graphs(self) -> dict[str, ModelProto]:
+        """Every graph this trainer trains with, by role: ``fused`` / ``fused_large`` (step="fused"),
+        ``gradient`` / ``loss`` / ``update`` (step="forward_backward"), ``sparse_rows`` (tables trained
+        row-sparsely).  The step graphs are built on the first step: call :meth:`step` first."""
+        if self._strategy is None:
+            raise RuntimeError("the step graphs are built on the first step: call step() first")
+        graphs = self._strategy.graphs()
+        if self._sparse is not None:
+            graphs["sparse_rows"] = self._sparse.model
+        return graphs
 
     # -- state --------------------------------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -11,7 +11,8 @@ import pytest
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit import OnnxRegressor
-from streamfit._engine.artifact import KEY, compile_artifact, read_artifact, save_artifact
+from streamfit._engine.artifact import KEY, read_artifact, save_artifact
+from streamfit._engine.compile import compile_artifact
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 from streamfit.cli import main
@@ -158,7 +159,7 @@ def test_preflight_checks_an_artifacts_own_graphs(tmp_path) -> None:
 
 
 def test_a_step_graph_kernel_this_onnxruntime_lacks_is_explained() -> None:
-    from streamfit._engine.artifact import _digest, _dumps, _loads
+    from streamfit._engine.artifact import _digest, _loads, dumps
 
     art = compile_artifact(linear_model(3, seed=2), batch_classes=("small",))
     graph = art.training_info[0].algorithm  # as a graph holding an inference build's missing kernel looks there
@@ -166,7 +167,7 @@ def test_a_step_graph_kernel_this_onnxruntime_lacks_is_explained() -> None:
     first.domain, first.op_type = "com.microsoft", "NoSuchGradKernel"
     prop = next(p for p in art.metadata_props if p.key == KEY)
     info = _loads(prop.value)
-    prop.value = _dumps(type(info)(**{**{f: getattr(info, f) for f in info.__dataclass_fields__},
+    prop.value = dumps(type(info)(**{**{f: getattr(info, f) for f in info.__dataclass_fields__},
                                       "checksum": _digest(info, art)}))
     trainer = Trainer(art)
     X, y = _batches(3, (2,))[0]

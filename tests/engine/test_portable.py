@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamfit._engine.portable import make_portable, portability_report, split_at_yield, step_graphs
+from streamfit._engine.portable import make_portable, portability_report, split_at_yield
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 
@@ -47,7 +47,7 @@ def _same_weights(a: Trainer, b: Trainer) -> None:
 
 
 def _check_portable(trainer: Trainer, arch: str, roles: set[str]) -> None:
-    graphs = step_graphs(trainer)
+    graphs = trainer.step_graphs()
     assert roles <= set(graphs)
     for role, graph in graphs.items():
         if role == "gradient":  # the TrainingAgent's graph keeps its YieldOp hand-off (CANNOT)
@@ -75,7 +75,7 @@ FB_DEFAULT = ["transformer_encoder.legacy_train", "conv2d_bn_maxpool.dynamo", "c
 def test_portable_forward_backward_step_equals_the_original(model):
     original, portable = (_train(model, "forward_backward", p, (7, 7)) for p in (False, True))
     _same_weights(original, portable)
-    left = set(portability_report(step_graphs(portable)["gradient"]).training_only)
+    left = set(portability_report(portable.step_graphs()["gradient"]).training_only)
     assert left == {"com.microsoft:YieldOp"} | RECURRENT.get(model.split(".")[0], set())
 
 
@@ -94,7 +94,7 @@ def test_engine_models_portable_both_dtypes(activation, optimizer):
             for rows in (3, 3, 80):
                 t.step(X[:rows], y[:rows])
         _same_weights(*trainers)
-        for role, graph in step_graphs(trainers[1]).items():
+        for role, graph in trainers[1].step_graphs().items():
             assert portability_report(graph).portable, (role, str(portability_report(graph)))
 
 
@@ -107,10 +107,10 @@ def test_ready_made_models_are_portable():
     y = X @ rng.standard_normal(5).astype(np.float32)
     t = Trainer(linear_model(5), optimizer="adam")
     t.step(X, y)
-    assert all(portability_report(g).portable for g in step_graphs(t).values())
+    assert all(portability_report(g).portable for g in t.step_graphs().values())
     for act in ("relu", "tanh", "logistic"):
         est = sf.MLPRegressor((16,), activation=act, random_state=0).partial_fit(X, y)
-        graphs = step_graphs(est.trainer_)
+        graphs = est.trainer_.step_graphs()
         assert not all(portability_report(g).portable for g in graphs.values())  # ReluGrad/TanhGrad/SigmoidGrad
         assert all(portability_report(make_portable(g)).portable for g in graphs.values())
 
