@@ -114,7 +114,7 @@ def floor_times(bits_list: tuple[int, ...], arrays: int, rounds: int) -> dict[in
     """Bare numpy, same ids: distinct ids (one sort of packed id/position keys, as the engine; or unsorted,
     by a per-row scratch array), then gather, add, scatter of ``arrays`` row arrays (1: the table;
     2: table and AdaGrad state), rows copied as opaque items."""
-    from streamfit._engine.held import table_array
+    from streamfit._engine.prepare.large_initializers import table_array
 
     rng = np.random.default_rng(0)
     out = {}

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also w
 from _cpu import cpu_model  # noqa: E402
 import pyarrow as pa
 
-from streamfit._engine.model import ModelInput
+from streamfit._engine.prepare.model import ModelInput
 from streamfit._stream.batching import Rebatcher
 from streamfit.features import Hashed, Vocabulary
 from streamfit.sources._base import SourceBatch

@@ -147,7 +147,7 @@ class OrtFloor:
         from onnxruntime.capi import _pybind_state as C
 
         from streamfit import LogisticRegression
-        from streamfit._engine.device import session_options
+        from streamfit._engine.runtime.device import session_options
 
         est = LogisticRegression(random_state=0)
         est.partial_fit(X[:1], y[:1], classes=[False, True])  # only to build the graphs streamfit runs

@@ -3,7 +3,7 @@
 Trains the zoo (tests/zoo, both step strategies, SGD and Adam, a small and a large batch), the ready-made
 models and the engine's test models for two steps each, records every graph handed to an
 ``InferenceSession``, and prints, for each non-standard operator, how many graphs and how many models hold
-it, before and after :func:`streamfit._engine.portable.make_portable`.  Run with onnxruntime-training:
+it, before and after :func:`streamfit._engine.gradient.portable.make_portable`.  Run with onnxruntime-training:
 
     .venv/bin/python bench/op_census.py [--zoo-only] [--json out.json]
 """
@@ -121,7 +121,7 @@ def _non_standard(node: onnx.NodeProto) -> bool:
 
 
 def census(zoo_only: bool = False) -> dict[str, Any]:
-    from streamfit._engine.portable import make_portable, portability_report
+    from streamfit._engine.gradient.portable import make_portable, portability_report
 
     workloads = list(_zoo_workloads())
     if not zoo_only:

@@ -27,7 +27,7 @@ import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 from onnxruntime.capi import _pybind_state as C  # noqa: E402
 
-from streamfit._engine.device import session_options  # noqa: E402
+from streamfit._engine.runtime.device import session_options  # noqa: E402
 
 CPU = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
 

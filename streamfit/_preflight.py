@@ -223,7 +223,7 @@ def _is_artifact(path: str) -> bool:
 
 def _kinds(spec: dict[str, Any]) -> tuple[set[str], str | None]:
     """The step strategies a preflight can run here, and a note on what it skips."""
-    from streamfit._engine.ort_private import has_ort_training
+    from streamfit._engine.common.ort_private import has_ort_training
 
     if _is_artifact(spec["model"]):
         return {"fused"}, "a training artifact: its fused step graphs only (no forward/backward stage)"
@@ -251,9 +251,9 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
     import numpy as np
     from onnx import helper
 
-    from streamfit._engine.build import build_fused
-    from streamfit._engine.model import prepare_model
-    from streamfit._engine.names import Names
+    from streamfit._engine.common.names import Names
+    from streamfit._engine.prepare.model import prepare_model
+    from streamfit._engine.steps.step_graphs import build_fused
 
     kind, rows = _parse_stage(stage)
     if rows is None:
@@ -264,7 +264,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
     X, y = _synthetic(trainer, rows)
     y_rank = trainer.predict({k: v[:1] for k, v in X.items()} if isinstance(X, dict) else X[:1]).ndim
     if kind == "fused":
-        from streamfit._engine.fused import FusedStep
+        from streamfit._engine.steps.fused import FusedStep
 
         pm = getattr(trainer, "_train_pm", trainer.prepared)  # without the row-sparse tables, as the step runs it
         large = rows >= FusedStep.large_batch_rows
@@ -298,7 +298,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
 def _run_child(spec: dict[str, Any]) -> None:
     import numpy as np
 
-    from streamfit._engine.model import prepare_model
+    from streamfit._engine.prepare.model import prepare_model
     from streamfit.exceptions import BadInputError
 
     stage = "preparing the model"

@@ -4,7 +4,7 @@ The graph is built directly from ``coef_``/``intercept_`` (linear models) or ``c
 (perceptrons): the same ``MatMul`` + ``Add`` layers the ready-made estimators train, so the converted
 estimator predicts what scikit-learn predicts (to float32 precision) and every weight is trainable.
 (skl2onnx's graphs of these models end in label/probability post-processing; ``OnnxClassifier`` trains
-them too, through their probabilities, see ``streamfit/_engine/ml_ops.py``.)
+them too, through their probabilities, see ``streamfit/_engine/prepare/sklearn_ops.py``.)
 The training settings follow the scikit-learn estimator's: SGD models (and Perceptron, the
 passive-aggressive models) keep their loss, penalty and learning-rate schedule, continued from the step
 they reached (``t_``), with one row per step, so they take scikit-learn's ``partial_fit`` steps; MLPs keep
@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from streamfit._engine.common.names import Names
 from streamfit._public import reexport
-from streamfit._engine.build import Names
 from streamfit.models import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
 from streamfit.models._base import ReadyClassifier, ReadyMade
 from streamfit.models.scaler import FixedScaler

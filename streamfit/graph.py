@@ -47,7 +47,7 @@ A pinball (quantile) loss and sign-SGD, then one real step:
 
 from __future__ import annotations
 
-from streamfit._engine.graph import GraphBuilder, onnx_dtype
+from streamfit._engine.common.graph_builder import GraphBuilder, onnx_dtype
 from streamfit._public import reexport
 
 __all__ = ["GraphBuilder", "onnx_dtype"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamfit._engine.graph import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._params import Parameters
 
 __all__ = ["Penalty", "get_penalty"]

@@ -231,7 +231,7 @@ def test_row_path_follows_replaced_state_and_parameters():
 
 
 def test_one_row_steps_find_distinct_ids_without_numpy_sorting(monkeypatch):
-    from streamfit._engine import sparse
+    from streamfit._engine.steps import sparse_tables as sparse
 
     clf, table = _fitted()
     monkeypatch.setattr(sparse, "_distinct", lambda *a: (_ for _ in ()).throw(AssertionError("numpy path")))
@@ -240,7 +240,7 @@ def test_one_row_steps_find_distinct_ids_without_numpy_sorting(monkeypatch):
 
 
 def test_few_ids_path_equals_the_sorting_path():
-    from streamfit._engine.sparse import _distinct, _distinct_few, _FEW
+    from streamfit._engine.steps.sparse_tables import _distinct, _distinct_few, _FEW
 
     rng = np.random.default_rng(3)
 

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, helper
 
-from streamfit._engine.checkplan import CheckPlan
+from streamfit._engine.steps.check_plan import CheckPlan
 from streamfit.exceptions import ModelError
 
 __all__ = ["KEY", "FORMAT_VERSION", "BATCH_CLASSES", "Artifact", "ArtifactInfo", "OptimizerSpec",

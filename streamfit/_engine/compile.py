@@ -15,12 +15,12 @@ from onnx import ModelProto
 from streamfit import __version__
 from streamfit._engine.artifact import (BATCH_CLASSES, FORMAT_VERSION, KEY, ArtifactInfo, OptimizerSpec, StepGraphSpec,
                                         dumps, is_artifact, tensor_spec, with_checksum)
-from streamfit._engine.build import build_fused
-from streamfit._engine.checkplan import CheckPlan
-from streamfit._engine.fused import FusedStep
-from streamfit._engine.model import load_model
-from streamfit._engine.names import Names
-from streamfit._engine.portable import needs_training_build
+from streamfit._engine.common.names import Names
+from streamfit._engine.gradient.portable import needs_training_build
+from streamfit._engine.prepare.model import load_model
+from streamfit._engine.steps.check_plan import CheckPlan
+from streamfit._engine.steps.fused import FusedStep
+from streamfit._engine.steps.step_graphs import build_fused
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import ModelError
 from streamfit.losses import get_loss
@@ -67,16 +67,8 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
                       optimizer=optimizer, penalty=penalty, device=device, step="fused", sparse=False,
                       freeze_batchnorm=freeze_batchnorm, seed=seed, gradient=gradient,  # type: ignore[arg-type]
                       portable=True)  # training-only kernels rewritten: the artifact runs on inference builds
+    _check_rebuildable(trainer)
     pm, opt, pen = trainer.prepared, trainer.optimizer, trainer.penalty
-    for kind, obj, rebuild in (("loss", trainer.loss, get_loss), ("optimizer", opt, get_optimizer)):
-        try:
-            same = rebuild(obj.name, **obj.get_params())
-        except Exception as exc:
-            raise ModelError(f"the {kind} {obj!r} is not one streamfit can rebuild by name: an artifact holds "
-                             f"names and parameters, not code") from exc
-        if type(same) is not type(obj) or same.get_params() != obj.get_params():
-            raise ModelError(f"the {kind} {obj!r} is not one streamfit can rebuild by name "
-                             f"(a subclass?): an artifact holds names and parameters, not code")
     y_rank = _probe_rank(trainer)
     host_checks = trainer.device.kind == "cpu"
     assert trainer.graphs is not None  # a trainer of a model (not of an artifact) has its gradient graphs
@@ -85,10 +77,33 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
     for c, report in needs_training_build(steps).items():
         warnings.warn(f"the {c}-batch step graph of this artifact {report}: it trains only where "
                       f"onnxruntime-training is installed", stacklevel=2)
+    info = _artifact_info(trainer, y_rank, steps, bool(freeze_batchnorm), int(seed))
+    out = _with_step_graphs(source, steps)
+    info = with_checksum(info, out)
+    out.metadata_props.append(onnx.StringStringEntryProto(key=KEY, value=dumps(info)))
+    return out
+
+
+def _check_rebuildable(trainer: Trainer) -> None:
+    """The trainer's loss and optimizer must be ones streamfit rebuilds from a name and parameters."""
+    for kind, obj, rebuild in (("loss", trainer.loss, get_loss), ("optimizer", trainer.optimizer, get_optimizer)):
+        try:
+            same = rebuild(obj.name, **obj.get_params())
+        except Exception as exc:
+            raise ModelError(f"the {kind} {obj!r} is not one streamfit can rebuild by name: an artifact holds "
+                             f"names and parameters, not code") from exc
+        if type(same) is not type(obj) or same.get_params() != obj.get_params():
+            raise ModelError(f"the {kind} {obj!r} is not one streamfit can rebuild by name "
+                             f"(a subclass?): an artifact holds names and parameters, not code")
+
+
+def _artifact_info(trainer: Trainer, y_rank: int, steps: dict[str, ModelProto], freeze_batchnorm: bool,
+                   seed: int) -> ArtifactInfo:
+    """The description of the artifact (checksum not yet set)."""
+    pm, opt, pen = trainer.prepared, trainer.optimizer, trainer.penalty
     state = [tensor_spec(Names.slot(w, slot), arr.dtype, arr.shape)
              for w in pm.weights for slot, arr in opt.init_state(pm.initial[w]).items()]
-
-    info = ArtifactInfo(
+    return ArtifactInfo(
         FORMAT_VERSION, pm.dtype.name, pm.input_name, pm.output_name, y_rank,
         tuple(tensor_spec(w, pm.initial[w].dtype, pm.initial[w].shape) for w in pm.weights),
         tuple(tensor_spec(i.name, i.dtype, i.shape) for i in pm.inputs),
@@ -96,7 +111,11 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
         OptimizerSpec(opt.name, tuple(sorted(opt.get_params().items())), tuple(opt.slots), tuple(opt.scalar_names)),
         None if pen is None else (float(pen.alpha), float(pen.l1_ratio)), tuple(state),
         tuple(_graph_spec(c, m) for c, m in steps.items()), FusedStep.large_batch_rows, trainer.device.kind,
-        bool(freeze_batchnorm), int(seed), f"streamfit {__version__}, onnxruntime {onnxruntime.__version__}")
+        freeze_batchnorm, seed, f"streamfit {__version__}, onnxruntime {onnxruntime.__version__}")
+
+
+def _with_step_graphs(source: ModelProto, steps: dict[str, ModelProto]) -> ModelProto:
+    """A copy of ``source`` holding the step graphs as its ``training_info`` entries."""
     out = ModelProto()
     out.CopyFrom(source)
     del out.training_info[:]
@@ -106,6 +125,4 @@ def compile_artifact(model: "str | os.PathLike[str] | bytes | ModelProto", *, lo
         entry.algorithm.name = f"streamfit_step_{c}"
         out.training_info.append(entry)
     out.ir_version = max(out.ir_version, 7)  # training_info needs IR >= 7
-    info = with_checksum(info, out)
-    out.metadata_props.append(onnx.StringStringEntryProto(key=KEY, value=dumps(info)))
     return out

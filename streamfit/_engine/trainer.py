@@ -1,6 +1,6 @@
 """The Trainer: trains the weights of one ONNX model, batch by batch, on one device.
 
-Inputs follow the contract written in :mod:`streamfit._engine.model`: ``X`` is an ndarray (a one-input
+Inputs follow the contract written in :mod:`streamfit._engine.prepare.model`: ``X`` is an ndarray (a one-input
 model) or a mapping {model input name: array}; each input keeps its declared dtype and shape.
 """
 
@@ -15,18 +15,20 @@ import numpy as np
 from onnx import ModelProto
 
 from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact, unavailable_kernels_hint
-from streamfit._engine.buffers import HostScalars, PingPong
-from streamfit._engine.build import Names, build_gradient_graphs, sample_weight_shape
-from streamfit._engine.device import Device, make_session, parse_device, session_options
-from streamfit._engine.forward_backward import ForwardBackwardStep
-from streamfit._engine.fused import FusedStep
-from streamfit._engine.inputs import InputSignature
-from streamfit._engine.model import ModelInput, load_model, prepare_model
-from streamfit._engine.ort_private import has_ort_training
-from streamfit._engine.portable import make_portable
-from streamfit._engine.predict import Predictor
-from streamfit._engine.sparse import SparseTables, find_tables, training_model
-from streamfit._engine.staging import Staging
+from streamfit._engine.common.names import Names
+from streamfit._engine.common.ort_private import has_ort_training
+from streamfit._engine.gradient.builders import build_gradient_graphs
+from streamfit._engine.gradient.portable import make_portable
+from streamfit._engine.prepare.input_signature import InputSignature
+from streamfit._engine.prepare.model import ModelInput, load_model, prepare_model
+from streamfit._engine.runtime.buffers import HostScalars, PingPong
+from streamfit._engine.runtime.device import Device, make_session, parse_device, session_options
+from streamfit._engine.runtime.predictor import Predictor
+from streamfit._engine.runtime.staging import Staging
+from streamfit._engine.steps.forward_backward import ForwardBackwardStep
+from streamfit._engine.steps.fused import FusedStep
+from streamfit._engine.steps.sparse_tables import SparseTables, find_tables, training_model
+from streamfit._engine.steps.step_graphs import sample_weight_shape
 from streamfit._public import reexport
 from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
 from streamfit.losses import Loss, get_loss
@@ -45,7 +47,7 @@ _STRATEGIES = {"fused": FusedStep, "forward_backward": ForwardBackwardStep}
 def _source(model: "str | os.PathLike[str] | bytes | ModelProto") -> "str | os.PathLike[str] | ModelProto":
     """The model to prepare: a proto as given, bytes parsed; a path stays a path unless its file is a training
     artifact (only the header is read to tell), so a big table's external data is read once, straight into
-    its array (:mod:`streamfit._engine.held`), never into a protobuf first."""
+    its array (:mod:`streamfit._engine.prepare.large_initializers`), never into a protobuf first."""
     if isinstance(model, ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
@@ -58,6 +60,17 @@ def _source(model: "str | os.PathLike[str] | bytes | ModelProto") -> "str | os.P
         if not is_artifact(header):
             return model
     return load_model(model)
+
+
+def _check_options(step: str, on_nonfinite: str) -> None:
+    """The step strategy and the non-finite policy a Trainer is given, checked before any work."""
+    if step not in _STRATEGIES:
+        raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
+    if step == "forward_backward" and not has_ort_training():
+        raise ModelError("step='forward_backward' runs onnxruntime's TrainingAgent: it needs onnxruntime-training "
+                         "at train time (Python <= 3.12); step='fused' needs only onnxruntime")
+    if on_nonfinite not in ("raise", "skip"):
+        raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
 
 
 class Trainer:
@@ -73,7 +86,7 @@ class Trainer:
     row-sparsely with ``sparse=True``: a step reads and writes only the rows of the ids in its batch, so it
     costs the same whatever the table's size (lazy rules: Adam as PyTorch's SparseAdam, penalties applied
     to touched rows).  ``"auto"`` (default) does so only where that is exactly the dense step (SGD,
-    AdaGrad, RowWiseAdaGrad, FTRL on unpenalized tables); ``False`` never.  See :mod:`streamfit._engine.sparse`.
+    AdaGrad, RowWiseAdaGrad, FTRL on unpenalized tables); ``False`` never.  See :mod:`streamfit._engine.steps.sparse_tables`.
 
     ``inputs=`` maps model input names to Arrow columns, as the estimators' ``inputs=`` does (a column name,
     a list of column names, or an encoder of :mod:`streamfit.features` such as ``Hashed``); :meth:`step`,
@@ -82,12 +95,12 @@ class Trainer:
     each new schema once against it; encoder state (vocabularies) is in :meth:`state_dict`.
 
     The gradient graph comes from ``gradient``: ``"onnxruntime"`` (onnxruntime-training's builder, any op it
-    knows; Python <= 3.12), ``"streamfit"`` (:mod:`streamfit._engine.autodiff`: the ready-made models' ops,
+    knows; Python <= 3.12), ``"streamfit"`` (:mod:`streamfit._engine.gradient.autodiff`: the ready-made models' ops,
     standard ONNX ops only, so any onnxruntime runs it), ``"auto"`` the first where installed, else the second.
     A model given as a training artifact (``streamfit compile``) needs neither.
 
     ``portable=True`` rewrites the training-only kernels of the gradient graph into ops that inference
-    builds of onnxruntime implement (:mod:`streamfit._engine.portable`): the step graphs then run on the
+    builds of onnxruntime implement (:mod:`streamfit._engine.gradient.portable`): the step graphs then run on the
     newest onnxruntime too (same results up to float rounding; at small batches a little slower).
 
     ``host=`` names initializers that no step trains but the caller changes between steps (the ready-made
@@ -113,13 +126,7 @@ class Trainer:
                  sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None,
                  gradient: Literal["auto", "onnxruntime", "streamfit"] = "auto",
                  portable: bool = False, host: Sequence[str] = ()) -> None:
-        if step not in _STRATEGIES:
-            raise ValueError(f"unknown step strategy {step!r}; expected one of {sorted(_STRATEGIES)}")
-        if step == "forward_backward" and not has_ort_training():
-            raise ModelError("step='forward_backward' runs onnxruntime's TrainingAgent: it needs onnxruntime-training "
-                             "at train time (Python <= 3.12); step='fused' needs only onnxruntime")
-        if on_nonfinite not in ("raise", "skip"):
-            raise ValueError(f"on_nonfinite must be 'raise' or 'skip', got {on_nonfinite!r}")
+        _check_options(step, on_nonfinite)
         self.device = parse_device(device)
         source = _source(model)  # the caller's proto is not changed here
         owned = source is not model
@@ -142,12 +149,23 @@ class Trainer:
                          else learning_rate)
         self.step_kind: StepKind = step
         self.on_nonfinite = on_nonfinite
+        self._init_session_options(threads, spinning)
+        self._init_inputs(inputs)
+        self._init_tables(sparse)
+        self._init_graphs(gradient, portable)
+        self._init_params_and_predictor()
+        self._init_step_state()
+
+    def _init_session_options(self, threads: int | None, spinning: bool) -> None:
         self.options = session_options(threads, spinning)
         # threads=None: light steps (small batches, or little work per batch: a linear model) run on one
         # thread (handing a tiny GEMM to a second thread costs more than it saves, and an idle spinning
         # thread takes a core from the reader), heavy ones on all cores
         self.small_batch_options = session_options(1 if threads is None else threads, spinning)
         self._threads_given = threads is not None
+
+    def _init_inputs(self, inputs: Mapping[str, Any] | None) -> None:
+        """The model inputs' signature, and the column plan of ``inputs=`` (checked against the model)."""
         self._signature = InputSignature(self.prepared.inputs, self.prepared.input_name)
         self._single = self._signature.single
         #: ``inputs=``: the column plan that turns Arrow tables (or dicts of columns) into the model's inputs
@@ -158,10 +176,14 @@ class Trainer:
 
             check_inputs(self.prepared.inputs, inputs)  # a ModelError naming the input
             self._columns = ColumnInputs(self.prepared.inputs, inputs)
-        # embedding tables (initializers read only by Gather) are trained row-sparsely: see _engine/sparse.py
+
+    def _init_tables(self, sparse: "bool | Literal['auto']") -> None:
+        """The host scalars, and the embedding tables trained row-sparsely (see _engine/steps/sparse_tables.py):
+        initializers read only by Gather."""
         if sparse not in (True, False, "auto"):
             raise ValueError(f"sparse must be True, False or 'auto', got {sparse!r}")
-        tables = () if not sparse or step != "fused" or self.device.kind != "cpu" else \
+        penalty = self.penalty
+        tables = () if not sparse or self.step_kind != "fused" or self.device.kind != "cpu" else \
             find_tables(self.prepared, *((self.optimizer, penalty) if sparse == "auto" else ()))
         self._sparse: SparseTables | None = None
         self._train_pm = self.prepared
@@ -171,15 +193,20 @@ class Trainer:
             self._train_pm = training_model(self.prepared, tables)
             self._sparse = SparseTables(tables, self.prepared, self.optimizer, penalty, self.device, self.scalars,
                                         self.small_batch_options)
+
+    def _init_graphs(self, gradient: str, portable: bool) -> None:
         #: the gradient graphs the step graphs are built from (None for an artifact: its graphs are built)
         self.graphs = None if self.artifact is not None else \
             build_gradient_graphs(self._train_pm, self._sparse.rows_names if self._sparse else (), gradient)
-        #: the step graphs hold only ops inference builds of onnxruntime run (see _engine/portable.py)
+        #: the step graphs hold only ops inference builds of onnxruntime run (see _engine/gradient/portable.py)
         self.portable = portable
         if portable and self.graphs is not None:
             self.graphs.gradient = make_portable(self.graphs.gradient)
         if self._sparse is not None and self.graphs is not None:
             self._sparse.set_grad_names(self.graphs.input_grad_names)
+
+    def _init_params_and_predictor(self) -> None:
+        """The weights and optimizer state on the device (two ping-pong sets), and the predictor reading them."""
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
         predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers)
                                                     + list(self.prepared.host))
@@ -197,7 +224,10 @@ class Trainer:
             fixed.update(self._sparse.values)
         self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device, fixed=fixed)
         self._predict_checked: set[tuple[Any, ...]] = set()
-        self._l2 = penalty.l2 if penalty is not None else 0.0
+
+    def _init_step_state(self) -> None:
+        """What a step reads and counts: the bound scalars, the strategy (made on the first step), counters."""
+        self._l2 = self.penalty.l2 if self.penalty is not None else 0.0
         arrays = self.scalars.arrays  # bound once; a step writes these 0-d arrays in place when they change
         self._optimizer_scalars = [arrays[Names.scalar(s)] for s in self.optimizer.scalar_names]
         self._decay = arrays[Names.decay]

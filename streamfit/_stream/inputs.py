@@ -146,7 +146,7 @@ class InputPlan:
     """Fill every model input from a record batch; see the module docstring.
 
     ``model_inputs``: objects with ``name``, ``dtype`` and ``shape`` (dim 0 the batch; ints fixed),
-    e.g. :class:`streamfit._engine.model.ModelInput`.  ``states``: the encoders' learned state by input
+    e.g. :class:`streamfit._engine.prepare.model.ModelInput`.  ``states``: the encoders' learned state by input
     name (fresh states when missing).  ``offers_cast``: whether the caller has a ``cast=`` option the user
     can set (a stream's); a refused column's error then says to pass it, else to convert the column first.
     """

@@ -69,7 +69,7 @@ class RowDelta:
 @dataclass(frozen=True, eq=False)
 class ArrayBlocks:
     """A large array of a full checkpoint given as consecutive blocks of rows, read once by the writer, so
-    that it is never copied whole (a copy-on-write snapshot of a live table: see :mod:`streamfit._engine.cow`).
+    that it is never copied whole (a copy-on-write snapshot of a live table: see :mod:`streamfit._engine.steps.row_snapshot`).
 
     ``blocks()`` yields arrays of ``shape[1:]`` rows whose lengths add up to ``shape[0]`` (each may be a
     reused buffer: consumed before the next is asked for); ``release()`` frees the snapshot behind it

@@ -140,7 +140,7 @@ class Runner:
     A model with row-sparse tables (embeddings, hashed models, factorization machines) is checkpointed as a
     chain: a full checkpoint every ``full_every`` checkpoints, and in between deltas of the table rows
     touched since the previous one (dense weights in full each time).  A full is a copy-on-write snapshot
-    (:mod:`streamfit._engine.cow`): nothing is copied when it is taken; the writer streams the tables by row
+    (:mod:`streamfit._engine.steps.row_snapshot`): nothing is copied when it is taken; the writer streams the tables by row
     blocks while training goes on, each step saving aside the old values of the rows it overwrites that the
     writer has not passed yet.  ``publish_path`` gets the model of
     a durable checkpoint, written by a background thread at most every ``publish_every`` seconds, with a

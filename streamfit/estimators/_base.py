@@ -1,6 +1,6 @@
 """What the estimators share: parameters -> Trainer, minibatch epochs, state for checkpoints.
 
-``X`` follows the inputs contract of :mod:`streamfit._engine.model`: an ndarray for a one-input model, a
+``X`` follows the inputs contract of :mod:`streamfit._engine.prepare.model`: an ndarray for a one-input model, a
 dict {model input name: array} for any model, or an Arrow Table/RecordBatch (all its columns stacked into
 the one input, or, with ``inputs=``, turned into such a dict by :meth:`OnnxEstimator._arrow_inputs`).
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamfit._arrow import as_features, as_labels
-from streamfit._engine.inputs import NamedRows, check_mapping
+from streamfit._engine.prepare.input_signature import NamedRows, check_mapping
 from streamfit._engine.trainer import Trainer
 from streamfit.estimators._cache import ATTRIBUTE as CACHE
 from streamfit.exceptions import BadInputError

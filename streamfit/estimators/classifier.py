@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from streamfit._arrow import as_labels
-from streamfit._engine.model import load_model
+from streamfit._engine.prepare.model import load_model
 from streamfit.estimators._base import OnnxEstimator
 from streamfit.estimators._cache import ATTRIBUTE as CACHE, caches
 from streamfit.exceptions import BadInputError

@@ -27,7 +27,7 @@ def model_inputs_of(estimator: Any) -> tuple[Any, ...] | None:
         return None
     import onnx
 
-    from streamfit._engine.model import _model_input, load_model
+    from streamfit._engine.prepare.model import _model_input, load_model
 
     try:
         proto = onnx.load(model, load_external_data=False) if isinstance(model, str) else load_model(model)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from streamfit._engine.graph import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._params import Parameters
 
 __all__ = ["Loss"]

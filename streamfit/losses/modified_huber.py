@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamfit._engine.graph import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit.losses.base import Loss
 from streamfit.losses.hinge import signed
 

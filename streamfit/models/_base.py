@@ -19,10 +19,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from onnx import ModelProto
 
+from streamfit._engine.prepare.model import load_model
 from streamfit.estimators.classifier import OnnxClassifier
 from streamfit.estimators.regressor import OnnxRegressor
 from streamfit.losses import Loss
-from streamfit._engine.model import load_model
 from streamfit.models._graphs import (INPUT, SCALER_MEAN, SCALER_SCALE, dense_model, destandardized, layer_names,
                                       layers_of, scaler_tensors, standardized)
 from streamfit.estimators._cache import caches
@@ -178,7 +178,7 @@ class ReadyMade:
     # -- inputs=: the one feature input from columns (the column plan of OnnxRegressor's inputs=) ----------
     def _declared_inputs(self) -> tuple[Any, ...]:
         """The model's one input ``X`` as declared (its width unknown until the first batch fixes it)."""
-        from streamfit._engine.model import ModelInput
+        from streamfit._engine.prepare.model import ModelInput
 
         width = self.__dict__.get("n_features_in_") if hasattr(self, "trainer_") else None
         return (ModelInput(INPUT, np.dtype(np.float32), ("N", width if width is not None else "n_features")),)
@@ -188,7 +188,7 @@ class ReadyMade:
         ``inputs={"X": columns or an encoder}`` describes; other ``X`` as given."""
         import pyarrow as pa
 
-        from streamfit._engine.inputs import NamedRows
+        from streamfit._engine.prepare.input_signature import NamedRows
 
         if type(X) is NamedRows:
             X = X.arrays

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from streamfit._engine.names import Names
+from streamfit._engine.common.names import Names
 
 __all__ = ["ACTIVATIONS", "dense_model", "layers_of", "standardized", "destandardized", "coef_name",
            "intercept_name", "SCALER_MEAN", "SCALER_SCALE", "scaler_tensors", "layer_names"]

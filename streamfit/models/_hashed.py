@@ -83,7 +83,7 @@ class HashedModel:
     def _columns_X(self, X: Any, what: str) -> Any:
         """``X`` as the column plan takes it: a dict of columns made a table (encoded inputs as they are); any
         other kind than a table, a dict or named rows refused, naming the columns (``what``: the model)."""
-        from streamfit._engine.inputs import NamedRows
+        from streamfit._engine.prepare.input_signature import NamedRows
 
         if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
             X = pa.table({k: pa.array(v) for k, v in X.items()})

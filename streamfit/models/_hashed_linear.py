@@ -79,7 +79,7 @@ class HashedLinear(HashedModel):
         """The model inputs before the first fit (the stream's column plan needs them): the hashed graph's."""
         if not self._hashed:
             return super()._declared_inputs()  # type: ignore[misc, no-any-return]
-        from streamfit._engine.model import _model_input
+        from streamfit._engine.prepare.model import _model_input
 
         graph = self.model.graph
         inits = {i.name for i in graph.initializer}

@@ -13,7 +13,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 
-from streamfit._engine.graph import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._params import Parameters
 
 __all__ = ["Optimizer", "check_range"]

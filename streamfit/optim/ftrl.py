@@ -6,7 +6,7 @@ from typing import Mapping
 
 import numpy as np
 
-from streamfit._engine.graph import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit.optim.base import Optimizer, check_range
 
 __all__ = ["FTRL"]

@@ -7,7 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
-from streamfit._engine.graph import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit.optim.adagrad import AdaGrad
 
 __all__ = ["RowWiseAdaGrad"]

@@ -260,7 +260,7 @@ def test_a_poison_message_rolls_a_table_model_back_from_its_chain_on_disk(tmp_pa
 def test_a_full_checkpoint_is_the_state_at_its_step_while_training_goes_on(tmp_path, monkeypatch, reference):
     """A full is a copy-on-write snapshot streamed while later batches train: each one holds exactly the state
     captured by stopping training at its step, and the run ends where the uninterrupted reference does."""
-    from streamfit._engine import cow
+    from streamfit._engine.steps import row_snapshot as cow
     from streamfit.daemon.state import snapshot_tables
 
     monkeypatch.setattr(cow, "BLOCK_BYTES", 4096)  # 32 blocks per array

@@ -86,7 +86,7 @@ def test_artifact_file_is_onnx_with_typed_json_metadata(tmp_path) -> None:
 
 
 def test_artifact_keeps_the_check_plan_of_its_graphs() -> None:
-    from streamfit._engine.checkplan import CheckPlan
+    from streamfit._engine.steps.check_plan import CheckPlan
 
     art = compile_artifact(mlp_model([64, 80, 1], seed=0))  # SGD: the 64x80 weight is checked by a bound
     a = read_artifact(art)
@@ -180,7 +180,7 @@ def test_a_step_graph_kernel_this_onnxruntime_lacks_is_explained() -> None:
 def test_artifacts_of_onnxruntime_gradients_hold_inference_ops_only(activation) -> None:
     """onnxruntime-training's gradient brings ReluGrad/TanhGrad/SigmoidGrad; compile rewrites them (portable pass),
     so the artifact runs on any inference build, and trains as the trainer with the original graphs does."""
-    from streamfit._engine.portable import portability_report
+    from streamfit._engine.gradient.portable import portability_report
     from streamfit.models._graphs import dense_model
 
     rng = np.random.default_rng(4)

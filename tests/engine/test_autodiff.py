@@ -1,4 +1,4 @@
-"""streamfit's own gradient builder (streamfit/_engine/autodiff.py): the ready-made models' gradients equal
+"""streamfit's own gradient builder (streamfit/_engine/gradient/autodiff.py): the ready-made models' gradients equal
 onnxruntime-training's and finite differences, training with it gives the same weights, and without
 onnxruntime-training the ready-made models train while other models are refused with a clear error."""
 
@@ -13,10 +13,10 @@ from onnx import helper
 from onnxruntime.capi import _pybind_state as C
 
 from streamfit import FMRegressor, LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
-from streamfit._engine.autodiff import build_own_gradient, unsupported_ops
-from streamfit._engine.build import build_gradient_graphs
-from streamfit._engine.model import prepare_model
-from streamfit._engine.sparse import find_tables, training_model
+from streamfit._engine.gradient.autodiff import build_own_gradient, unsupported_ops
+from streamfit._engine.gradient.builders import build_gradient_graphs
+from streamfit._engine.prepare.model import prepare_model
+from streamfit._engine.steps.sparse_tables import find_tables, training_model
 from streamfit._engine.testing import cnn_model, mlp_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import ModelError

@@ -17,8 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from streamfit._engine import held
-from streamfit._engine.held import is_held
+from streamfit._engine.prepare import large_initializers as held
+from streamfit._engine.prepare.large_initializers import is_held
 from streamfit._engine.trainer import Trainer
 
 DIM, FIELDS = 16, 20
@@ -196,7 +196,7 @@ def test_a_2_24_row_table_trains_with_rss_below_3x_its_size(tmp_path):
 @pytest.mark.parametrize("rows", [50, 1 << 62])  # packed sort keys; a stable argsort when they do not fit
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_distinct_ids_are_sorted_and_map_every_position(rows, dtype):
-    from streamfit._engine.sparse import _distinct
+    from streamfit._engine.steps.sparse_tables import _distinct
 
     class Owner:
         _arange = np.zeros(0, np.int64)

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from streamfit import InputMismatchError, ModelError, OnnxClassifier, OnnxRegressor
-from streamfit._engine.model import ModelInput
+from streamfit._engine.prepare.model import ModelInput
 from streamfit._engine.testing import cnn_model, flags_model, linear_model, two_input_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import BadInputError

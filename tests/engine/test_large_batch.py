@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from streamfit._engine.fused import FusedStep
+from streamfit._engine.steps.fused import FusedStep
 from streamfit._engine.testing import mlp_model
 from streamfit._engine.trainer import Trainer
 
@@ -116,7 +116,7 @@ def test_attention_bias_gradients_in_the_large_batch_graph(rows):
 
 def test_a_fused_graph_that_fails_falls_back_to_forward_backward_once_and_says_so(monkeypatch, caplog):
     """A large-batch graph that ORT refuses to run: the step is redone with forward/backward, logged."""
-    import streamfit._engine.fused as fused
+    import streamfit._engine.steps.fused as fused
 
     real = fused.build_fused
 

@@ -6,7 +6,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from streamfit._engine.build import Names, build_loss_model
+from streamfit._engine.common.names import Names
+from streamfit._engine.steps.step_graphs import build_loss_model
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 from streamfit.losses import (AbsoluteError, BinaryLogLoss, ElasticError, EpsilonInsensitive, Hinge, Huber,

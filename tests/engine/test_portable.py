@@ -1,7 +1,7 @@
 """Portable step graphs on the zoo and the ready-made models: same weights as the original graphs, no training op left.
 
 On onnxruntime-training, ``Trainer(portable=True)`` (the training-only kernels rewritten, see
-:mod:`streamfit._engine.portable`) must train every zoo model to the weights the original graphs give (float
+:mod:`streamfit._engine.gradient.portable`) must train every zoo model to the weights the original graphs give (float
 noise), with both step strategies and both fused graphs (small and large batches); every graph it runs must
 hold only ops of inference builds, except the recurrent models listed in ``CANNOT``.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamfit._engine.portable import make_portable, portability_report, split_at_yield
+from streamfit._engine.gradient.portable import make_portable, portability_report, split_at_yield
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 

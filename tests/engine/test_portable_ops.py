@@ -1,4 +1,4 @@
-"""Each rewrite of :mod:`streamfit._engine.portable` against onnxruntime-training's own kernel, one node at a time.
+"""Each rewrite of :mod:`streamfit._engine.gradient.portable` against onnxruntime-training's own kernel, one node at a time.
 
 A one-node graph holding the training kernel runs on onnxruntime-training 1.19.2; its portable twin (no
 training-only op left) must give the same outputs up to float rounding, on awkward cases: broadcasting,
@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from streamfit._engine.portable import CANNOT, REWRITTEN, make_portable, portability_report
+from streamfit._engine.gradient.portable import CANNOT, REWRITTEN, make_portable, portability_report
 
 pytestmark = pytest.mark.needs_ort_training  # records/compares against onnxruntime-training 1.19.2
 

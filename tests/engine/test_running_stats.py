@@ -1,4 +1,4 @@
-"""BatchNormalization in PyTorch's semantics and Dropout in training only (streamfit._engine.running_stats),
+"""BatchNormalization in PyTorch's semantics and Dropout in training only (streamfit._engine.prepare.running_stats),
 on the zoo's exports: frozen statistics, checkpointed state, seeded dropout."""
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ def test_last_output_is_the_prediction_before_the_update(step):
 
 
 def test_session_options_and_device_parsing():
-    from streamfit._engine.device import parse_device, session_options
+    from streamfit._engine.runtime.device import parse_device, session_options
 
     opts = session_options(threads=3, spinning=False)
     assert opts.intra_op_num_threads == 3
@@ -240,7 +240,7 @@ def test_session_options_and_device_parsing():
 
 
 def test_cuda_staging_falls_back_to_host_memory_that_the_bound_value_sees():
-    from streamfit._engine.device import Device
+    from streamfit._engine.runtime.device import Device
 
     value, arr = Device("cuda", 1).staging((2, 3), np.float32)  # no pinned allocator in the CPU build
     arr[...] = 7.0
@@ -263,7 +263,7 @@ def _no_bias_mlp(d=64, seed=0):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("batch", [1, 8])
 def test_bounded_check_trains_exactly_like_forward_backward(batch, dtype):
-    from streamfit._engine.checkplan import CheckPlan
+    from streamfit._engine.steps.check_plan import CheckPlan
 
     X, y = _stream(n=256, dtype=dtype)
     runs = {}

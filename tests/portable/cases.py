@@ -2,7 +2,7 @@
 
 While a workload trains, every fused step's inputs are captured (weights and optimizer state before the
 step, the batch, the row weights, the scalars); each case keeps the *portable* form of the step graphs
-(:func:`streamfit._engine.portable.make_portable`), the steps, and the weights the engine reached with the
+(:func:`streamfit._engine.gradient.portable.make_portable`), the steps, and the weights the engine reached with the
 original graphs.  No pickle: arrays in ``.npz`` (``allow_pickle=False``), names in ``case.json``.
 
     python tests/portable/cases.py OUT_DIR [--quick]      # needs onnxruntime-training (Python <= 3.12)
@@ -21,10 +21,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import onnx
 
-from streamfit._engine.build import Names
-from streamfit._engine.fused import FusedStep
-from streamfit._engine.portable import make_portable, portability_report
-from streamfit._engine.rewrites import ONES
+from streamfit._engine.common.names import Names
+from streamfit._engine.gradient.portable import make_portable, portability_report
+from streamfit._engine.gradient.rewrites import ONES
+from streamfit._engine.steps.fused import FusedStep
 
 HERE = Path(__file__).resolve().parent
 ZOO = HERE.parent / "zoo"
@@ -124,7 +124,7 @@ def write_case(rec: _Recording, out: Path, name: str, portable: bool = True) -> 
 def write_split_case(trainer: Any, X: Any, out: Path, name: str) -> Path:
     """A forward/backward case: ``trainer``'s (portable) gradient graph cut at its YieldOp, one batch, a
     dL/dY, and the gradients onnxruntime-training's TrainingAgent gives for them."""
-    from streamfit._engine.portable import split_at_yield
+    from streamfit._engine.gradient.portable import split_at_yield
 
     case = out / re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
     case.mkdir(parents=True, exist_ok=True)

@@ -120,7 +120,7 @@ def test_cnn_from_a_fixed_shape_tensor_column_zero_copy(tmp_path, step):
     assert summary.rows == 500
     _same_weights(est, _reference(make(), pa.concat_tables(tables), 50))
     # a whole training batch inside one record batch is a view of the Arrow buffer, shaped as the model says
-    from streamfit._engine.model import ModelInput
+    from streamfit._engine.prepare.model import ModelInput
 
     rb = Rebatcher(50, inputs={"X": "img"}, model_inputs=[ModelInput("X", np.dtype(np.float32), ("N", 1, 8, 8))])
     batch = tables[0].to_batches()[0]
@@ -230,7 +230,7 @@ def test_padded_list_column_with_a_mask_input(tmp_path, step):
 
 
 def test_mismatched_columns_are_bad_input_naming_the_input():
-    from streamfit._engine.model import ModelInput
+    from streamfit._engine.prepare.model import ModelInput
 
     mis = [ModelInput("x", np.dtype(np.float32), ("N", 3)), ModelInput("ids", np.dtype(np.int64), ("N",))]
     batch = _table(10).to_batches()[0]

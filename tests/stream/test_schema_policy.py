@@ -120,7 +120,7 @@ def test_layout_round_trips_and_refuses_malformed_state():
 
 
 def test_a_saved_layout_of_named_inputs_refuses_another_mapping():
-    from streamfit._engine.model import ModelInput
+    from streamfit._engine.prepare.model import ModelInput
     from streamfit._stream.columns import ColumnLayout
     from streamfit.features import Hashed
 

@@ -1,0 +1,81 @@
+"""Device-resident weights and optimizer state in two ping-pong sets, and host scalars bound once.
+
+A run reads set A and writes set B; the engine swaps only when the step was finite.  So an input is
+never aliased with an output (ORT may schedule an update before a backward op that still reads the
+old weight), and a rejected step costs nothing to roll back: set A is untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+from streamfit._engine.common import ort_private as C
+
+from streamfit._engine.runtime.device import Device
+
+__all__ = ["PingPong", "HostScalars"]
+
+
+class PingPong:
+    """Two sets of named device buffers; ``current`` is the set holding the live values."""
+
+    def __init__(self, device: Device, values: Mapping[str, np.ndarray]) -> None:
+        self.device = device
+        self.names = list(values)
+        self._keep: list[np.ndarray] = []  # CPU: numpy arrays backing the OrtValues must outlive them
+        self.sets: list[dict[str, C.OrtValue]] = [{}, {}]
+        for name, array in values.items():
+            array = np.ascontiguousarray(array).copy()
+            self._keep.append(array)
+            self.sets[0][name] = device.resident(array)
+            value, backing = device.empty(array.shape, array.dtype)
+            if backing is not None:
+                backing[...] = array
+                self._keep.append(backing)
+            self.sets[1][name] = value
+        self.current = 0
+        self.generation = 0  # counts write()s: what a cached fact about the live values refers to
+
+    def live(self) -> dict[str, C.OrtValue]:
+        return self.sets[self.current]
+
+    def spare(self) -> dict[str, C.OrtValue]:
+        return self.sets[1 - self.current]
+
+    def swap(self) -> None:
+        self.current = 1 - self.current
+
+    def read(self, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """Host copies (snapshots) of the live values."""
+        live = self.live()
+        return {n: self.device.to_numpy(live[n]) for n in (self.names if names is None else names)}
+
+    def write(self, values: Mapping[str, np.ndarray]) -> None:
+        """Overwrite live values in place (shapes and dtypes must match)."""
+        live = self.live()
+        self.generation += 1
+        for name, array in values.items():
+            if name not in live:
+                raise KeyError(f"unknown buffer {name!r}; known: {self.names}")
+            target = live[name]
+            array = np.asarray(array)
+            if tuple(target.shape()) != array.shape:
+                raise ValueError(f"{name!r}: shape {array.shape} does not match {tuple(target.shape())}")
+            if self.device.kind == "cpu":
+                np.copyto(target.numpy(), array, casting="same_kind")
+            else:
+                target.update_inplace(np.ascontiguousarray(array, dtype=target.numpy().dtype))
+
+
+class HostScalars:
+    """Host arrays bound once as inputs: writing ``arrays[name][...]`` changes what the next run reads.
+
+    0-d arrays of ``dtype`` for ``names`` (the optimizer's scalars), and copies of ``tensors`` (a model's
+    host tensors, see :attr:`~streamfit._engine.prepare.model.PreparedModel.host`)."""
+
+    def __init__(self, names: Iterable[str], dtype: np.dtype, tensors: Mapping[str, np.ndarray] | None = None) -> None:
+        cpu = C.cpu_device()
+        self.arrays = {n: np.zeros((), dtype) for n in names}
+        self.arrays.update((n, np.array(a, order="C")) for n, a in (tensors or {}).items())
+        self.values = {n: C.from_numpy(a, cpu) for n, a in self.arrays.items()}
