@@ -534,6 +534,26 @@ class SplitGraphs:
     stashed: tuple[str, ...]
 
 
+def _crossing_types(gradient: ModelProto, fw_nodes: list[NodeProto], bw_nodes: list[NodeProto], outs: list[str],
+                    grads: list[str], stashed: list[str]) -> dict[str, onnx.ValueInfoProto]:
+    """Types of the tensors crossing the cut (ONNX shape inference, else onnxruntime's): the YieldOp's outputs
+    are typed like its inputs."""
+    probe = ModelProto()
+    probe.CopyFrom(gradient)
+    del probe.graph.node[:]
+    probe.graph.node.extend(fw_nodes + [helper.make_node("Identity", [x], [g]) for x, g in zip(outs, grads)] + bw_nodes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe).graph
+    except Exception as exc:
+        raise ValueError(f"shape inference failed on the gradient graph: {exc}") from exc
+    types = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.input) + list(inferred.output)
+             if vi.type.tensor_type.elem_type}
+    unknown = [n for n in outs + stashed if n not in types]
+    if unknown:  # ONNX's inference stops at an op it does not know: ask onnxruntime's (contrib ops included)
+        types.update(_ort_types(fw_nodes, gradient.graph, gradient, unknown))
+    return types
+
+
 def split_at_yield(gradient: ModelProto) -> SplitGraphs:
     """Cut ``gradient`` (ORT's forward + backward graph, with one ``YieldOp``) into forward and backward graphs.
 
@@ -558,20 +578,7 @@ def split_at_yield(gradient: ModelProto) -> SplitGraphs:
     stashed = list(dict.fromkeys(n for n in bw_reads if n in produced and n not in yield_node.input))
     outs = list(yield_node.input)
     grads = list(yield_node.output)
-    # types of the tensors crossing the cut: the YieldOp's outputs are typed like its inputs
-    probe = ModelProto()
-    probe.CopyFrom(gradient)
-    del probe.graph.node[:]
-    probe.graph.node.extend(fw_nodes + [helper.make_node("Identity", [x], [g]) for x, g in zip(outs, grads)] + bw_nodes)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(probe).graph
-    except Exception as exc:
-        raise ValueError(f"shape inference failed on the gradient graph: {exc}") from exc
-    types = {vi.name: vi for vi in list(inferred.value_info) + list(inferred.input) + list(inferred.output)
-             if vi.type.tensor_type.elem_type}
-    unknown = [n for n in outs + stashed if n not in types]
-    if unknown:  # ONNX's inference stops at an op it does not know: ask onnxruntime's (contrib ops included)
-        types.update(_ort_types(fw_nodes, graph, gradient, unknown))
+    types = _crossing_types(gradient, fw_nodes, bw_nodes, outs, grads, stashed)
 
     def typed(name: str) -> onnx.ValueInfoProto:
         vi = types.get(name)

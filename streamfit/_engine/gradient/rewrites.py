@@ -193,6 +193,20 @@ def _remove_dead(model: ModelProto) -> None:
     model.graph.initializer.extend(inits)
 
 
+def _reduction_chain(uses: dict[str, list], axes_name: str, shape_out: str) -> list[tuple[NodeProto, NodeProto]] | None:
+    """The ``ReduceSum(g, axes) -> Reshape(shape)`` pairs reading one side's reduction axes, or None when a use of
+    the axes is anything else (ORT's generic chain is then left as it is)."""
+    chain = []
+    for red in uses.get(axes_name, []):
+        if red.op_type != "ReduceSum" or red.input[1] != axes_name:
+            return None
+        reshapes = uses.get(red.output[0], [])
+        if len(reshapes) != 1 or reshapes[0].op_type != "Reshape" or reshapes[0].input[1] != shape_out:
+            return None
+        chain.append((red, reshapes[0]))
+    return chain
+
+
 def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> int:
     """Replace Shape/BroadcastGradientArgs/ReduceSum/Reshape chains by static reductions.
 
@@ -221,20 +235,10 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
                 plans.append(([], []))
                 continue
             axes = _static_reduce_axes(sx, so)
-            if axes is None:
+            chain = None if axes is None else _reduction_chain(uses, axes_name, shape_out)
+            if axes is None or chain is None:
                 break
-            chain = []
-            for red in uses.get(axes_name, []):
-                if red.op_type != "ReduceSum" or red.input[1] != axes_name:
-                    break
-                reshapes = uses.get(red.output[0], [])
-                if len(reshapes) != 1 or reshapes[0].op_type != "Reshape" or reshapes[0].input[1] != shape_out:
-                    break
-                chain.append((red, reshapes[0]))
-            else:
-                plans.append((axes, chain))
-                continue
-            break
+            plans.append((axes, chain))
         if len(plans) != 2:
             continue
         new_nodes = []

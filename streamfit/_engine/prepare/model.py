@@ -312,19 +312,12 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
         raise ModelError("the model must have at least one input and one output")
     input_name = _chosen(inputs, input_name, "input")
     output_name = _chosen([o.name for o in graph.output], output_name, "output")
-    # Train through one output: the others would need gradients nobody provides.
-    kept = [o for o in graph.output if o.name == output_name]
-    del graph.output[:]
-    graph.output.extend(kept)
+    _keep_output(graph, output_name)
     inits = rewrite_ml_ops(proto, notes)  # ai.onnx.ml linear models -> trainable MatMul + Add (sklearn_ops.py)
     if any(n.op_type == "Loop" for n in graph.node):  # PyTorch's EmbeddingBag loops -> Gather + ReduceSum
         rewrite_embedding_bags(proto, notes)
         inits = {init.name: init for init in graph.initializer}
-    # Initializers also listed as graph inputs (IR < 4 style) are plain initializers for us.
-    real_inputs = [i for i in graph.input if i.name not in init_names]
-    del graph.input[:]
-    graph.input.extend(real_inputs)
-    model_inputs = tuple(_model_input(vi) for vi in real_inputs)
+    model_inputs = _drop_initializer_inputs(graph, init_names)
     uses = _uses(proto)
     reaching = _reaching(proto, output_name)
     weights = _chosen_weights(weights, inits, uses, reaching, output_name)
@@ -399,3 +392,19 @@ def _checked_host(host: Sequence[str], inits: dict[str, TensorProto], weights: l
         if name in weights:
             raise ModelError(f"{name!r} is both trained and a host tensor; host tensors are set by the caller")
     return host
+
+
+def _keep_output(graph: onnx.GraphProto, output_name: str) -> None:
+    """Train through one output: the others would need gradients nobody provides."""
+    kept = [o for o in graph.output if o.name == output_name]
+    del graph.output[:]
+    graph.output.extend(kept)
+
+
+def _drop_initializer_inputs(graph: onnx.GraphProto, init_names: set[str]) -> tuple[ModelInput, ...]:
+    """The graph inputs without the initializers also listed there (IR < 4 style: plain initializers for us);
+    return the model inputs left."""
+    real_inputs = [i for i in graph.input if i.name not in init_names]
+    del graph.input[:]
+    graph.input.extend(real_inputs)
+    return tuple(_model_input(vi) for vi in real_inputs)

@@ -151,10 +151,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     """
     elem = onnx_dtype(pm.dtype)
     producers = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers[name] = consumers.get(name, 0) + 1
+    consumers = _use_counts(graph)
     inputs = [_value_info(Names.scalar("lr"), elem, [])]
     outputs, sums = [], []  # the loss is an output of its own, checked by the step
     l2 = penalty is not None and penalty.l2 > 0
@@ -169,16 +166,11 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
         new = Names.new(w)
         base = b.op("Mul", w, Names.decay) if l2 and w in pm.penalized else w
         gemm = producers.get(g)
-        attrs_ = attrs(gemm) if gemm is not None else {}
         foldable = gemm is not None and (gemm.op_type == "Gemm" and len(gemm.input) == 2
                     and consumers.get(g, 0) == 0 and not (large_batch and min(shape or [1]) <= 1))
+        alpha = 1.0
         if gemm is not None and foldable:
-            gemm.input.append(base)
-            del gemm.attribute[:]
-            gemm.attribute.extend([helper.make_attribute(k, v) for k, v in attrs_.items() if k not in ("alpha", "beta")])
-            gemm.attribute.extend([helper.make_attribute("alpha", -float(attrs_.get("alpha", 1.0))),
-                                   helper.make_attribute("beta", 1.0)])
-            gemm.output[0] = new
+            alpha = _fold_into_gemm(gemm, base, new)
         else:
             b.op("Sub", base, g, out=new)
         outputs.append(_value_info(new, elem, shape))
@@ -186,7 +178,7 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
             bounded.append(w)
             operands[0][gemm.input[0]] = None
             operands[1][gemm.input[1]] = None
-            alpha_max = max(alpha_max, abs(float(attrs_.get("alpha", 1.0))))
+            alpha_max = max(alpha_max, abs(alpha))
         elif host_checks and int(np.prod(shape)) == 1:
             host.append(w)
         else:
@@ -197,6 +189,28 @@ def emit_sgd_folded(b: GraphBuilder, graph: onnx.GraphProto, pm: PreparedModel, 
     for names, prefix in zip(operands, (Names.bound_in0, Names.bound_in1)):
         outputs += _scalar_outputs(b, [b.op("ReduceSumSquare", name, keepdims=0) for name in names], prefix, elem)
     return inputs, outputs, CheckPlan(bounded=tuple(bounded), alpha=alpha_max, host=tuple(host))
+
+
+def _use_counts(graph: onnx.GraphProto) -> dict[str, int]:
+    """How many node inputs read each tensor of ``graph``."""
+    consumers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    return consumers
+
+
+def _fold_into_gemm(gemm: onnx.NodeProto, base: str, new: str) -> float:
+    """Turn the Gemm that makes a weight's lr-scaled gradient into its update, in place:
+    ``Gemm(A, B) -> Gemm(A, B, C=base, alpha=-alpha, beta=1)`` writing ``new``; return the Gemm's ``alpha``."""
+    found = attrs(gemm)
+    alpha = float(found.get("alpha", 1.0))
+    gemm.input.append(base)
+    del gemm.attribute[:]
+    gemm.attribute.extend([helper.make_attribute(k, v) for k, v in found.items() if k not in ("alpha", "beta")])
+    gemm.attribute.extend([helper.make_attribute("alpha", -alpha), helper.make_attribute("beta", 1.0)])
+    gemm.output[0] = new
+    return alpha
 
 
 def _opsets(model: ModelProto) -> list[onnx.OperatorSetIdProto]:
