@@ -783,7 +783,8 @@ class Runner:
         lag = getattr(self._source, "lag", None)
         return Progress(self.batches, self.rows, self._skipped_rows(), self._skipped_messages(),
                         self._loop.summary().stream_metrics if self._loop is not None else {},
-                        None if trainer is None else float(trainer.lr_scale), lag() if callable(lag) else {})
+                        None if trainer is None else float(trainer.lr_scale),
+                        lag(self.position) if callable(lag) and self.position is not None else {})
 
     def _history_config(self) -> dict[str, Any]:
         """The run's configuration as the history keeps it (the report shows it)."""

@@ -203,6 +203,30 @@ class KafkaSource(Source):
             raise TypeError(f"KafkaSource: expected a handover settler (a callable), got {type(settler).__name__}")
         self._settler = settler
 
+    def lag(self, position: Position | None = None) -> dict[str, int]:
+        """Messages behind the high watermark, per assigned partition, from ``position`` (the trained one; default:
+        after the last batch returned, read ahead of training): librdkafka's high watermark cached from the
+        last fetch (no request; a partition not fetched yet is left out)."""
+        consumer, assigned = self._consumer, self._assigned
+        if consumer is None or not assigned:
+            return {}
+        if position is not None:
+            returned = dict(KafkaPosition.parse(position, self.topic).partitions)
+        else:
+            with self._mutex:
+                returned = dict(self._returned)
+        out: dict[str, int] = {}
+        for partition in sorted(assigned):
+            at = returned.get(partition)
+            try:
+                _, high = consumer.get_watermark_offsets(self._kafka.TopicPartition(self.topic, partition),
+                                                         cached=True)
+            except (self._kafka.KafkaException, RuntimeError):
+                continue
+            if at is not None and high is not None and high >= 0:
+                out[str(partition)] = max(int(high) - at.offset, 0)
+        return out
+
     def _snapshot(self, live: Mapping[int, PartitionPosition]) -> Position:
         return KafkaPosition(self.topic, live).to_json()
 
