@@ -116,7 +116,7 @@ def render_page(root: Path, history: History, plots: list[Plot], chain: list[Che
     out.append("<h2>Plots</h2>")
     for plot in plots:
         data = base64.b64encode(plot.png).decode("ascii")
-        out.append(f'<h3>{_e(plot.title)}</h3><img id="plot-{_e(plot.name)}" alt="{_e(plot.title)}" '
+        out.append(f'<img id="plot-{_e(plot.name)}" alt="{_e(plot.title)}" '
                    f'src="data:image/png;base64,{data}">')
     if rollbacks:
         out.append("<h2>Rollbacks and quarantines</h2><table><tr><th>at row</th><th>back to row</th>"
