@@ -40,6 +40,7 @@ from streamfit.distributed._learner import Learner
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
 from streamfit.distributed._shares import Share, plan_shares
 from streamfit.exceptions import ResumeError, StreamfitError
+from streamfit.history import Progress, RunHistory
 
 __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
 
@@ -138,6 +139,9 @@ class DistributedTrainer:
         self.max_restarts = max_restarts
         self.health = HealthFile(health_path, 1.0) if health_path is not None else None
         self.metrics = metrics
+        #: the metrics history beside the global checkpoints (its steps are rounds)
+        self.history = RunHistory(checkpoint_dir) if checkpoint_dir is not None else None
+        self._progress = Progress(0, 0)
         self.source_options = dict(source_options or {})
         self.on_round = on_round
         self.loop_options = loop_options
@@ -313,6 +317,8 @@ class DistributedTrainer:
                   path=str(result.path), round=result.step, seconds=result.seconds)
         if self.metrics is not None:
             self.metrics.ckpt_seconds.set(result.seconds)
+        if self.history is not None:
+            self.history.checkpoint(result.step, None, result.seconds, result.path)
         return positions
 
     # -- the run ------------------------------------------------------------------------------------------------
@@ -329,6 +335,10 @@ class DistributedTrainer:
             self._initial_starts = [StartFrom(s.state, s.position, s.rows, s.batches, s.evaluated_rows,
                                               s.loss_sum, s.skipped_rows) for s in starts]
             self._initial_round, self._initial_mixed = round_, mixed
+            self._progress = _progress(round_, starts)
+            if self.history is not None:
+                self.history.start(lambda: self._progress, resumed_from=self._resumed_from, source=self.source,
+                                   config=self._history_config())
             if self.store is not None:
                 self._writer = AsyncCheckpointWriter(self.store)
             self._spawn(ray)
@@ -373,7 +383,10 @@ class DistributedTrainer:
                 bytes_total += up + down
                 if not final and not any(r.round_rows for r in reports):
                     ckpt = False  # an idle round (sync_every_seconds, no input): nothing new to save
+                self._progress = _progress(round_, reports)
                 if ckpt and self._writer is not None:
+                    if self.history is not None:  # on disk before the checkpoint past it
+                        self.history.boundary(sync=True)
                     model, arrays, meta = self._contents(round_, reports, mixed)
                     self._writer.submit(round_, model, arrays, meta, wait=True)
                     self._pending[round_] = [r.position for r in reports]
@@ -383,6 +396,8 @@ class DistributedTrainer:
                 stats = RoundStats(round_, sum(r.rows for r in reports), sum(r.round_rows for r in reports),
                                    t_done - t_rep, t_rep - t_req, up + down, ended, ckpt)
                 self._observe(stats, reports, time.perf_counter() - t0, rows_at_start)
+                if self.history is not None:
+                    self.history.batch(stats.rows)
                 if self.on_round is not None:
                     self.on_round(self, stats)
                 if final:
@@ -395,6 +410,8 @@ class DistributedTrainer:
                     ray.get([a.commit.remote(p) for a, p in zip(self.learners, commits) if p is not None])
             ray.get([a.close.remote() for a in self.learners])
         finally:
+            if self.history is not None:
+                self.history.close()
             if self._writer is not None:
                 self._writer.close()
             for a in self.learners:
@@ -451,6 +468,9 @@ class DistributedTrainer:
         else:
             starts, round_, mixed = loaded
         self._pending.clear()
+        self._progress = _progress(round_, starts)
+        if self.history is not None:  # the rounds after the checkpoint are trained again
+            self.history.rewind(round_)
         log_event("recovery", f"a learner died ({type(exc).__name__}); restarting all {self.workers} from "
                   f"{'the last global checkpoint' if loaded else 'the start'} (round {round_})",
                   level=logging.WARNING, round=round_, restarts=self.restarts, error=str(exc)[:500])
@@ -464,6 +484,17 @@ class DistributedTrainer:
                     raise
                 time.sleep(0.2)  # the dead actor is being restarted by Ray
         return round_, mixed
+
+    def _history_config(self) -> dict[str, Any]:
+        """The run's configuration as the history keeps it."""
+        est = self.estimator
+        return {"estimator": type(est).__name__,
+                "params": est.get_params(deep=False) if hasattr(est, "get_params") else {},
+                "options": dict(self.loop_options), "workers": self.workers,
+                "sync": {"every_batches": self.sync_every_batches, "every_seconds": self.sync_every_seconds,
+                         "optimizer": self.sync_optimizer},
+                "checkpoints": {"every_rounds": self.checkpoint_every_rounds,
+                                "every_seconds": self.checkpoint_every_seconds}}
 
     def _observe(self, stats: RoundStats, reports: list[RoundReport], elapsed: float, rows_at_start: int) -> None:
         rate = (stats.rows - rows_at_start) / elapsed if elapsed > 0 else 0.0
@@ -489,6 +520,16 @@ class DistributedTrainer:
                                                  ["learner"], registry=m.registry)
             for i, r in enumerate(reports):
                 self._learner_gauge.labels(str(i)).set(r.rows)
+
+
+def _progress(round_: int, learners: Any) -> Progress:
+    """The history's counters from the learners' reports (or start points): rows, evaluated rows and loss sums
+    are cumulative, over resumes too."""
+    learners = list(learners)
+    evaluated = sum(r.evaluated_rows for r in learners)
+    loss = sum(r.loss_sum for r in learners) / evaluated if evaluated else None
+    return Progress(round_, sum(r.rows for r in learners), _sum_counts(r.skipped_rows for r in learners), {},
+                    {"rows": evaluated, "loss": loss} if evaluated else {})
 
 
 def _shippable(estimator: Any) -> Any:

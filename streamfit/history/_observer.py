@@ -129,6 +129,7 @@ class RunHistory:
         self._pending_rollbacks: list[RollbackMark] = []
         self._next_rows = math.inf
         self._next_clock = math.inf
+        self._rows_at: dict[int, int] = {}  # rows at the latest boundaries, by step
 
     # -- the run's life ------------------------------------------------------------------------------
     def start(self, progress: Callable[[], Progress], *, resumed_from: str | None, source: str | None,
@@ -149,7 +150,7 @@ class RunHistory:
                            "batches between have no interval", last.batch_end, now.batches)
         self.log.append(RunStart(self._run, time.time(), now.batches, now.rows, resumed_from, source,
                                  dict(plain_json(config))), sync=True)
-        self._begin(now, {})
+        self._begin(now, now.stream_metrics)
 
     def batch(self, rows: int) -> None:
         """A batch was trained (``rows``: the run's row counter): end the interval if it is due."""
@@ -162,14 +163,20 @@ class RunHistory:
         if self._open is None or self._progress is None:
             return
         now = self._progress()
+        self._rows_at[now.batches] = now.rows
+        if len(self._rows_at) > 64:
+            del self._rows_at[min(self._rows_at)]
         if now.batches > self._open.batches:
             self._write(now, sync)
         elif sync:
             self.log.sync()
         self._begin(now, now.stream_metrics)
 
-    def checkpoint(self, step: int, rows: int, seconds: float, path: str | os.PathLike[str]) -> None:
-        """A checkpoint became durable: noted in the interval open now."""
+    def checkpoint(self, step: int, rows: int | None, seconds: float, path: str | os.PathLike[str]) -> None:
+        """A checkpoint became durable: noted in the interval open now (``rows`` None: the rows at the boundary
+        of that step)."""
+        if rows is None:
+            rows = self._rows_at.get(step, 0)
         if self._open is not None:
             self._open.checkpoints.append(CheckpointMark(step, rows, float(seconds), _size(Path(path)),
                                                          Path(path).name))
@@ -178,6 +185,13 @@ class RunHistory:
                  quarantined: tuple[str, ...] = ()) -> None:
         """Training went back to batch ``to_step``: the intervals after it leave the lineage (their rollbacks
         are kept: they happened), the next interval starts there and notes this one."""
+        self.rewind(to_step, RollbackMark(at_rows, to_step, to_rows, reason, float(lr_scale), tuple(quarantined)),
+                    fresh_metrics=True)
+
+    def rewind(self, to_step: int, mark: RollbackMark | None = None, fresh_metrics: bool = False) -> None:
+        """Training goes on from step ``to_step`` again (a rollback; a distributed run's learners restarted
+        from its last global checkpoint): the intervals after it are cut, the next one starts there.
+        ``fresh_metrics``: the progressive metrics count from zero again (a new stream loop)."""
         dropped = [i for i in self.log.read().intervals if i.batch_end > to_step]
         carried = [r for i in dropped for r in i.rollbacks]
         if self._open is not None:
@@ -185,11 +199,10 @@ class RunHistory:
         self.log.truncate_after(to_step)
         last = self.log.read().intervals
         self._seq = last[-1].seq + 1 if last else 0
-        self._pending_rollbacks = carried + [RollbackMark(at_rows, to_step, to_rows, reason, float(lr_scale),
-                                                          tuple(quarantined))]
+        self._pending_rollbacks = carried + ([mark] if mark is not None else [])
         if self._progress is not None:
             now = self._progress()
-            self._begin(now, {})  # the stream loop starts again: its metrics from zero
+            self._begin(now, {} if fresh_metrics else now.stream_metrics)
 
     def close(self) -> None:
         """The run ends: the open interval (if it has rows) is written, the file synced and closed."""

@@ -193,6 +193,15 @@ def test_coordinator_killed_then_resumed_from_the_checkpoint_dir(cluster, parque
     assert summary.rows == FILES * ROWS_PER_FILE
     for name, w in _weights(ref_est).items():
         np.testing.assert_allclose(_weights(est)[name], w, rtol=1e-6, atol=1e-7)
+    # the metrics history (steps are rounds): the killed coordinator's round after its checkpoint cut, none lost
+    from streamfit.history import read_history
+
+    h = read_history(ckpt)
+    assert [r.run for r in h.runs] == [0, 1] and h.runs[1].batches == int(summary.resumed_from[-6:])
+    assert not h.gaps() and [i.seq for i in h.intervals] == list(range(len(h.intervals)))
+    assert h.intervals[0].rows_start == 0 and h.intervals[-1].rows_end == FILES * ROWS_PER_FILE
+    assert h.intervals[-1].batch_end == summary.rounds
+    assert all(i.metrics.get("loss") is not None for i in h.intervals if i.evaluated_rows)
 
 
 def _cli(args: list[str], cluster, **kw) -> subprocess.Popen:
