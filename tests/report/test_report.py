@@ -50,7 +50,9 @@ def test_the_demo_run_keeps_a_history(demo_run):
     assert len(h.runs) == 1 and h.runs[0].config["options"]["batch_size"] == 128
     assert h.intervals[-1].rows_end == 8000 and not h.gaps()
     assert len(h.intervals) >= 10
-    assert sum(len(i.checkpoints) for i in h.intervals) >= 3
+    # checkpoints are due every 10 batches, one in flight delays the next (how many land depends on the
+    # machine's speed); the final one always lands
+    assert 63 in {c.step for i in h.intervals for c in i.checkpoints}
     losses = [i.metrics["loss"] for i in h.intervals if i.metrics.get("loss") is not None]
     assert losses[-1] < losses[0]  # it learns
 
