@@ -135,7 +135,7 @@ class ScaledTarget:
     """A regressor's one target, standardized by the running target statistics as the general path does
     (statistics first); outputs mapped back to target units."""
 
-    __slots__ = ("held", "update", "t")
+    __slots__ = ("held", "update", "t", "value")
     watched = "target_scaler_"
 
     def __init__(self, est: Any) -> None:
@@ -143,6 +143,7 @@ class ScaledTarget:
         #: the running target scaler's one-value update (None: no scaler)
         self.update = self.held.update_value if isinstance(self.held, RunningScaler) else None
         self.t = np.empty(1, _F32)
+        self.value = 0.0  # the float32 target just read, as a Python float
 
     @classmethod
     def fits(cls, est: Any) -> bool:
@@ -160,14 +161,15 @@ class ScaledTarget:
             T[0] = y[0]
         else:
             return None
-        return T if math.isfinite(T.item(0)) else None
+        value = self.value = T.item(0)
+        return T if math.isfinite(value) else None
 
     def learn(self, T: np.ndarray) -> np.ndarray:
         """The target the trainer takes: the statistics updated with it, then it standardized in place."""
         target = self.held
         if target is not None:
             if self.update is not None:
-                self.update(T.item(0))
+                self.update(self.value)
             mean, scale = target.float32()
             T[0] = (T[0] - mean[0]) / scale[0]  # numpy float32 scalars: the float32 arithmetic of transform()
         return T
@@ -241,7 +243,7 @@ class DenseRow:
         """The row the trainer steps on: the feature statistics updated with it first."""
         if self.update is not None:
             self.update(row[1])
-        return self.inputs(row)
+        return self.inputs(row) if self.host_scaled else row[0]
 
     def inputs(self, row: "tuple[np.ndarray, list[float]]") -> np.ndarray:
         """The row the trainer takes: as it is when the graph scales it (the scaler keeps the graph's mean and
@@ -278,11 +280,12 @@ class RowPath:
 
     def partial_fit(self, est: Any, X: Any, y: Any) -> bool:
         """One step on the row; False (nothing done) when it must take the general path."""
-        T = self.target.read(est, y)
-        row = None if T is None else self.reader.read(X)  # both checked before any statistics take them
+        target, reader = self.target, self.reader
+        T = target.read(est, y)
+        row = None if T is None else reader.read(X)  # both checked before any statistics take them
         if row is None:
             return False
-        loss = self.step(self.reader.learn(row), self.target.learn(T))
+        loss = self.step(reader.learn(row), target.learn(T))
         d = est.__dict__
         d["t_"] = self.trainer.n_steps
         d["loss_"] = loss if math.isfinite(loss) else float("nan")
