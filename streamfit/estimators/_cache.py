@@ -4,9 +4,10 @@ Everything here is derived -- from the parameters (the hashed models' column map
 models' ``inputs=`` shorthand), from the classes (one-row labels already encoded) or from the fitted
 trainer (the one-row path) -- so it can always be made again.  Each entry made from parameters holds the
 key it was made from and is made again when the key changes (a ``set_params`` or a plain assignment);
-the one-row path checks itself before every call (``current``).  Pickling (``__getstate__``: a copy, Ray's
+the one-row path checks itself before every call (``current``); the one-row labels are forgotten when the
+classes are set (:meth:`EstimatorCache.classes_set`).  Pickling (``__getstate__``: a copy, Ray's
 transfer, ``copy.deepcopy``) leaves the one-row path out, as it holds the trainer's sessions; a clone starts
-with none.
+with a cache of its own.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class EstimatorCache:
             held = Keyed(key, make())
             setattr(self, slot, held)
         return held.value
+
+    def classes_set(self) -> None:
+        """The classes were set (a first fit, a load): labels encoded by the old ones are forgotten."""
+        self.labels = {}
 
     def for_pickle(self) -> "EstimatorCache":
         """A copy without the one-row path (it holds the trainer, which travels as its model and state)."""

@@ -134,7 +134,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def _set_classes(self, classes: np.ndarray) -> None:
         self.classes_ = classes
-        caches(self).labels = {}  # label -> its encoded batch of one row (read-only: the trainer copies it)
+        caches(self).classes_set()  # one-row labels encoded by the old classes are forgotten
 
     def _encode(self, y: np.ndarray) -> np.ndarray:
         """Checked labels -> class indices (the trainer's dtype for a binary model, int64 for softmax)."""
