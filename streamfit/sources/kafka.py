@@ -172,6 +172,7 @@ class KafkaSource(Source):
         # librdkafka hangs a synchronous commit made while another thread is in consume(): commits run in
         # the fetch thread, between two consume calls (as they ran between two fetches without fetch-ahead)
         self._requests: collections.deque[_Request] = collections.deque()
+        self._high: dict[int, int] = {}  # partition -> high watermark cached after the last consume (lag)
 
     # -- position ---------------------------------------------------------------------------------
     def seek(self, position: Position) -> None:
@@ -205,27 +206,38 @@ class KafkaSource(Source):
 
     def lag(self, position: Position | None = None) -> dict[str, int]:
         """Messages behind the high watermark, per assigned partition, from ``position`` (the trained one; default:
-        after the last batch returned, read ahead of training): librdkafka's high watermark cached from the
-        last fetch (no request; a partition not fetched yet is left out)."""
-        consumer, assigned = self._consumer, self._assigned
-        if consumer is None or not assigned:
+        after the last batch returned, read ahead of training): librdkafka's high watermark as cached after the
+        last ``consume`` call (read by the consumer's own thread: a call made while another thread is in
+        ``consume`` can hang; a partition not fetched yet is left out)."""
+        assigned = self._assigned
+        if self._consumer is None or not assigned:
             return {}
+        with self._mutex:
+            highs = dict(self._high)
+            returned = dict(self._returned) if position is None else None
         if position is not None:
             returned = dict(KafkaPosition.parse(position, self.topic).partitions)
-        else:
-            with self._mutex:
-                returned = dict(self._returned)
+        assert returned is not None
         out: dict[str, int] = {}
         for partition in sorted(assigned):
-            at = returned.get(partition)
-            try:
-                _, high = consumer.get_watermark_offsets(self._kafka.TopicPartition(self.topic, partition),
-                                                         cached=True)
-            except (self._kafka.KafkaException, RuntimeError):
-                continue
+            at, high = returned.get(partition), highs.get(partition)
             if at is not None and high is not None and high >= 0:
                 out[str(partition)] = max(int(high) - at.offset, 0)
         return out
+
+    def _note_watermarks(self) -> None:
+        """In the consumer's thread, after a ``consume``: the cached high watermarks :meth:`lag` reads."""
+        highs: dict[int, int] = {}
+        for partition in sorted(self._assigned or ()):
+            try:
+                _, high = self._consumer.get_watermark_offsets(self._kafka.TopicPartition(self.topic, partition),
+                                                               cached=True)
+            except (self._kafka.KafkaException, RuntimeError):
+                continue
+            if high is not None:
+                highs[partition] = int(high)
+        with self._mutex:
+            self._high = highs
 
     def _snapshot(self, live: Mapping[int, PartitionPosition]) -> Position:
         return KafkaPosition(self.topic, live).to_json()
@@ -428,6 +440,7 @@ class KafkaSource(Source):
             messages = self._consumer.consume(self.max_messages, self.poll_timeout)
         except kafka.KafkaException as exc:
             raise SourceError(f"Kafka consume from {self.topic!r} failed: {exc}") from exc
+        self._note_watermarks()
         out: list[tuple[SourceBatch, dict[int, PartitionPosition]]] = []
         group: list[tuple[int, int, int, pa.RecordBatch]] = []  # (partition, offset, skipped, batch)
         for msg in messages:
