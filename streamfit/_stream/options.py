@@ -302,7 +302,7 @@ class StreamOptions:
     drop_last: bool = _option(False, _bool, "drop a last batch smaller than batch_size", example=True)
     max_batch_wait: float | None = _option(
         None, _wait, f"train the rows waiting for a full batch after this many seconds without new rows, while "
-        "the stream stays open (default: serve {SERVE_MAX_BATCH_WAIT:g} s; train and the Python API: only at the end of the stream, "
+        f"the stream stays open (default: serve {SERVE_MAX_BATCH_WAIT:g} s; train and the Python API: only at the end of the stream, "
         "so batch boundaries depend on the data alone; inf: never)", parse=float, metavar="SECONDS",
         text=_wait_from_text, example="2.5")
     queue_size: int = _option(4, _int(1), "training batches that may wait for the trainer (backpressure)",
