@@ -172,7 +172,8 @@ class Trainer:
         self.inputs = inputs
         self._columns: Any = None
         if inputs is not None:
-            from streamfit._stream.inputs import ColumnInputs, check_inputs
+            from streamfit._columns.memory import ColumnInputs
+            from streamfit._columns.mapping import check_inputs
 
             check_inputs(self.prepared.inputs, inputs)  # a ModelError naming the input
             self._columns = ColumnInputs(self.prepared.inputs, inputs)

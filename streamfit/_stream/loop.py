@@ -47,7 +47,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from streamfit.sources._base import Position, Source
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Quarantine, Rebatcher, TrainingBatch
-from streamfit._stream.columns import ColumnLayout
+from streamfit._columns.layout import ColumnLayout
 from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.skips import Skipped, count_skips
 from streamfit._stream.events import BatchEvent, IdleEvent, MetricsEvent, StreamSummary
@@ -676,7 +676,7 @@ async def train_stream(
     classes : all class labels, passed to the first ``partial_fit`` call (default: a fitted estimator's
         ``classes_``, else those of the first batch); a label outside them is a bad row (``unknown_class``).
     stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
-    layout : the :class:`~streamfit._stream.columns.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
+    layout : the :class:`~streamfit._columns.layout.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
         of the run that saved it): features, widths, label, weight and dtype are fixed to it.
 
     Examples

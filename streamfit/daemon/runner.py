@@ -25,7 +25,7 @@ import anyio
 import numpy as np
 
 from streamfit._stream import StreamLoop
-from streamfit._stream.columns import ColumnLayout
+from streamfit._columns.layout import ColumnLayout
 from streamfit._stream.batching import Quarantine
 from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.options import StreamOptions

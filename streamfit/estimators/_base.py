@@ -98,7 +98,7 @@ class OnnxEstimator(_SkBase):
         inputs = getattr(self, "inputs", None)
         check_mapping(inputs, trainer.model_inputs)
         if inputs is not None:  # widths, lengths, encoders against the declared inputs, before any data
-            from streamfit._stream.inputs import check_inputs
+            from streamfit._columns.mapping import check_inputs
 
             check_inputs(trainer.model_inputs, inputs)
         return trainer

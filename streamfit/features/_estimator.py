@@ -51,7 +51,7 @@ def encoder_states(estimator: Any) -> dict[str, EncoderState]:
 
 
 def note_plan(estimator: Any, plan: Any) -> None:
-    """Record on the estimator the columns and per-row shapes ``plan`` (an InputPlan) resolved: what the
+    """Record on the estimator the columns and per-row shapes ``plan`` (a ColumnMapping) resolved: what the
     exported model's raw inputs take."""
     columns = estimator.__dict__.setdefault("input_columns_", {})
     for c, info in plan.column_info.items():
@@ -62,9 +62,9 @@ def note_plan(estimator: Any, plan: Any) -> None:
 
 
 def _columns(estimator: Any) -> Any:
-    """The estimator's in-memory column plan (:class:`~streamfit._stream.inputs.ColumnInputs`), rebuilt when
+    """The estimator's in-memory column plan (:class:`~streamfit._columns.memory.ColumnInputs`), rebuilt when
     ``inputs`` or the fitted state changes."""
-    from streamfit._stream.inputs import ColumnInputs
+    from streamfit._columns.memory import ColumnInputs
 
     cached = estimator.__dict__.get("_input_plan")
     key = (id(estimator.inputs), getattr(estimator, "trainer_", None) is not None)
@@ -84,7 +84,7 @@ def arrow_inputs(estimator: Any, table: Any, *, learn: bool = True) -> dict[str,
     the row; the encoders learn from the table at once unless ``learn=False``)."""
     columns = _columns(estimator)
     arrays = columns.arrays(table, learn=learn)
-    note_plan(estimator, columns.plan)
+    note_plan(estimator, columns.plan.mapping)
     return arrays
 
 

@@ -71,7 +71,7 @@ def raw_column_model(model: ModelProto, inputs: Mapping[str, Any], model_inputs:
                      states: Mapping[str, Any], columns_seen: Mapping[str, Any],
                      row_shapes: Mapping[str, tuple[int, ...]]) -> ModelProto:
     """``model`` (inputs as declared) with its inputs rebuilt from raw columns; see the module docstring."""
-    from streamfit._stream.inputs import normalize_inputs
+    from streamfit._columns.mapping import normalize_inputs
 
     out = ModelProto()
     out.CopyFrom(model)

@@ -184,7 +184,7 @@ def test_extract_ahead_gives_the_same_batches_and_changes_no_state():
         before = (rb.rows_in, dict(rb.skipped_rows), rb._fill)
         ahead = rb.extract_ahead(sb)
         assert (rb.rows_in, dict(rb.skipped_rows), rb._fill) == before  # no state change
-        assert (ahead is None) == (sb is sbs(batches)[0] or rb._plan is None)  # no plan before the first batch
+        assert (ahead is None) == (sb is sbs(batches)[0] or rb.layout is None)  # no plan before the first batch
         got += [_snap(tb) for tb in rb.push(sb, ahead)]
     got += [_snap(tb) for tb in rb.flush()]
     assert len(got) == len(plain)
@@ -206,4 +206,4 @@ def test_extract_ahead_leaves_new_schemas_and_column_problems_to_push():
     assert rb.extract_ahead(sbs([bad])[0]) is None
     nan = good.set_column(0, "x0", pa.array([np.nan] + good.column("x0").to_pylist()[1:], pa.float32()))
     ahead = rb.extract_ahead(sbs([nan])[0])
-    assert ahead is not None and ahead[-1] and ahead[-1][0][0] == "non_finite"  # the check travels with it
+    assert ahead is not None and ahead.checks and ahead.checks[0][0] == "non_finite"  # the check travels with it

@@ -93,7 +93,7 @@ def test_extra_column_in_first_batch_does_not_change_the_features():
 
 
 def test_reordered_columns_read_by_name_with_a_saved_layout():
-    from streamfit._stream.columns import ColumnLayout
+    from streamfit._columns.layout import ColumnLayout
 
     batches = make_batches([10, 10], d=3, seed=5)
     layout = ColumnLayout(("x0", "x1", "x2"), (1, 1, 1), "y", None, "float32", "regression")
@@ -109,7 +109,7 @@ def test_reordered_columns_read_by_name_with_a_saved_layout():
 
 
 def test_layout_round_trips_and_refuses_malformed_state():
-    from streamfit._stream.columns import ColumnLayout
+    from streamfit._columns.layout import ColumnLayout
 
     layout = ColumnLayout(("x0", "emb"), (1, 8), "y", "w", "float64", "classification")
     assert ColumnLayout.from_json(layout.to_json()) == layout
@@ -121,7 +121,7 @@ def test_layout_round_trips_and_refuses_malformed_state():
 
 def test_a_saved_layout_of_named_inputs_refuses_another_mapping():
     from streamfit._engine.prepare.model import ModelInput
-    from streamfit._stream.columns import ColumnLayout
+    from streamfit._columns.layout import ColumnLayout
     from streamfit.features import Hashed
 
     mis = [ModelInput("x", np.dtype(np.float32), ("N", 2)), ModelInput("ids", np.dtype(np.int64), ("N",))]

@@ -1,11 +1,11 @@
-"""The column plan: Arrow record batches -> one array per model input; the feature matrix is its
-single-input case.
+"""The column mapping: which columns (or encoder) feed each model input, checked per schema, and a record
+batch's values per input.
 
 ``inputs`` maps each model input name to a column name, a list of column names or an encoder
 (:mod:`streamfit.features`); an input it does not name reads the column of its name.  ``features=`` (one
 ``X``) is the same plan for one float input ``[n, n_features]`` fed by the feature columns
-(:func:`make_plan`).  Per schema, :meth:`InputPlan.compile` checks every column against the input it feeds
-(element kind, width, rank) once; :meth:`InputPlan.extract` then turns a record batch into
+(:class:`~streamfit._columns.plan.ColumnPlan`).  Per schema, :meth:`ColumnMapping.compile` checks every column against the input it feeds
+(element kind, width, rank) once; :meth:`ColumnMapping.extract` then turns a record batch into
 ``{input name: array}`` with each input's declared dtype and per-row shape:
 
 * one scalar column -> ``[n]`` (or ``[n, 1]``); several scalar columns -> ``[n, k]`` reshaped to the
@@ -16,7 +16,7 @@ single-input case.
 * a dictionary column of numbers is decoded (each dictionary value converted once);
 * an encoder's ids (int64) are cast to the input's integer dtype.
 
-Type policy (see :mod:`streamfit._stream.columns`): float inputs take float columns
+Type policy (see :mod:`streamfit._columns`): float inputs take float columns
 (integer/bool/decimal ones with ``cast=True``); integer inputs take integer and bool columns (values
 outside the input's range are bad rows, ``out_of_range``); bool inputs take bool columns; strings need an
 encoder.  Nulls and non-finite floats are bad rows (``null``, ``non_finite``).
@@ -31,20 +31,17 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from streamfit._stream.columns import (ColumnProblem, LabelPlan, _scalar_float, _type_name, canonical_json, find_column,
-                                       kind, plan_label, schema_names)
+from streamfit._columns.schema import ColumnProblem, canonical_json, find_column, kind, schema_names, type_name
+from streamfit._columns.values import (BLOCK, Check, Part, cast_ids, finite_checks, null_rows, range_checks, value_dtype,
+                                       values_of)
 from streamfit.features._encoders import EncodeProblem, Encoder, EncoderState, Mask, Padded, Vocabulary
 
-__all__ = ["InputSource", "InputPlan", "CompiledInputs", "ColumnInputs", "normalize_inputs", "check_inputs", "Check", "FeatureColumn",
-           "ColumnPlan", "make_plan", "FEATURES", "column_values", "finite_checks"]
+__all__ = ["InputSource", "ColumnMapping", "CompiledInput", "Pieces", "normalize_inputs", "check_inputs", "assemble"]
 
-#: the one input of the feature matrix (``features=``)
-FEATURES = "X"
-
-_BLOCK = 4096  # rows per copy block (as the rebatcher's ring copies)
-
-#: (reason, column, row mask, values shown in messages)
-Check = tuple[str, str, np.ndarray, np.ndarray]
+#: one input's columns from a record batch, where each goes in the flattened row: (offset, width, values
+#: ``[n]`` or ``[n, width]``); copied into the input's array by the consumer (the rebatcher's ring, or
+#: :func:`assemble`) in one pass, without an intermediate stack
+Pieces = tuple[tuple[int, int, np.ndarray], ...]
 
 
 @dataclass(frozen=True)
@@ -98,35 +95,20 @@ def normalize_inputs(inputs: Mapping[str, Any]) -> tuple[InputSource, ...]:
 
 
 @dataclass(frozen=True)
-class _Part:
-    """One column of an input: where it is in the record batch and how it converts."""
+class CompiledInput:
+    """One model input for one schema: its dtype, per-row shape, and the columns (or encoder) that fill it."""
 
-    column: str
-    index: int
-    kind: str  # "scalar" | "vector" | "dict"
-    width: int
-    cast: bool
-
-
-@dataclass(frozen=True)
-class _CompiledInput:
     name: str
     dtype: np.dtype
     row_shape: tuple[int, ...]
-    parts: tuple[_Part, ...]
+    parts: tuple[Part, ...]
     encoder: Encoder | None
+    #: one column whose values already have the input's dtype: the input can be a view of Arrow memory
     zero_copy: bool
 
-
-@dataclass(frozen=True)
-class CompiledInputs:
-    """The plan for one schema (built once per schema, reused for every batch with it)."""
-
-    inputs: tuple[_CompiledInput, ...]
-
     @property
-    def stateful(self) -> bool:
-        return any(c.encoder is not None for c in self.inputs)
+    def width(self) -> int:
+        return math.prod(self.row_shape)
 
 
 def _accepts(input_kind: str, col_kind: str, cast: bool) -> tuple[bool, bool]:
@@ -142,8 +124,9 @@ def _accepts(input_kind: str, col_kind: str, cast: bool) -> tuple[bool, bool]:
     return False, False
 
 
-class InputPlan:
-    """Fill every model input from a record batch; see the module docstring.
+class ColumnMapping:
+    """Which columns (or encoder) feed every model input, and their values per record batch; see the module
+    docstring.
 
     ``model_inputs``: objects with ``name``, ``dtype`` and ``shape`` (dim 0 the batch; ints fixed),
     e.g. :class:`streamfit._engine.prepare.model.ModelInput`.  ``states``: the encoders' learned state by input
@@ -188,7 +171,7 @@ class InputPlan:
 
     def described(self) -> tuple[tuple[str, str], ...]:
         """(input name, what feeds it as canonical JSON) in model order: the mapping as a run's state
-        (:class:`~streamfit._stream.columns.ColumnLayout`, checkpoints)."""
+        (:class:`~streamfit._columns.layout.ColumnLayout`, checkpoints)."""
         return tuple((s.input, canonical_json(s.spec())) for s in self.sources)
 
     def matching(self) -> tuple[tuple[str, str, str], ...]:
@@ -205,11 +188,10 @@ class InputPlan:
         return out
 
     # -- per schema ---------------------------------------------------------------------------------
-    def compile(self, schema: pa.Schema) -> CompiledInputs:
+    def compile(self, schema: pa.Schema) -> tuple[CompiledInput, ...]:
         """Check ``schema`` against every input; :class:`ColumnProblem` naming the column and the input."""
         schema_names(schema)
-        compiled = CompiledInputs(tuple(self._compile_one(schema, s, m)
-                                        for s, m in zip(self.sources, self.model_inputs)))
+        compiled = tuple(self._compile_one(schema, s, m) for s, m in zip(self.sources, self.model_inputs))
         for c in self.columns:
             if c not in self.column_info:
                 self.column_info[c] = _column_info(schema.field(schema.get_field_index(c)).type,
@@ -248,7 +230,7 @@ class InputPlan:
         self.row_shapes.setdefault(m.name, shape)
         return shape
 
-    def _compile_one(self, schema: pa.Schema, s: InputSource, m: Any) -> _CompiledInput:
+    def _compile_one(self, schema: pa.Schema, s: InputSource, m: Any) -> CompiledInput:
         dtype = np.dtype(m.dtype)
         where = "" if self._features else f" (input {m.name!r}, {dtype}, shape {_shape_text(m.shape)})"
         if s.encoder is not None:
@@ -268,8 +250,8 @@ class InputPlan:
                 self._fix_shape(m, length if len(self._declared_row_shape(m)) <= 1 else None, last=length)
             else:
                 self._fix_shape(m, enc.width)
-            return _CompiledInput(m.name, dtype, self.row_shapes[m.name],
-                                  tuple(_Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices)), enc, False)
+            return CompiledInput(m.name, dtype, self.row_shapes[m.name],
+                                  tuple(Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices)), enc, False)
         parts = []
         for j, c in enumerate(s.columns):
             i = find_column(schema, c, "", f"{dtype}{where}")
@@ -284,22 +266,22 @@ class InputPlan:
                     expected = f"fixed_size_list<{dtype}>[{width if fixed is None else fixed}]"
                     if not ok:
                         hint = self._hint(dtype, vkind, c, width)
-                        raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {expected}{hint}")
+                        raise ColumnProblem("wrong_type", c, f"column '{c}' is {type_name(t)}, expected {expected}{hint}")
                     if fixed is not None and width != fixed:
-                        raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {expected}")
+                        raise ColumnProblem("wrong_type", c, f"column '{c}' is {type_name(t)}, expected {expected}")
                 elif not ok:
-                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected values of "
+                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {type_name(t)}, expected values of "
                                                          f"{dtype}{where}"
                                                          + self._hint(dtype, vkind, c, width))
-                parts.append(_Part(c, i, "vector", width, needs_cast))
+                parts.append(Part(c, i, "vector", width, needs_cast))
                 continue
             if pa.types.is_dictionary(t):
                 vkind = kind(t.value_type)
                 ok, needs_cast = _accepts(dtype.kind, vkind, self.cast)
                 if not ok:
-                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
+                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {type_name(t)}, expected {dtype}{where}"
                                                          + self._hint(dtype, vkind, c))
-                parts.append(_Part(c, i, "dict", 1, needs_cast))
+                parts.append(Part(c, i, "dict", 1, needs_cast))
             elif pa.types.is_list(t) or pa.types.is_large_list(t):
                 raise ColumnProblem("wrong_type", c, f"column '{c}' is {t} (variable length), expected {dtype}{where}: "
                                                      f"use streamfit.features.Padded('{c}', pad=...) for this input")
@@ -307,11 +289,11 @@ class InputPlan:
                 k = kind(t)
                 ok, needs_cast = _accepts(dtype.kind, k, self.cast)
                 if not ok:
-                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected {dtype}{where}"
+                    raise ColumnProblem("wrong_type", c, f"column '{c}' is {type_name(t)}, expected {dtype}{where}"
                                                          + self._hint(dtype, k, c))
-                parts.append(_Part(c, i, "scalar", 1, needs_cast))
+                parts.append(Part(c, i, "scalar", 1, needs_cast))
             if fixed is not None and fixed != 1:
-                raise ColumnProblem("wrong_type", c, f"column '{c}' is {_type_name(t)}, expected "
+                raise ColumnProblem("wrong_type", c, f"column '{c}' is {type_name(t)}, expected "
                                                      f"fixed_size_list<{dtype}>[{fixed}]")
         if len(parts) > 1 and any(p.kind == "vector" for p in parts) and len(self._declared_row_shape(m)) != 1:
             raise ColumnProblem("wrong_type", None, f"input {m.name!r} mixes vector and scalar columns "
@@ -320,56 +302,52 @@ class InputPlan:
         total = sum(p.width for p in parts)
         shape = self._fix_shape(m, total)
         zero_copy = (len(parts) == 1 and not parts[0].cast and parts[0].kind in ("vector", "scalar")
-                     and _value_dtype(schema.field(parts[0].index).type) == dtype)
-        return _CompiledInput(m.name, dtype, shape, tuple(parts), None, zero_copy)
+                     and value_dtype(schema.field(parts[0].index).type) == dtype
+                     and (not self._features or parts[0].kind == "vector"))  # X [n, 1] of a scalar: copied
+        return CompiledInput(m.name, dtype, shape, tuple(parts), None, zero_copy)
 
     # -- per batch ----------------------------------------------------------------------------------
-    def extract(self, batch: pa.RecordBatch, compiled: CompiledInputs) -> tuple[dict[str, np.ndarray], list[Check]]:
-        """The arrays of the column inputs (``[n, *row_shape]``) and the row checks that failed.
+    def extract(self, batch: pa.RecordBatch, compiled: Sequence[CompiledInput],
+                checks: list[Check]) -> dict[str, "np.ndarray | Pieces"]:
+        """The values of the column inputs: an array ``[n, *row_shape]`` (a view of Arrow memory when the
+        input is zero-copy), else the :data:`Pieces` of its columns; the row checks that fail go to ``checks``.
 
-        Changes no state (safe in a worker thread); encoder inputs are filled by :meth:`encode`."""
-        checks: list[Check] = []
-        out: dict[str, np.ndarray] = {}
+        Changes no state (safe in a worker thread); encoder inputs are filled by :meth:`encode`.  Float
+        values are checked as the columns hold them for the feature matrix, as the input holds them (after a
+        narrowing conversion) for named inputs."""
+        out: dict[str, np.ndarray | Pieces] = {}
         n = batch.num_rows
-        for c in compiled.inputs:
+        for c in compiled:
             if c.encoder is not None:
                 continue
             if c.zero_copy and not batch.column(c.parts[0].index).null_count:
-                values = _values(batch.column(c.parts[0].index), c.parts[0], c.dtype)
+                values = values_of(batch.column(c.parts[0].index), c.parts[0], c.dtype)
                 values = values.reshape((n, *c.row_shape))
                 if c.dtype.kind == "f":
                     finite_checks(checks, c.parts[0].column, values.reshape(n, -1), None)
                 out[c.name] = values
                 continue
-            buf = np.empty((n, sum(p.width for p in c.parts)), dtype=c.dtype)
+            pieces = []
             offset = 0
-            nulls: list[tuple[_Part, int, np.ndarray | None]] = []
-            parts: list[tuple[int, int, np.ndarray]] = []
             for p in c.parts:
                 arr = batch.column(p.index)
-                null = _null_rows(arr, p)
-                values = _values(arr, p, c.dtype if c.dtype.kind != "f" else None)
+                null = null_rows(arr, p)
+                values = values_of(arr, p, None).reshape(n, p.width)
                 if c.dtype.kind != "f":
                     if null is not None:
                         checks.append(("null", p.column, null, np.zeros(n)))
-                    _range_checks(checks, p.column, values, c.dtype, null)
-                nulls.append((p, offset, null))
-                parts.append((offset, p.width, values.reshape(n, p.width)))
+                    range_checks(checks, p.column, values, c.dtype, null)
+                else:
+                    if not self._features and values.dtype != c.dtype:  # checked as the input holds them
+                        with np.errstate(over="ignore", invalid="ignore"):
+                            values = values.astype(c.dtype)
+                    finite_checks(checks, p.column, values, null)
+                pieces.append((offset, p.width, values))
                 offset += p.width
-            with np.errstate(invalid="ignore", over="ignore"):
-                for r in range(0, n, _BLOCK):  # row blocks: the destination rows stay in cache
-                    for offset, width, values in parts:
-                        buf[r:r + _BLOCK, offset:offset + width] = values[r:r + _BLOCK]
-            if c.dtype.kind == "f":  # one pass over the input when all is well; per column only if not
-                with np.errstate(over="ignore", invalid="ignore"):
-                    clean = np.isfinite(buf.sum())
-                for p, offset, null in nulls:
-                    if null is not None or not clean:
-                        finite_checks(checks, p.column, buf[:, offset:offset + p.width], null)
-            out[c.name] = buf.reshape((n, *c.row_shape))
-        return out, checks
+            out[c.name] = tuple(pieces)
+        return out
 
-    def encode(self, batch: pa.RecordBatch, compiled: CompiledInputs, rows: np.ndarray | None, *,
+    def encode(self, batch: pa.RecordBatch, compiled: Sequence[CompiledInput], rows: np.ndarray | None, *,
                journal_at: int | None = None, learn: bool = True) -> dict[str, np.ndarray]:
         """The encoder inputs of the good ``rows`` (all when None), as full-batch arrays (other rows 0).
 
@@ -378,7 +356,7 @@ class InputPlan:
         :meth:`commit`."""
         out: dict[str, np.ndarray] = {}
         n = batch.num_rows
-        for c in compiled.inputs:
+        for c in compiled:
             enc = c.encoder
             if enc is None:
                 continue
@@ -395,7 +373,7 @@ class InputPlan:
                     ids = enc.encode(state, arrays, journal_at=journal_at, length=length)
             except EncodeProblem as p:
                 raise ColumnProblem("wrong_type", p.column, f"{p.message} (input {c.name!r})") from None
-            ids = _cast_ids(ids, c.dtype, c.name)
+            ids = cast_ids(ids, c.dtype, c.name)
             if rows is not None:
                 full = np.zeros((n, ids.shape[1]), dtype=ids.dtype)
                 full[rows] = ids
@@ -417,77 +395,6 @@ class InputPlan:
 
 
 # ------------------------------------------------------------------------------- the feature matrix
-@dataclass(frozen=True)
-class _Declared:
-    """An input as a model declares it (``name``, ``dtype``, ``shape``): the feature matrix's one input."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class FeatureColumn:
-    """One column of the feature matrix: where it is in the record batch, which columns of ``X`` it fills."""
-
-    name: str
-    index: int          # index in the record batch
-    width: int          # 1 for a scalar column, d for a vector column
-    offset: int         # first column of X it fills
-    vector: bool
-    cast: bool          # needs an explicit (cast=True) conversion to float64 first
-    kind: str = "scalar"  # "scalar" | "vector" | "dict" (a dictionary of numbers, decoded)
-
-    @property
-    def part(self) -> "_Part":
-        return _Part(self.name, self.index, self.kind, self.width, self.cast)
-
-
-@dataclass(frozen=True)
-class ColumnPlan:
-    """How one schema maps to ``X`` (n, n_features), ``y`` and ``sample_weight``: the plan's single-input
-    case (one float input fed by the feature columns), with the label and the weight."""
-
-    features: tuple[FeatureColumn, ...]
-    label: LabelPlan
-    weight_index: int | None
-    weight_cast: bool
-    n_features: int
-    #: one vector column whose values already have the training dtype: X can be a view of Arrow memory.
-    zero_copy: bool
-
-
-def make_plan(schema: pa.Schema, *, features: Sequence[str], widths: Sequence[int] | None,
-              label: "str | Sequence[str]", weight: str | None, task: str, dtype: np.dtype,
-              cast: bool) -> ColumnPlan:
-    """Check ``schema`` for the feature matrix of ``features`` (``widths``: the feature widths fixed by the
-    first batch), the label and the weight; :class:`ColumnProblem` naming the column."""
-    schema_names(schema)  # a name that is not valid UTF-8 makes the whole schema unreadable
-    if not features:
-        raise ColumnProblem("missing_column", None,
-                            f"no feature columns: the batch has only the label/weight columns {schema.names}")
-    dtype = np.dtype(dtype)
-    for name in sorted({n for n in features if list(features).count(n) > 1}):  # names read off a schema that
-        find_column(schema, name, "", dtype.name)  # has a column twice: duplicate_column, never "first wins"
-    plan = InputPlan([_Declared(FEATURES, dtype, ("N", "n_features"))], {FEATURES: list(features)}, cast=cast,
-                     feature_widths=None if widths is None else list(widths))
-    (compiled,) = plan.compile(schema).inputs
-    cols, offset = [], 0
-    for p in compiled.parts:
-        cols.append(FeatureColumn(p.column, p.index, p.width, offset, p.kind == "vector", p.cast, p.kind))
-        offset += p.width
-    lp = plan_label(schema, label, task=task, dtype=dtype, cast=cast)
-    wi, weight_cast = (None, False)
-    if weight is not None:
-        wi, weight_cast = _scalar_float(schema, weight, "weight ", dtype.name, cast)
-    zero_copy = compiled.zero_copy and len(cols) == 1 and cols[0].vector
-    return ColumnPlan(tuple(cols), lp, wi, weight_cast, offset, zero_copy)
-
-
-def column_values(arr: pa.Array, part: "_Part", dtype: np.dtype | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """A column's values (``[n]``, or ``[n, width]`` for a vector column) and its null-row mask (None: no
-    nulls); null rows hold arbitrary values."""
-    return _values(arr, part, dtype), _null_rows(arr, part)
 
 
 def _check_against_model(s: InputSource, m: Any) -> None:
@@ -531,75 +438,11 @@ def check_inputs(model_inputs: Sequence[Any], inputs: Mapping[str, Any]) -> None
     from streamfit.exceptions import ModelError, StreamfitError
 
     try:
-        InputPlan(model_inputs, inputs)
+        ColumnMapping(model_inputs, inputs)
     except ValueError as exc:
         if isinstance(exc, StreamfitError):
             raise
         raise ModelError(str(exc)) from None
-
-
-def as_record_batch(X: Any) -> pa.RecordBatch:
-    """An Arrow Table (its chunks combined), RecordBatch or dict of columns as one record batch."""
-    if isinstance(X, pa.RecordBatch):
-        return X
-    if isinstance(X, pa.Table):
-        batches = X.combine_chunks().to_batches()
-        if len(batches) == 1:
-            return batches[0]
-        return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in X.schema], schema=X.schema)
-    if isinstance(X, Mapping):
-        try:
-            return pa.RecordBatch.from_pydict({k: v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(v)
-                                               for k, v in X.items()})
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            from streamfit.exceptions import BadInputError
-
-            raise BadInputError(f"a dict of columns must hold equally long 1-D columns: {exc}",
-                                reason="wrong_type") from None
-    raise TypeError(f"expected an Arrow Table/RecordBatch or a dict of columns, got {type(X).__name__}")
-
-
-class ColumnInputs:
-    """The column plan in memory: Arrow tables (or dicts of columns) -> ``{model input name: array}``.
-
-    What :class:`~streamfit.Trainer` and the estimators with ``inputs=`` use for in-memory batches (the
-    stream's rebatcher uses :class:`InputPlan` directly).  A schema is compiled once; a bad value raises
-    :class:`~streamfit.exceptions.BadInputError` naming the column, the row and the reason.
-    """
-
-    def __init__(self, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *,
-                 states: Mapping[str, EncoderState] | None = None) -> None:
-        # in memory nothing is cast: the caller converts its columns (the error says how), as with numpy inputs
-        self.plan = InputPlan(model_inputs, inputs, states=states, offers_cast=False)
-        self.names = frozenset(m.name for m in model_inputs)
-        self._compiled: dict[pa.Schema, CompiledInputs] = {}
-
-    def takes(self, X: Any) -> bool:
-        """Whether ``X`` is columns (an Arrow table, or a dict not keyed by exactly the model's input names)."""
-        if isinstance(X, (pa.Table, pa.RecordBatch)):
-            return True
-        return isinstance(X, Mapping) and set(X) != self.names
-
-    def arrays(self, X: Any, *, learn: bool = True) -> dict[str, np.ndarray]:
-        """The model inputs of the rows of ``X``; ``learn=False`` encodes without teaching a vocabulary."""
-        from streamfit.exceptions import BadInputError
-
-        batch = as_record_batch(X)
-        plan = self.plan
-        try:
-            compiled = self._compiled.get(batch.schema)
-            if compiled is None:
-                compiled = self._compiled.setdefault(batch.schema, plan.compile(batch.schema))
-            arrays, checks = plan.extract(batch, compiled)
-            if checks:
-                reason, column, mask, values = checks[0]
-                row = int(np.argmax(mask))
-                raise BadInputError(f"column '{column}' has a bad value at row {row} ({reason}: {values[row]!r})",
-                                    reason=reason, column=column)
-            arrays.update(plan.encode(batch, compiled, None, learn=learn))
-        except ColumnProblem as p:
-            raise BadInputError(p.message, reason=p.reason, column=p.column) from None
-        return arrays
 
 
 def _column_info(t: pa.DataType, row_shapes: Mapping[str, Any]) -> dict[str, Any]:
@@ -644,90 +487,13 @@ def _hint(dtype: np.dtype, col_kind: str, column: str, width: int | None, offers
     return ""
 
 
-def _value_dtype(t: pa.DataType) -> np.dtype | None:
-    storage = t.storage_type if isinstance(t, pa.BaseExtensionType) else t
-    if pa.types.is_fixed_size_list(storage):
-        storage = storage.value_type
-    try:
-        return np.dtype(storage.to_pandas_dtype())
-    except (NotImplementedError, TypeError):
-        return None
-
-
-def _null_rows(arr: pa.Array, p: _Part) -> np.ndarray | None:
-    storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
-    null = None
-    if storage.null_count:
-        null = np.asarray(storage.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    if p.kind == "vector":
-        values = storage.values.slice(storage.offset * p.width, len(storage) * p.width)
-        if values.null_count:
-            child = values.is_null().to_numpy(zero_copy_only=False).reshape(-1, p.width).any(axis=1)
-            null = child if null is None else null | child
-    return null
-
-
-def _values(arr: pa.Array, p: _Part, dtype: np.dtype | None) -> np.ndarray:
-    """The column's values as numpy (``[n]`` or ``[n, width]``); nulls hold arbitrary values."""
-    try:
-        if p.kind == "vector":
-            storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
-            values = storage.values.slice(storage.offset * p.width, len(storage) * p.width)
-            if p.cast:
-                values = values.cast(pa.float64())
-            return values.to_numpy(zero_copy_only=False).reshape(-1, p.width)
-        if p.kind == "dict":
-            dictionary = arr.dictionary
-            if p.cast:
-                dictionary = dictionary.cast(pa.float64())
-            table = dictionary.to_numpy(zero_copy_only=False)
-            index = arr.indices.fill_null(0).to_numpy(zero_copy_only=False)
-            return table[index] if len(table) else np.zeros(len(arr), dtype=table.dtype)
-        if p.cast:
-            arr = arr.cast(pa.float64())
-        if arr.null_count and pa.types.is_integer(arr.type):
-            arr = arr.fill_null(0)
-        return arr.to_numpy(zero_copy_only=False)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ColumnProblem("wrong_type", p.column, f"column '{p.column}' is {arr.type} and cannot be "
-                                                    f"converted: {exc}") from exc
-
-
-def finite_checks(checks: list, name: str, values: np.ndarray, null: np.ndarray | None) -> None:
-    """Append ``("null", ...)`` and ``("non_finite", ...)`` checks for ``values``; one pass when all is well."""
-    if null is not None:
-        checks.append(("null", name, null, values[:, 0] if values.ndim == 2 else values))
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(values.sum()):
-            return
-    bad = ~np.isfinite(values)
-    if bad.ndim == 2:
-        bad = bad.any(axis=1)
-    if null is not None:
-        bad &= ~null
-    if bad.any():
-        shown = values if values.ndim == 1 else values[np.arange(len(values)), np.argmax(~np.isfinite(values), axis=1)]
-        checks.append(("non_finite", name, bad, shown))
-
-
-def _range_checks(checks: list, name: str, values: np.ndarray, dtype: np.dtype, null: np.ndarray | None) -> None:
-    if values.dtype.kind not in "iu" or np.can_cast(values.dtype, dtype, "safe") or values.size == 0:
-        return
-    info = np.iinfo(dtype)
-    flat = values.reshape(len(values), -1)
-    bad = ((flat < info.min) | (flat > info.max)).any(axis=1)
-    if null is not None:
-        bad &= ~null
-    if bad.any():
-        checks.append(("out_of_range", name, bad, flat[:, 0]))
-
-
-def _cast_ids(ids: np.ndarray, dtype: np.dtype, name: str) -> np.ndarray:
-    if ids.dtype == dtype:
-        return ids
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        if ids.size and (ids.min() < info.min or ids.max() > info.max):
-            raise ColumnProblem("out_of_range", None, f"ids up to {int(ids.max())} do not fit input {name!r} "
-                                                      f"({dtype})")
-    return ids.astype(dtype)
+def assemble(n: int, c: CompiledInput, values: "np.ndarray | Pieces") -> np.ndarray:
+    """One input's array ``[n, *row_shape]`` of what :meth:`ColumnMapping.extract` gave for it."""
+    if isinstance(values, np.ndarray):
+        return values
+    buf = np.empty((n, c.width), dtype=c.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r in range(0, n, BLOCK):  # row blocks: the destination rows stay in cache
+            for offset, width, part in values:
+                buf[r:r + BLOCK, offset:offset + width] = part[r:r + BLOCK]
+    return buf.reshape((n, *c.row_shape))
