@@ -123,3 +123,18 @@ def test_trains_from_parquet_files_as_partial_fit_does(tmp_path):
         direct.partial_fit(part, part.column("label").to_numpy(), classes=[0, 1])
     for k, v in direct.trainer_.get_weights().items():
         np.testing.assert_allclose(streamed.trainer_.get_weights()[k], v, rtol=1e-5, atol=1e-7, err_msg=k)
+
+
+@pytest.mark.parametrize("cls", [FMRegressor, FMClassifier])
+def test_a_dict_of_columns_named_like_a_model_input_is_read_as_columns(cls):
+    """A categorical column named 'x' (the dense input's name) in a dict of columns: the column plan decides
+    what the dict holds (columns, not the model's inputs), not its keys."""
+    rng = np.random.default_rng(0)
+    cities = [str(c) for c in rng.choice(["a", "b", "c", "d"], 64)]
+    y = rng.integers(0, 2, 64)
+    by_dict = cls(categorical=["x"], buckets=64, n_factors=2, random_state=0)
+    by_table = cls(categorical=["x"], buckets=64, n_factors=2, random_state=0)
+    kw = {"classes": [0, 1]} if cls is FMClassifier else {}
+    by_dict.partial_fit({"x": cities}, y, **kw)
+    by_table.partial_fit(pa.table({"x": cities}), y, **kw)
+    np.testing.assert_array_equal(by_dict.predict({"x": cities}), by_table.predict(pa.table({"x": cities})))

@@ -13,7 +13,7 @@ from streamfit._columns.plan import ColumnPlan, SchemaPlan
 from streamfit._columns.schema import ColumnProblem
 from streamfit.features._encoders import EncoderState
 
-__all__ = ["ColumnInputs", "as_record_batch"]
+__all__ = ["ColumnInputs", "ModelInputs", "holds_inputs", "as_record_batch"]
 
 
 def as_record_batch(X: Any) -> pa.RecordBatch:
@@ -37,6 +37,23 @@ def as_record_batch(X: Any) -> pa.RecordBatch:
     raise TypeError(f"expected an Arrow Table/RecordBatch or a dict of columns, got {type(X).__name__}")
 
 
+class ModelInputs(dict):  # type: ignore[type-arg]
+    """``{model input name: array}`` a column plan filled (the stream's training batches of named inputs):
+    model inputs, never read as columns again, whatever their names."""
+
+    __slots__ = ()
+
+
+def holds_inputs(X: Any, names: "frozenset[str] | set[str] | Any") -> bool:
+    """Whether the mapping ``X`` holds model inputs rather than columns: what a plan filled
+    (:class:`ModelInputs`), or arrays a caller keyed by exactly the model's input ``names``; any other
+    mapping is columns, to be read through the plan."""
+    if type(X) is ModelInputs:
+        return True
+    return X.keys() == (names.keys() if isinstance(names, Mapping) else
+                        names if isinstance(names, (set, frozenset)) else set(names))
+
+
 class ColumnInputs:
     """The column plan in memory: Arrow tables (or dicts of columns) -> ``{model input name: array}``.
 
@@ -54,10 +71,11 @@ class ColumnInputs:
         self._compiled: dict[pa.Schema, SchemaPlan] = {}
 
     def takes(self, X: Any) -> bool:
-        """Whether ``X`` is columns (an Arrow table, or a dict not keyed by exactly the model's input names)."""
+        """Whether ``X`` is columns: an Arrow table, or a mapping that does not hold the model's inputs
+        (:func:`holds_inputs`)."""
         if isinstance(X, (pa.Table, pa.RecordBatch)):
             return True
-        return isinstance(X, Mapping) and set(X) != self.names
+        return isinstance(X, Mapping) and not holds_inputs(X, self.names)
 
     def arrays(self, X: Any, *, learn: bool = True) -> dict[str, np.ndarray]:
         """The model inputs of the rows of ``X``; ``learn=False`` encodes without teaching a vocabulary."""

@@ -36,6 +36,7 @@ from streamfit.exceptions import BadInputError
 from streamfit.sources._base import Position, SourceBatch, Unit
 from streamfit._columns.layout import ColumnLayout
 from streamfit._columns.mapping import ColumnMapping, Pieces
+from streamfit._columns.memory import ModelInputs
 from streamfit._columns.plan import ColumnPlan, Extracted, SchemaPlan
 from streamfit._columns.schema import ColumnProblem
 from streamfit._columns.values import BLOCK, Check
@@ -87,9 +88,11 @@ class Quarantine:
 class TrainingBatch:
     """``n_rows`` rows ready for ``partial_fit``; ``position`` = source position right after the last row.
 
-    ``X`` is an array, or ``{model input name: array}`` when the rebatcher fills named inputs; it may be
+    ``X`` is an array, or ``{model input name: array}`` (:class:`~streamfit._columns.memory.ModelInputs`: the
+    estimator reads it as model inputs, never as columns) when the rebatcher fills named inputs; it may be
     a view into a reused buffer or into Arrow memory (read-only): do not keep it.  ``rows_end`` counts the
-    stream's good rows up to this batch's last (what :meth:`Rebatcher.commit` takes once it is trained).
+    stream's good rows up to this batch's last (what :meth:`~streamfit._columns.plan.ColumnPlan.commit` takes once
+    it is trained).
     ``skipped``: input dropped by policy between the previous training batch and ``position`` (settle it
     when this batch is trained); ``spans``: where its rows come from.
     """
@@ -164,7 +167,7 @@ class Rebatcher:
         column of their name); ``model_inputs`` are the model's declared inputs (``name``, ``dtype``,
         ``shape``); ``X`` is then ``{input name: array}`` (see :mod:`streamfit._columns.mapping`).
     encoder_states : the encoders' learned state by input name (the live copy: read-ahead updates it;
-        :meth:`commit` advances a committed copy once rows are trained).
+        the plan's ``commit`` advances a committed copy once rows are trained).
     label, weight : label column (or several / one vector column: multi-output regression); optional
         sample-weight column (finite, >= 0).
     task : ``"regression"`` (``y`` has ``dtype``) or ``"classification"`` (``y`` holds class labels:
@@ -495,10 +498,6 @@ class Rebatcher:
             return f"{role}column '{column}' has {value}, expected a whole-number class label"
         return f"{role}column '{column}' has {value}, expected a weight >= 0"
 
-    def commit(self, rows: int, committed: "Mapping[str, Any]") -> None:
-        """The first ``rows`` good rows were trained: advance the ``committed`` encoder states to them."""
-        self.plan.commit(rows, committed)
-
     # ------------------------------------------------------------------ buffers
     def _buffers(self, slot: int, plan: SchemaPlan) -> _Buffers:
         buffers = self._ring[slot]
@@ -506,7 +505,7 @@ class Rebatcher:
             bs = self.batch_size
             flat = {c.name: np.empty((bs, c.width), dtype=c.dtype) for c in plan.inputs}
             X: Any = flat[plan.inputs[0].name] if self.plan.single else \
-                {c.name: flat[c.name].reshape((bs, *c.row_shape)) for c in plan.inputs}
+                ModelInputs({c.name: flat[c.name].reshape((bs, *c.row_shape)) for c in plan.inputs})
             labels = self.plan.labels
             assert labels is not None
             y = np.empty((bs,) if labels.width == 1 else (bs, labels.width), dtype=labels.y_dtype)
@@ -580,7 +579,7 @@ class Rebatcher:
         sb, end = self._fill_end
         position = sb.position_at(end)
         if n < self.batch_size:
-            X = {k: v[:n] for k, v in X.items()} if isinstance(X, dict) else X[:n]
+            X = ModelInputs({k: v[:n] for k, v in X.items()}) if isinstance(X, dict) else X[:n]
             Y, W = Y[:n], None if W is None else W[:n]
         self._fill = 0
         self._fill_end = None
@@ -595,7 +594,7 @@ class Rebatcher:
         bs = self.batch_size
         position = seg.sb.position_at(i + bs)
         skipped = self._ledger.take_until(seg.seq, i + bs) if self._ledger.pending else ()
-        views = {name: values[i:i + bs] for name, values in seg.inputs.items()}  # whole: arrays only
+        views = ModelInputs({name: values[i:i + bs] for name, values in seg.inputs.items()})  # whole: arrays
         X: Any = next(iter(views.values())) if self.plan.single else views
         buffers = self._buffers(self._slot, seg.plan)
         Y, W = buffers.y, buffers.w

@@ -203,20 +203,17 @@ class StreamLoop:
         elif getattr(estimator, "inputs", None) not in (None, inputs):
             raise ValueError(f"inputs={inputs!r} differs from the estimator's inputs={estimator.inputs!r}")
         self.inputs = inputs
-        self._committed: dict[str, Any] | None = None
+        #: the estimator's side of named inputs (its declared inputs; the trained rows go back through it)
+        self._stream_inputs: Any = None
         named: dict[str, Any] = {}
         if inputs is not None:
-            from streamfit.features._estimator import encoder_states, model_inputs_of
+            from streamfit.features._estimator import stream_inputs
 
-            model_inputs = model_inputs_of(estimator)
-            if model_inputs is None:
-                raise ValueError(f"inputs= needs an estimator that declares its model inputs "
-                                 f"({type(estimator).__name__} does not before it is fitted)")
-            # the estimator's states are the committed ones (checkpoints save them); the rebatcher reads ahead
-            # with its own copy, committed batch by batch as batches are trained
-            self._committed = encoder_states(estimator)
-            named = dict(inputs=inputs, model_inputs=model_inputs,
-                         encoder_states={k: v.copy() for k, v in self._committed.items()})
+            # the rebatcher reads ahead with its own copy of the encoders' states; the estimator commits its
+            # own batch by batch as batches are trained
+            hook = getattr(estimator, "_stream_inputs", None)
+            si = self._stream_inputs = hook() if callable(hook) else stream_inputs(estimator)
+            named = dict(inputs=inputs, model_inputs=si.model_inputs, encoder_states=si.read_ahead)
         if classes is None and task == "classification":
             classes = getattr(estimator, "classes_", None)
         self._rebatcher = Rebatcher(
@@ -562,12 +559,8 @@ class StreamLoop:
             assert self._trainer is not None
             rows, own_loss = await self._trainer.run(self._timed_step, tb, first)
         self._note_step(self._step_seconds, tb)
-        if self._committed is not None:  # the encoders' state now holds exactly the trained rows
-            self._rebatcher.commit(tb.rows_end, self._committed)
-            if self._batches == 0:
-                from streamfit.features._estimator import note_plan
-
-                note_plan(self.estimator, self._rebatcher.input_plan)
+        if self._stream_inputs is not None:  # the estimator's encoders now hold exactly the trained rows
+            self._stream_inputs.trained(tb.rows_end, self._rebatcher.plan)
         self._settle(tb.skipped)
         self._partial_fit_called = True
         self._rows += tb.n_rows

@@ -164,6 +164,13 @@ class OnnxEstimator(_SkBase):
 
         return arrow_inputs(self, table, learn=learn)
 
+    def _stream_inputs(self) -> Any:
+        """What a stream with ``inputs=`` reads for this estimator and how trained rows come back to it (the
+        encoders' committed states): :class:`~streamfit.features._estimator.StreamInputs`."""
+        from streamfit.features._estimator import stream_inputs
+
+        return stream_inputs(self)
+
     def _fit_inputs(self, X: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
         """Features as the trainer sees them when training, after updating any statistics of the inputs.
 

@@ -1,8 +1,10 @@
 """How an estimator with ``inputs=`` meets the column plan: its declared inputs, its encoders' committed
-state (saved by ``state_dict``), and Arrow tables turned into ``{model input name: array}``."""
+state (saved by ``state_dict``), Arrow tables turned into ``{model input name: array}``, and what a stream
+reads ahead with and hands back once rows are trained (:class:`StreamInputs`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -10,7 +12,7 @@ import numpy as np
 from streamfit.features._encoders import Encoder, EncoderState
 
 __all__ = ["model_inputs_of", "encoder_states", "arrow_inputs", "encoder_state_dict", "load_encoder_state",
-           "note_plan", "export_model"]
+           "note_plan", "export_model", "StreamInputs", "stream_inputs"]
 
 
 def model_inputs_of(estimator: Any) -> tuple[Any, ...] | None:
@@ -59,6 +61,41 @@ def note_plan(estimator: Any, plan: Any) -> None:
     shapes = estimator.__dict__.setdefault("input_shapes_", {})
     for name, shape in plan.row_shapes.items():
         shapes.setdefault(name, list(shape))
+
+
+@dataclass
+class StreamInputs:
+    """A stream's side of an estimator with ``inputs=``: the model inputs it declares, the encoders' states the
+    stream reads ahead with (a copy), and :meth:`trained`, which brings the estimator's committed states to
+    the trained rows: the stream layer writes no estimator state itself."""
+
+    estimator: Any
+    model_inputs: tuple[Any, ...]
+    #: the encoders' states the stream's plan learns into as it reads ahead (a copy of the committed ones)
+    read_ahead: dict[str, EncoderState]
+    _committed: dict[str, EncoderState] = field(repr=False, default_factory=dict)
+    _noted: bool = False
+
+    def trained(self, rows: int, plan: Any) -> None:
+        """The stream's first ``rows`` good rows were trained under ``plan`` (a
+        :class:`~streamfit._columns.plan.ColumnPlan`): the committed encoder states (what ``state_dict`` and
+        checkpoints save) advance to them; the first time, the columns and per-row shapes the plan resolved
+        are recorded (what the exported model takes)."""
+        plan.commit(rows, self._committed)
+        if not self._noted:
+            note_plan(self.estimator, plan.mapping)
+            self._noted = True
+
+
+def stream_inputs(estimator: Any) -> StreamInputs:
+    """The :class:`StreamInputs` of ``estimator`` (what ``OnnxEstimator._stream_inputs`` gives); ValueError
+    when it does not declare its model inputs."""
+    model_inputs = model_inputs_of(estimator)
+    if model_inputs is None:
+        raise ValueError(f"inputs= needs an estimator that declares its model inputs "
+                         f"({type(estimator).__name__} does not before it is fitted)")
+    committed = encoder_states(estimator)  # the estimator's states are the committed ones (checkpoints save them)
+    return StreamInputs(estimator, model_inputs, {k: v.copy() for k, v in committed.items()}, committed)
 
 
 def _columns(estimator: Any) -> Any:

@@ -188,11 +188,12 @@ class ReadyMade:
         ``inputs={"X": columns or an encoder}`` describes; other ``X`` as given."""
         import pyarrow as pa
 
+        from streamfit._columns.memory import holds_inputs
         from streamfit._engine.prepare.input_signature import NamedRows
 
         if type(X) is NamedRows:
             X = X.arrays
-        if isinstance(X, Mapping) and set(X) == {INPUT}:
+        if isinstance(X, Mapping) and holds_inputs(X, (INPUT,)):  # the plan decides: the matrix, or columns
             return X[INPUT]
         if isinstance(X, (pa.Table, pa.RecordBatch, Mapping)):
             from streamfit.features._estimator import arrow_inputs

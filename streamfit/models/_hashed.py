@@ -83,9 +83,10 @@ class HashedModel:
     def _columns_X(self, X: Any, what: str) -> Any:
         """``X`` as the column plan takes it: a dict of columns made a table (encoded inputs as they are); any
         other kind than a table, a dict or named rows refused, naming the columns (``what``: the model)."""
+        from streamfit._columns.memory import holds_inputs
         from streamfit._engine.prepare.input_signature import NamedRows
 
-        if isinstance(X, Mapping) and not set(X) <= {IDS, DENSE}:  # a dict of columns (else: encoded inputs)
+        if isinstance(X, Mapping) and not holds_inputs(X, self._hashed_inputs()):  # the plan decides
             X = pa.table({k: pa.array(v) for k, v in X.items()})
         if not isinstance(X, (pa.Table, pa.RecordBatch, Mapping, NamedRows)):
             raise TypeError(f"{what} takes an Arrow Table/RecordBatch or a dict of columns (categorical "

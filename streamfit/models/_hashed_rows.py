@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 import pyarrow as pa
 
+from streamfit._columns.memory import ModelInputs, holds_inputs
 from streamfit.features._encoders import NULL_ID, _hash_str
 from streamfit.features._murmur import murmur3_int
 from streamfit.features._values import kind_of
@@ -151,7 +152,7 @@ class HashedRow:
             batches = X.to_batches()
             arrays = self._batch(batches[0]) if len(batches) == 1 else None
         else:
-            return self._columns(X) if kind is dict else None
+            return self._columns(X) if kind is dict or kind is ModelInputs else None
         if arrays is not None:
             self._last = X  # held: its id cannot be reused while it is compared
         return arrays
@@ -201,7 +202,7 @@ class HashedRow:
     def _columns(self, X: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
         """A dict of columns: one-element lists or arrays of the types the general path's ``pa.array``
         gives the kinds the encoder saw (else: the general path)."""
-        if set(X) <= {IDS, DENSE}:  # the model inputs themselves (the stream's rebatcher encoded them)
+        if holds_inputs(X, self.arrays):  # the model inputs themselves (the stream's column plan filled them)
             for a in X.values():
                 if type(a) is not np.ndarray or a.ndim < 1 or a.shape[0] != 1:
                     return None
