@@ -182,10 +182,12 @@ class Rebatcher:
     ring_size : number of reused buffers (see the module docstring); ``None`` = fresh arrays per batch.
     quarantine : a :class:`Quarantine` (shared, may change between record batches): messages to train
         apart or to drop as poison.
+    ledger : the :class:`~streamfit._stream.skips.SkipLedger` to note and count skips in (default: a new one).
 
-    Skipped input is counted twice: ``skipped_rows``/``skipped_messages`` as soon as it is read, and in
-    the ``skipped`` of the training batch (or ``end_skipped`` after :meth:`flush`) whose position first
-    passes it, which is what a consumer that checkpoints positions must count.
+    Skipped input is counted once, in the :class:`~streamfit._stream.skips.SkipLedger` (``ledger``: given, to
+    count into a daemon's too): as read (``skipped_rows``/``skipped_messages``), and handed out in the
+    ``skipped`` of the training batch (or ``end_skipped`` after :meth:`flush`) whose position first passes
+    it, which the consumer counts as passed (``ledger.passed``) once that batch is trained.
 
     ``push`` and ``flush`` are generators: advance them only after handing off the previous batch.
 
@@ -222,6 +224,7 @@ class Rebatcher:
         classes: Any = None,
         quarantine: Quarantine | None = None,
         plan: ColumnPlan | None = None,
+        ledger: SkipLedger | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
@@ -254,13 +257,11 @@ class Rebatcher:
         self._seq = 0  # record batches pushed
         self._good_rows = 0  # good rows taken so far (the encoders' journal counts in these)
         self._emitted_rows = 0  # good rows handed out in training batches
-        self._ledger = SkipLedger()
+        #: the skips waiting for a trained batch to pass them, and the counts of skipped input
+        self.ledger = SkipLedger() if ledger is None else ledger
+        self._ledger = self.ledger
         #: after :meth:`flush`: the skips between the last training batch and ``end_position``.
         self.end_skipped: tuple[Skipped, ...] = ()
-        #: rows dropped, by reason (rows of whole record batches dropped for schema reasons included).
-        self.skipped_rows: Counter[str] = Counter()
-        #: whole record batches / undecodable messages dropped, by reason.
-        self.skipped_messages: Counter[str] = Counter()
         self.rows_in = 0
         self.rows_out = 0
         self.batches_out = 0
@@ -270,6 +271,16 @@ class Rebatcher:
         self.end_position: Position | None = None
 
     # ------------------------------------------------------------------ public
+    @property
+    def skipped_rows(self) -> Counter[str]:
+        """Rows dropped as read, by reason (rows of whole record batches dropped for schema reasons included)."""
+        return self._ledger.read_rows
+
+    @property
+    def skipped_messages(self) -> Counter[str]:
+        """Whole record batches / undecodable messages dropped as read, by reason."""
+        return self._ledger.read_messages
+
     @property
     def features(self) -> list[str] | None:
         """The feature column names (resolved from the first valid batch when not given)."""
@@ -410,9 +421,7 @@ class Rebatcher:
         """A whole record batch / message is bad: raise, or skip it (counted, logged, in the ledger).
         ``rows``: its rows, counted as skipped rows (None: not counted, undecodable and empty ones)."""
         self._bad(sb, reason, column, message, row=None, rows=rows or 0, cause=cause)
-        self.skipped_messages[reason] += 1
-        if rows is not None:
-            self.skipped_rows[reason] += rows
+        self._ledger.read(reason, rows, message=True)
         self._ledger.add_message(seq, sb, reason, column, message if noted is None else noted)
 
     def _segment(self, sb: SourceBatch, ahead: Extracted | None = None) -> _Segment | None:
@@ -469,7 +478,7 @@ class Rebatcher:
                 count = int(new.sum())
                 if count:
                     code[new] = k
-                    self.skipped_rows[reason] += count
+                    self._ledger.read(reason, count, message=False)
                     first = int(np.argmax(new))
                     text = self._row_message(reason, col, values[first])
                     self._bad(sb, reason, col, text + (f"; {count} such rows in this record batch"

@@ -12,7 +12,7 @@ Three stages overlap::
   queued, one being trained, one being filled or waiting to be queued), which is also the number of
   reused buffers (see :mod:`streamfit._stream.batching`).
 * The trainer runs the progressive prediction and ``partial_fit`` in one call in its own long-lived
-  worker thread (:mod:`streamfit._stream.trainer`), so the event loop keeps reading while the model
+  worker thread (:mod:`streamfit._stream.step_thread`), so the event loop keeps reading while the model
   trains; the next queued batch is handed over without yielding to the reader in between.  Steps of
   streamfit's own estimators that take less than ``_INLINE_BELOW`` (0.3 ms, e.g. a linear model) run on
   the event loop thread instead, once ``_INLINE_AFTER`` full batches in a row were that fast: the thread
@@ -49,12 +49,12 @@ from streamfit.sources._base import Position, Source
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Quarantine, Rebatcher, TrainingBatch
 from streamfit._columns.layout import ColumnLayout
 from streamfit._stream.deadletter import open_dead_letter
-from streamfit._stream.skips import Skipped, count_skips
+from streamfit._stream.skips import Skipped, SkipLedger
 from streamfit._stream.events import BatchEvent, IdleEvent, MetricsEvent, StreamSummary
 from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fitted, rows_from_predictions
 from streamfit._stream.options import StreamOptions
 from streamfit._stream.progress import Progress
-from streamfit._stream.trainer import TrainerThread
+from streamfit._stream.step_thread import StepThread
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -71,7 +71,8 @@ _INLINE_BELOW = 0.0003  # s
 
 
 #: keyword arguments of train_stream that are not options: objects of this run (hooks, an event, a resumed plan)
-_LOOP_ARGS = frozenset({"on_batch", "on_metrics", "on_idle", "idle_every", "stop_event", "layout", "quarantine"})
+_LOOP_ARGS = frozenset({"on_batch", "on_metrics", "on_idle", "idle_every", "stop_event", "layout", "quarantine",
+                        "skips"})
 
 
 class LoopState(enum.Enum):
@@ -172,6 +173,7 @@ class StreamLoop:
         stop_event: anyio.Event | None = None,
         layout: ColumnLayout | None = None,
         quarantine: Quarantine | None = None,
+        skips: SkipLedger | None = None,
         **option_kwargs: Any,
     ) -> None:
         opts = self.options = StreamOptions.build(options, **option_kwargs)
@@ -221,13 +223,12 @@ class StreamLoop:
             dtype=opts.dtype, on_bad=opts.on_bad, cast=opts.cast, drop_last=opts.drop_last, max_rows=opts.max_rows,
             ring_size=opts.queue_size + IN_FLIGHT_EXTRA, layout=layout, classes=classes,
             expected_width=None if inputs is not None else declared_width(estimator), quarantine=quarantine,
-            **named)
+            ledger=skips, **named)
+        #: the one count of skipped input (as read by the rebatcher, as passed by trained batches)
+        self.skips = self._rebatcher.ledger
         dead_letter = opts.dead_letter
         self._own_sink = isinstance(dead_letter, str)
         self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
-        #: skipped input behind the position of the last trained batch (what a checkpoint there covers)
-        self.skipped_rows: Counter[str] = Counter()
-        self.skipped_messages: Counter[str] = Counter()
         self._metrics = ProgressiveMetrics(task, opts.window)
         self._state = LoopState.CREATED
         self._stop_requested = False
@@ -248,7 +249,7 @@ class StreamLoop:
         self._t0 = 0.0
         self._elapsed = 0.0
         self._progress = Progress(False)
-        self._trainer: TrainerThread | None = None
+        self._trainer: StepThread | None = None
         # streamfit's own estimator classes only (a subclass defined elsewhere may run any code in a step)
         self._inline_capable = type(estimator).__module__.startswith("streamfit.")
         self._fast_steps = 0
@@ -262,6 +263,16 @@ class StreamLoop:
     @property
     def rebatcher(self) -> Rebatcher:
         return self._rebatcher
+
+    @property
+    def skipped_rows(self) -> Counter[str]:
+        """Skipped rows behind the position of the last trained batch (what a checkpoint there covers)."""
+        return self.skips.rows
+
+    @property
+    def skipped_messages(self) -> Counter[str]:
+        """Skipped whole messages behind that position, by reason."""
+        return self.skips.messages
 
     @property
     def idle(self) -> bool:
@@ -315,7 +326,7 @@ class StreamLoop:
             self._progress = Progress(bool(self.progress), total)
             send, receive = anyio.create_memory_object_stream[Union[TrainingBatch, _End, _Failure]](
                 self.queue_size)
-            trainer = self._trainer = TrainerThread()
+            trainer = self._trainer = StepThread()
             try:
                 async with anyio.create_task_group() as tg:
                     try:
@@ -449,7 +460,7 @@ class StreamLoop:
             except anyio.EndOfStream:
                 item = _End(None, "end")
             if isinstance(item, _End):
-                self._settle(item.skipped)
+                self._account_skips(item.skipped)
                 self._ended_by = item.ended_by
                 if item.position is not None:
                     self._position = item.position
@@ -561,7 +572,7 @@ class StreamLoop:
         self._note_step(self._step_seconds, tb)
         if self._stream_inputs is not None:  # the estimator's encoders now hold exactly the trained rows
             self._stream_inputs.trained(tb.rows_end, self._rebatcher.plan)
-        self._settle(tb.skipped)
+        self._account_skips(tb.skipped)
         self._partial_fit_called = True
         self._rows += tb.n_rows
         self._batches += 1
@@ -583,10 +594,10 @@ class StreamLoop:
         await _call(self.on_batch, BatchEvent(self._batches, self._rows, tb.n_rows, tb.position, loss,
                                               progressive_loss, elapsed, tb.skipped, tb.spans))
 
-    def _settle(self, skipped: tuple[Skipped, ...]) -> None:
-        """Skipped input now behind the trained position: count it, hand it to the dead-letter sink."""
+    def _account_skips(self, skipped: tuple[Skipped, ...]) -> None:
+        """Skipped input now behind the trained position: count it as passed, hand it to the dead-letter sink."""
         if skipped:
-            count_skips(skipped, self.skipped_rows, self.skipped_messages)
+            self.skips.passed(skipped)
             if self.dead_letter is not None:
                 self.dead_letter.write(skipped)
 

@@ -7,6 +7,11 @@ restart from it reads again (+155..+900 rows over a few restarts).  The :class:`
 skip with its place in the stream (record batch number, row) and hands it out with the first training
 batch whose end lies past it, so the counts and dead letters travelling with a batch are exactly those
 of the input before its position.
+
+The ledger is also the one count of skipped input, in two columns: as read (``read_rows``,
+``read_messages``: the rebatcher's, read-ahead included) and as passed by a trained batch (``rows``,
+``messages``: what a checkpoint at that position covers; :meth:`SkipLedger.passed`).  A loop's ledger may
+count into a ``parent`` too: the daemon's, over its loops and the resumed checkpoint.
 """
 
 from __future__ import annotations
@@ -75,10 +80,18 @@ class _Entry:
 
 
 class SkipLedger:
-    """Skips waiting for a trained batch to pass them, in stream order."""
+    """Skips waiting for a trained batch to pass them, in stream order, and the counts of skipped input (as
+    read, as passed); see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: "SkipLedger | None" = None) -> None:
         self._entries: list[_Entry] = []
+        self.parent = parent
+        #: rows / whole messages dropped as they were read, by reason (read-ahead included)
+        self.read_rows: Counter[str] = Counter()
+        self.read_messages: Counter[str] = Counter()
+        #: rows / whole messages behind the position of the last trained batch, by reason
+        self.rows: Counter[str] = Counter()
+        self.messages: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -87,6 +100,28 @@ class SkipLedger:
     def pending(self) -> bool:
         """Any skip waiting? (an attribute read on the hot path)."""
         return bool(self._entries)
+
+    def read(self, reason: str, rows: int | None, message: bool) -> None:
+        """Count input dropped as it is read: ``rows`` rows (None: none counted), a whole message or not."""
+        ledger: SkipLedger | None = self
+        while ledger is not None:
+            if rows is not None:
+                ledger.read_rows[reason] += rows
+            if message:
+                ledger.read_messages[reason] += 1
+            ledger = ledger.parent
+
+    def passed(self, skips: Iterable[Skipped]) -> None:
+        """Count skips a trained batch passed (what :meth:`take_until` handed out with it)."""
+        skips = tuple(skips)
+        ledger: SkipLedger | None = self
+        while ledger is not None:
+            count_skips(skips, ledger.rows, ledger.messages)
+            ledger = ledger.parent
+
+    def restore(self, rows: Mapping[str, int], messages: Mapping[str, int]) -> None:
+        """The passed counts of a checkpoint (a resume, a rollback)."""
+        self.rows, self.messages = Counter(rows), Counter(messages)
 
     def add_message(self, seq: int, sb: SourceBatch, reason: str, column: str | None, text: str) -> None:
         self._entries.append(_Entry(seq, sb, reason, column, text, None))
@@ -101,11 +136,11 @@ class SkipLedger:
         kept: list[_Entry] = []
         for e in self._entries:
             if e.seq < seq:
-                out.append(_settle(e, e.indices))
+                out.append(_skipped_of(e, e.indices))
             elif e.seq == seq and e.indices is not None:
                 cut = int(np.searchsorted(e.indices, row))
                 if cut:
-                    out.append(_settle(e, e.indices[:cut]))
+                    out.append(_skipped_of(e, e.indices[:cut]))
                 if cut < len(e.indices):
                     e.indices = e.indices[cut:]
                     kept.append(e)
@@ -115,7 +150,7 @@ class SkipLedger:
         return tuple(out)
 
     def take_all(self) -> tuple[Skipped, ...]:
-        out = tuple(_settle(e, e.indices) for e in self._entries)
+        out = tuple(_skipped_of(e, e.indices) for e in self._entries)
         self._entries = []
         return out
 
@@ -123,7 +158,8 @@ class SkipLedger:
         self._entries = []
 
 
-def _settle(e: _Entry, indices: np.ndarray | None) -> Skipped:
+def _skipped_of(e: _Entry, indices: np.ndarray | None) -> Skipped:
+    """The :class:`Skipped` of ledger entry ``e``'s rows ``indices`` (None: its whole message)."""
     sb = e.sb
     if indices is None:
         return Skipped(e.reason, sb.num_rows, True, sb.position_at(0), sb.where, e.column, e.text,

@@ -16,7 +16,6 @@ import math
 import os
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -27,6 +26,7 @@ import numpy as np
 from streamfit._stream import StreamLoop
 from streamfit._columns.layout import ColumnLayout
 from streamfit._stream.batching import Quarantine
+from streamfit._stream.skips import SkipLedger
 from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.options import StreamOptions
 from streamfit._stream.events import BatchEvent, IdleEvent
@@ -229,10 +229,9 @@ class Runner:
         self._source: Source | None = None
         self._rollback_reason: str | None = None
         self._writer: AsyncCheckpointWriter | None = None
-        self._skipped: dict[str, int] = {}  # skipped rows of finished (and resumed) runs, by reason
-        self._skipped_msgs: dict[str, int] = {}  # skipped messages, likewise
-        self._skipped_read: Counter[str] = Counter()  # as read by this process (read-ahead included)
-        self._messages_skipped_read: Counter[str] = Counter()
+        #: the one count of skipped input: passed (the resumed checkpoint's, then every loop's, which counts
+        #: into it) and as read by this process (read-ahead included)
+        self._skips = SkipLedger()
         # poison messages: rollbacks per message (unit key), never reset by checkpoints
         self._strikes: dict[str, int] = {}
         self._scale_before: dict[str, float] = {}  # lr scale before a message's first rollback
@@ -379,7 +378,7 @@ class Runner:
         if tables is not None and snap.tables_at is not None and snap.tables_at == self._chain_parent:
             tables.clear_touched()  # the tables equal the chain's newest checkpoint again
         self.rows, self.batches, self.position = snap.rows, snap.step, snap.position
-        self._skipped, self._skipped_msgs = dict(snap.skipped_rows), dict(snap.skipped_messages)
+        self._skips.restore(snap.skipped_rows, snap.skipped_messages)
 
     def _load_checkpoint(self) -> None:
         assert self.store is not None
@@ -612,18 +611,11 @@ class Runner:
     def _skipped_rows(self) -> dict[str, int]:
         """Skipped rows by reason, up to the position of the last trained batch: finished (and resumed)
         runs plus the loop running now."""
-        return self._add_loop(self._skipped, "skipped_rows")
+        return dict(self._skips.rows)
 
     def _skipped_messages(self) -> dict[str, int]:
         """Skipped whole messages by reason (undecodable, empty_batch, poison, ...), likewise."""
-        return self._add_loop(self._skipped_msgs, "skipped_messages")
-
-    def _add_loop(self, base: dict[str, int], attr: str) -> dict[str, int]:
-        counts = dict(base)
-        if self._loop is not None and self._loop_running:
-            for reason, n in getattr(self._loop, attr).items():
-                counts[reason] = counts.get(reason, 0) + n
-        return counts
+        return dict(self._skips.messages)
 
     def _observe(self, idle_since: float | None = None) -> None:
         """Health file and metrics: after a trained batch, or while the stream is quiet (``idle_since``)."""
@@ -681,7 +673,7 @@ class Runner:
                                config=self._history_config())
         self._t0 = time.perf_counter()
         self._rows_at_start = self.rows
-        skipped_at_start = dict(self._skipped)
+        skipped_at_start = self._skipped_rows()
         if self.store is not None:
             self._writer = AsyncCheckpointWriter(self.store)
         log_event("start", f"training from {self.source_spec if isinstance(self.source_spec, str) else 'source'}",
@@ -718,15 +710,15 @@ class Runner:
                 self._source = None
         elapsed = time.perf_counter() - self._t0
         result = RunSummary(self.rows, self.batches, self.position, self.checkpoints, self.last_checkpoint,
-                            self.rollbacks, self._resumed_from, ended_by, dict(self._skipped),
+                            self.rollbacks, self._resumed_from, ended_by, self._skipped_rows(),
                             {} if summary is None else {"stream": summary.stream_metrics,
                                                         "window": summary.window_metrics},
                             (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0,
                             self.rows - self._rows_at_start,
-                            {k: n - skipped_at_start.get(k, 0) for k, n in self._skipped.items()
+                            {k: n - skipped_at_start.get(k, 0) for k, n in self._skips.rows.items()
                              if n > skipped_at_start.get(k, 0)},
-                            dict(self._skipped_msgs), sorted(self._quarantine.skip), dict(self._skipped_read),
-                            dict(self._messages_skipped_read))
+                            self._skipped_messages(), sorted(self._quarantine.skip), dict(self._skips.read_rows),
+                            dict(self._skips.read_messages))
         log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
                   f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
@@ -746,7 +738,8 @@ class Runner:
                                         **_DAEMON_DEFAULTS),
                                 on_batch=self._on_batch, on_idle=self._on_idle if self._idle_duties() else None,
                                 idle_every=self._idle_every(), stop_event=stop_event, layout=self._layout,
-                                quarantine=self._quarantine if self.guard is not None else None)
+                                quarantine=self._quarantine if self.guard is not None else None,
+                                skips=SkipLedger(parent=self._skips))
         self._loop_running = True
         send, receive = anyio.create_memory_object_stream[Handover](16)
         call = loop_caller()
@@ -769,9 +762,6 @@ class Runner:
             self._handovers = None
             send.close()
             receive.close()
-            self._skipped, self._skipped_msgs = self._skipped_rows(), self._skipped_messages()  # fold them in
-            self._skipped_read.update(self._loop.rebatcher.skipped_rows)
-            self._messages_skipped_read.update(self._loop.rebatcher.skipped_messages)
             self._loop_running = False
         if self._rollback_reason is None and summary.position is not None:
             self.position = summary.position  # may move past trailing skipped input

@@ -352,12 +352,12 @@ async def test_a_queued_batch_is_handed_to_the_trainer_without_letting_the_reade
     source = ListSource(make_batches([10] * 12, d=2))
     at_hook, at_handover = [], []
 
-    class Recording(loop_module.TrainerThread):
+    class Recording(loop_module.StepThread):
         async def run(self, fn, *args):
             at_handover.append(source.reads)
             return await super().run(fn, *args)
 
-    monkeypatch.setattr(loop_module, "TrainerThread", Recording)
+    monkeypatch.setattr(loop_module, "StepThread", Recording)
     await train_stream(SlowChecking(0.003), source, batch_size=10, queue_size=3,
                        on_batch=lambda e: at_hook.append(source.reads))
     assert len(at_handover) == len(at_hook) == 12

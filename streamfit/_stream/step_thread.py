@@ -1,4 +1,4 @@
-"""The loop's trainer thread: one long-lived anyio worker thread runs every training step.
+"""The loop's step thread: one long-lived anyio worker thread runs every training step.
 
 Why not ``anyio.to_thread.run_sync`` per batch: it yields to the event loop before handing the step over,
 so the reader's work (rebatching, the source) ran between two steps, on the critical path.  Handing a step
@@ -16,7 +16,7 @@ import anyio
 
 from streamfit.sources._wakeup import Wakeup, loop_caller
 
-__all__ = ["TrainerThread"]
+__all__ = ["StepThread"]
 
 _PICKUP_WAIT = 0.002  # s
 
@@ -38,7 +38,7 @@ class _Job:
         self.wakeup.set()
 
 
-class TrainerThread:
+class StepThread:
     """Start with ``await task_group.start(trainer.serve)``; :meth:`run` steps; :meth:`close` always (finally).
 
     A step is never interrupted: a cancellation of :meth:`run` waits for the running step to finish.
