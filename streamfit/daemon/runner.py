@@ -253,7 +253,7 @@ class Runner:
         self._rows_at_start = 0
         self._guard_every = every_batches or 100
         self._submitted_step = 0
-        self._settle_lock: anyio.Lock | None = None  # _settle from a batch, a handover, a durable write
+        self._commit_lock: anyio.Lock | None = None  # _publish_and_commit from a batch, a handover, a durable write
         self._handovers: Callable[[Handover], None] | None = None  # queues a handover on the event loop
         #: the run's column plan: from the checkpoint on resume, else fixed by the first loop's first batch;
         #: every later loop (after a rollback, after a restart) reads the stream into the same layout.
@@ -480,11 +480,11 @@ class Runner:
         self._last_checkpoint_time = time.monotonic()
         return True
 
-    async def _settle(self) -> None:
+    async def _publish_and_commit(self) -> None:
         """Handle writes that became durable: log, publish the model, commit the source's offsets."""
-        if self._settle_lock is None:
-            self._settle_lock = anyio.Lock()
-        async with self._settle_lock:  # one at a time: commits go out in checkpoint order
+        if self._commit_lock is None:
+            self._commit_lock = anyio.Lock()
+        async with self._commit_lock:  # one at a time: commits go out in checkpoint order
             await self._settle_durable()
 
     async def _settle_durable(self) -> None:
@@ -534,7 +534,7 @@ class Runner:
                 return
             self._after_good_batch(event)
         if self._writer is not None:
-            await self._settle()
+            await self._publish_and_commit()
             if self._due():
                 self._submit(wait=False)
         elif self.guard is not None and not self._suspects and (
@@ -568,7 +568,7 @@ class Runner:
         if self._rollback_reason is not None:
             return
         if self._writer is not None:
-            await self._settle()
+            await self._publish_and_commit()
             if self.batches > self._submitted_step and self._quiet_due(event):
                 self._submit(wait=False)
         self._observe(idle_since=event.since)
@@ -690,12 +690,12 @@ class Runner:
             if self._writer is not None and self.batches and (self._committed_step < self.batches):
                 # wait in a worker thread: the event loop stays free to see a second signal
                 await anyio.to_thread.run_sync(self._writer.flush)
-                await self._settle()
+                await self._publish_and_commit()
                 if self._committed_step < self.batches:
                     if self.batches not in self._pending:
                         self._submit(wait=True)  # the writer is idle: returns at once
                     await anyio.to_thread.run_sync(self._writer.flush)
-                    await self._settle()
+                    await self._publish_and_commit()
         finally:
             if self.history is not None:
                 self.history.close()
@@ -808,7 +808,7 @@ class Runner:
                 finally:
                     handover.done.set()
             elif self._pending and self._writer is not None and not self._writer.busy:
-                await self._settle()
+                await self._publish_and_commit()
 
     async def _settle_handover(self, handover: Handover) -> None:
         """Train the rows the source returned of the revoked partitions (the queued batches), checkpoint and
@@ -827,7 +827,7 @@ class Runner:
                     self._submit(wait=False)
                 await anyio.to_thread.run_sync(self._writer.flush)
                 try:
-                    await self._settle()
+                    await self._publish_and_commit()
                 except SourceError as exc:  # the group refused the commit (a rebalance ahead of it): let go
                     refused = exc
                     break
