@@ -231,27 +231,35 @@ class ColumnMapping:
         return shape
 
     def _compile_one(self, schema: pa.Schema, s: InputSource, m: Any) -> CompiledInput:
+        if s.encoder is not None:
+            return self._compile_encoder(schema, s, s.encoder, m)
+        return self._compile_columns(schema, s, m)
+
+    def _compile_encoder(self, schema: pa.Schema, s: InputSource, enc: Encoder, m: Any) -> CompiledInput:
+        """An encoder's input: its columns found, the ids' width or padded length against the model's."""
+        dtype = np.dtype(m.dtype)
+        indices = [find_column(schema, c, "", f"a column for {type(enc).__name__}") for c in s.columns]
+        if dtype.kind not in "iuf":
+            raise ColumnProblem("wrong_type", s.columns[0], f"{type(enc).__name__} gives integer ids but "
+                                                            f"input {m.name!r} is {dtype}")
+        if isinstance(enc, (Padded, Mask)):
+            length = enc.length
+            if length is None:
+                dims = self._declared_row_shape(m)
+                length = dims[-1] if dims and isinstance(dims[-1], int) else None
+                if length is None:
+                    raise ColumnProblem("wrong_shape", enc.column, f"{enc!r} has no length and input "
+                                                                   f"{m.name!r} has no fixed last dimension")
+            self._fix_shape(m, length if len(self._declared_row_shape(m)) <= 1 else None, last=length)
+        else:
+            self._fix_shape(m, enc.width)
+        return CompiledInput(m.name, dtype, self.row_shapes[m.name],
+                             tuple(Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices)), enc, False)
+
+    def _compile_columns(self, schema: pa.Schema, s: InputSource, m: Any) -> CompiledInput:
+        """An input read from columns: each column's kind and width accepted by the input's element type."""
         dtype = np.dtype(m.dtype)
         where = "" if self._features else f" (input {m.name!r}, {dtype}, shape {_shape_text(m.shape)})"
-        if s.encoder is not None:
-            indices = [find_column(schema, c, "", f"a column for {type(s.encoder).__name__}") for c in s.columns]
-            if dtype.kind not in "iuf":
-                raise ColumnProblem("wrong_type", s.columns[0], f"{type(s.encoder).__name__} gives integer ids but "
-                                                                f"input {m.name!r} is {dtype}")
-            enc = s.encoder
-            if isinstance(enc, (Padded, Mask)):
-                length = enc.length
-                if length is None:
-                    dims = self._declared_row_shape(m)
-                    length = dims[-1] if dims and isinstance(dims[-1], int) else None
-                    if length is None:
-                        raise ColumnProblem("wrong_shape", enc.column, f"{enc!r} has no length and input "
-                                                                       f"{m.name!r} has no fixed last dimension")
-                self._fix_shape(m, length if len(self._declared_row_shape(m)) <= 1 else None, last=length)
-            else:
-                self._fix_shape(m, enc.width)
-            return CompiledInput(m.name, dtype, self.row_shapes[m.name],
-                                  tuple(Part(c, i, "encoder", 1, False) for c, i in zip(s.columns, indices)), enc, False)
         parts = []
         for j, c in enumerate(s.columns):
             i = find_column(schema, c, "", f"{dtype}{where}")
