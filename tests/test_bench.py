@@ -114,3 +114,8 @@ def test_soak_bench_smoke(tmp_path):
 def test_hashing_bench_smoke():
     out = _run("hashing.py", timeout=200)
     assert "session (old) vs numpy (new)" in out and "Hashed.encode" in out and "partial_fit" in out
+
+
+def test_message_path_smoke():
+    out = _run("message_path.py")
+    assert "functions entered every batch" in out and "_columns/plan.py" in out
