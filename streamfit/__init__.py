@@ -47,7 +47,7 @@ _LAZY = {
     "read_dead_letters": "streamfit._stream",
 }
 _SUBMODULES = {"losses", "optim", "schedules", "sources", "checkpoint", "daemon", "estimators", "models", "graph",
-               "testing", "features", "penalties"}
+               "testing", "features", "penalties", "river"}
 
 __all__ = [
     "__version__", *_LAZY, *sorted(_SUBMODULES),
@@ -71,8 +71,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from streamfit import (checkpoint, daemon, estimators, features, graph, losses, models, optim, penalties, schedules,
-                           sources, testing)
+    from streamfit import (checkpoint, daemon, estimators, features, graph, losses, models, optim, penalties, river,
+                           schedules, sources, testing)
     from streamfit._engine.trainer import Trainer
     from streamfit._sklearn import from_sklearn
     from streamfit._stream import (BatchEvent, DeadLetter, DeadLetterSink, IdleEvent, LoopState, MetricsEvent, Skipped,

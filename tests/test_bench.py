@@ -119,3 +119,14 @@ def test_hashing_bench_smoke():
 def test_message_path_smoke():
     out = _run("message_path.py")
     assert "functions entered every batch" in out and "_columns/plan.py" in out
+
+
+def test_perrow_bench_smoke():
+    pytest.importorskip("river")
+    out = _run("perrow.py", timeout=240)
+    assert "AVX-512" in out and "== 6. floor" in out and "== targets" in out
+    for section in ("== 1. River's streams", "== 2. hashed", "== 3. one event per call", "== 4. partial_fit",
+                    "== 5. MLPClassifier"):
+        assert section in out, section
+    targets = out.split("== targets")[1].strip().splitlines()
+    assert len(targets) > 10 and all(line.startswith(("met ", "MISSED ")) for line in targets[:-1])
