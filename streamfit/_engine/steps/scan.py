@@ -1,0 +1,426 @@
+"""Many steps in one session run: the fused step graph as the body of an ONNX ``Scan`` over a chunk's steps.
+
+A chunk of ``n`` rows trained at ``batch_size`` B is ``n // B`` steps of B rows (a last short step, if any, is an
+ordinary step).  The body is the fused step graph itself (:func:`~streamfit._engine.steps.step_graphs.build_fused`,
+or a training artifact's), so a chunk computes what the same steps computed one session run each:
+
+- carried (loop state): every tensor a step updates -- weights, optimizer slots, BatchNorm running statistics;
+- scanned in: the step's rows (each model input, labels, the two per-row weight vectors) and its scalars (the
+  schedule's learning rate and the optimizer's per-step scalars, computed on the host as the step path does);
+- scanned out: each step's mean loss and model output, computed before its update (the inference output where
+  training differs, e.g. BatchNorm: the model's own predict graph is spliced into the body);
+- read from the enclosing graph: the host tensors (a ready-made model's scaling), constant within a chunk.
+
+The body keeps no per-step finiteness checks (the node count is the per-step cost): the chunk checks each
+step's loss on the host and the final state once, in the outer graph.  A non-finite value in a weight or its
+state never becomes finite again under the update rules (``inf - inf`` and ``nan`` propagate), so a finite
+final state means every step's state was finite.  When anything is not finite the run's result is dropped (it
+was written into the spare ping-pong set only) and the chunk is replayed one step per run, which gives the step
+path's answer exactly, ``on_nonfinite`` included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+from onnx import ModelProto, helper
+
+from streamfit._engine.common import ort_private as C
+from streamfit._engine.common.graph_builder import onnx_dtype
+from streamfit._engine.common.names import Names
+from streamfit._engine.common.onnx_helpers import prune
+from streamfit._engine.runtime.device import make_session
+from streamfit.schedules.base import Schedule
+
+if TYPE_CHECKING:
+    from streamfit._engine.trainer import Trainer
+
+__all__ = ["ChunkResult", "build_chunk_model", "train_chunk", "chunk_unsupported", "ChunkSteps"]
+
+#: ops whose result differs from run to run (Dropout masks): a Scan would not draw what the step path draws
+_RANDOM_OPS = {"Dropout", "RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli",
+               "Multinomial"}
+_PREFIX = "sfc_"  # the outer graph's own names
+_EVAL_PREFIX = "sfe_"  # the spliced predict graph's intermediate names
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What a chunk of steps gave: each row's output before its step's update, each step's loss."""
+
+    #: (n, *output tail): row i's model output from the step that trained it, before that step's update
+    outputs: np.ndarray
+    #: (steps,) float64: each step's mean loss (before its update; the non-finite value for a skipped step)
+    losses: np.ndarray
+    #: rows per step (the last step may have fewer)
+    batch_size: int
+    #: index (in steps) of the first non-finite step of the chunk, or None
+    nonfinite: int | None
+    #: steps applied (``len(losses)`` minus the skipped ones)
+    applied: int
+    #: True when the chunk's full steps ran as one Scan; False when they ran one step per session run
+    scanned: bool
+
+    @property
+    def nonfinite_row(self) -> int | None:
+        """The first row of the first non-finite step, or None."""
+        return None if self.nonfinite is None else self.nonfinite * self.batch_size
+
+
+def _vi(name: str, like: onnx.ValueInfoProto | None, elem: int | None = None,
+        shape: list[Any] | None = None) -> onnx.ValueInfoProto:
+    if like is not None and elem is None:
+        elem = like.type.tensor_type.elem_type
+    assert elem is not None
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _splice_eval(body: onnx.GraphProto, eval_model: ModelProto, kept: set[str], output: str) -> str:
+    """Add ``eval_model``'s nodes to ``body`` (its inputs read by name, every other name prefixed); return the
+    name of its output in the body."""
+    graph = eval_model.graph
+    keep = {i.name for i in graph.input} & kept
+
+    def rename(name: str) -> str:
+        return name if not name or name in keep else _EVAL_PREFIX + name
+
+    for init in graph.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(init)
+        copy.name = rename(init.name)
+        body.initializer.append(copy)
+    for node in graph.node:
+        copy_node = onnx.NodeProto()
+        copy_node.CopyFrom(node)
+        copy_node.input[:] = [rename(n) for n in node.input]
+        copy_node.output[:] = [rename(n) for n in node.output]
+        if copy_node.name:
+            copy_node.name = _EVAL_PREFIX + copy_node.name
+        body.node.append(copy_node)
+    return rename(output)
+
+
+def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], per_step: list[str],
+                      output: str, eval_model: ModelProto | None = None) -> ModelProto:
+    """The chunk graph: a ``Scan`` whose body is ``step`` (the fused step graph).
+
+    ``state`` are the carried tensors (``step`` reads ``s`` and writes ``Names.new(s)``), ``scanned`` the per-row
+    inputs (given as [steps, rows, ...]), ``per_step`` the per-step scalars (given as [steps]); every other input of
+    ``step`` is read from the outer graph under its own name.  Outputs: ``sfc_out_<s>`` (the final state),
+    ``sfc_losses`` [steps], ``sfc_y`` [steps, rows, ...] (``eval_model``'s output when given, else ``output``) and
+    ``sfc_check`` (the sum of the final state: finite when all of it is).
+    """
+    inputs = {i.name: i for i in step.graph.input}
+    missing = [n for n in state + scanned + per_step if n not in inputs]
+    if missing:
+        raise ValueError(f"the step graph has no inputs {missing}")
+    body = onnx.GraphProto()
+    body.CopyFrom(step.graph)
+    body.name = "streamfit_chunk_step"
+    news = [Names.new(s) for s in state]
+    outs = {o.name: o for o in step.graph.output}
+    y_out = output
+    if eval_model is not None:
+        y_out = _splice_eval(body, eval_model, set(inputs), eval_model.graph.output[0].name)
+    del body.output[:]
+    body.output.extend([outs[n] if n in outs else _vi(n, inputs[s]) for n, s in zip(news, state)])
+    body.output.extend([_vi(Names.loss, outs[Names.loss]), _vi(y_out, outs[output])])
+    del body.input[:]
+    body.input.extend([inputs[n] for n in state + scanned + per_step])
+    body.ClearField("value_info")
+    outer_refs = [inputs[n] for n in inputs if n not in set(state + scanned + per_step)]
+    model = helper.make_model(body, opset_imports=list(step.opset_import), ir_version=step.ir_version)
+    prune(model)  # the per-step check outputs are gone: their nodes too
+    # drop what the pruned nodes no longer read
+    used = {n for node in model.graph.node for n in node.input}
+    kept_inits = [i for i in model.graph.initializer if i.name in used or i.name in {o.name for o in body.output}]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept_inits)
+    outer_refs = [i for i in outer_refs if i.name in used]
+    body = model.graph
+
+    outer_in: list[onnx.ValueInfoProto] = []
+    for n in state:
+        outer_in.append(_vi(_PREFIX + "in_" + n, inputs[n], shape=_dims(inputs[n])))
+    for n in scanned:
+        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"] + (_dims(inputs[n]) or [])))
+    for n in per_step:
+        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"]))
+    outer_in += outer_refs
+    scan_out = [_PREFIX + "out_" + n for n in state] + [_PREFIX + "losses", _PREFIX + "y"]
+    nodes = [helper.make_node("Scan", [v.name for v in outer_in[:len(state) + len(scanned) + len(per_step)]],
+                              scan_out, num_scan_inputs=len(scanned) + len(per_step), body=body,
+                              name="sfc_scan")]
+    elem = outs[Names.loss].type.tensor_type.elem_type
+    sums = []
+    for n in state:
+        sums.append(_PREFIX + "sum_" + n)
+        nodes.append(helper.make_node("ReduceSum", [_PREFIX + "out_" + n], [sums[-1]], keepdims=0))
+    nodes.append(helper.make_node("Sum", sums, [_PREFIX + "check"]) if len(sums) > 1
+                 else helper.make_node("Identity", sums, [_PREFIX + "check"]))
+    outer_out = [_vi(_PREFIX + "out_" + n, inputs[n], shape=_dims(inputs[n])) for n in state]
+    outer_out += [helper.make_tensor_value_info(_PREFIX + "losses", elem, ["S"]),
+                  _vi(_PREFIX + "y", outs[output], shape=None),
+                  helper.make_tensor_value_info(_PREFIX + "check", elem, [])]
+    graph = helper.make_graph(nodes, "streamfit_chunk", outer_in, outer_out)
+    return helper.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[Any] | None:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def chunk_unsupported(trainer: "Trainer") -> str | None:
+    """Why ``trainer``'s steps cannot run as a Scan (None: they can)."""
+    if trainer.step_kind != "fused":
+        return f"the {trainer.step_kind!r} step strategy runs several graphs per step"
+    if trainer.device.kind != "cpu":
+        return "chunks run on CPU only for now"
+    if trainer.tables is not None:
+        return "row-sparse tables are updated outside the step graph"
+    if type(trainer.schedule)._update is not Schedule._update:
+        return f"the {type(trainer.schedule).__name__} schedule's rate depends on each step's loss"
+    return None
+
+
+class ChunkSteps:
+    """The chunk graphs of one trainer (one per step graph: small and large batches) and their sessions."""
+
+    def __init__(self, trainer: "Trainer") -> None:
+        self.trainer = trainer
+        self._built: dict[tuple[bool, bool], tuple[Any, list[str], list[str], list[str]] | None] = {}
+        self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
+        self.models: dict[tuple[bool, bool], ModelProto] = {}
+        self.why_not: str | None = None
+
+    def _kind(self, rows: int) -> tuple[bool, bool]:
+        """Which step graph ``rows`` rows per step run (large?) and on which options (light?), as
+        :class:`~streamfit._engine.steps.fused.FusedStep` chooses them."""
+        fused = self.trainer._strategy
+        large = rows >= fused.large_batch_rows  # type: ignore[union-attr]
+        light = not large or (fused._light_large_batches  # type: ignore[union-attr]
+                              and rows * fused._weights_size < fused.parallel_min_work)  # type: ignore[union-attr]
+        return large, light
+
+    def _build(self, key: tuple[bool, bool]) -> tuple[Any, list[str], list[str], list[str]] | None:
+        if key in self._built:
+            return self._built[key]
+        large, light = key
+        tr = self.trainer
+        strategy = tr._strategy
+        step = strategy.large_graph() if large else strategy.model  # type: ignore[union-attr]
+        if any(n.op_type in _RANDOM_OPS for n in step.graph.node):
+            self.why_not = "the step graph draws random numbers (Dropout): a Scan would draw others"
+            self._built[key] = None
+            return None
+        names = {i.name for i in step.graph.input}
+        state = [n for n in tr.params.names]
+        scanned = [spec.name for spec in tr.prepared.inputs if spec.name in names]
+        scanned += [Names.target, Names.loss_weight, Names.grad_weight]
+        per_step = [n for n in (Names.scalar(s) for s in tr.optimizer.scalar_names) if n in names]
+        if Names.decay in names:
+            per_step.append(Names.decay)
+        eval_model = None
+        if tr.prepared.train_differs:
+            eval_model = tr.prepared.predict_model(list(tr.prepared.weights) + list(tr.prepared.buffers)
+                                                   + list(tr.prepared.host))
+        model = build_chunk_model(step, state, scanned, per_step, tr.prepared.output_name, eval_model)
+        options = tr.small_batch_options if light else tr.options
+        session = make_session(model.SerializeToString(), options, tr.device, tr.dtype)
+        refs = [i.name for i in model.graph.input][len(state) + len(scanned) + len(per_step):]
+        self.models[key] = model
+        built = (session, scanned, per_step, refs)
+        self._built[key] = built
+        return built
+
+    def available(self, batch_size: int) -> bool:
+        return self._build(self._kind(batch_size)) is not None
+
+    def names(self, rows: int) -> list[str]:
+        """The per-step scalar inputs of the chunk graph for ``rows`` rows per step, in their order."""
+        built = self._build(self._kind(rows))
+        assert built is not None
+        return built[2]
+
+    def run(self, xs: list[np.ndarray], T: np.ndarray, lw: np.ndarray, gw: np.ndarray, scalars: list[np.ndarray],
+            steps: int, rows: int, y_tail: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Run ``steps`` steps of ``rows`` rows (inputs shaped [steps, rows, ...]); return the per-step losses,
+        the outputs [steps, rows, *tail] and whether all is finite.  The final state is in the spare set."""
+        tr = self.trainer
+        built = self._build(self._kind(rows))
+        assert built is not None
+        session, scanned, per_step, refs = built
+        cpu = C.cpu_device()
+        io = C.io_binding(session)
+        keep = []
+        for name, array in zip(scanned, xs + [T, lw, gw]):
+            value = C.from_numpy(array, cpu)
+            keep.append(value)
+            io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
+        for name, array in zip(per_step, scalars):
+            value = C.from_numpy(array, cpu)
+            keep.append(value)
+            io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
+        host = tr.scalars.values
+        for name in refs:
+            if name == Names.ones:
+                ones = np.ones((rows,), tr.dtype)
+                keep.append(ones)
+                value = C.from_numpy(ones, cpu)
+                keep.append(value)
+                io.bind_ortvalue_input(name, value)
+            else:
+                io.bind_ortvalue_input(name, host[name])
+        live, spare = tr.params.live(), tr.params.spare()
+        for name in tr.params.names:
+            io.bind_ortvalue_input(_PREFIX + "in_" + name, live[name])
+            io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
+        losses = np.empty((steps,), tr.dtype)
+        y = np.empty((steps, rows) + y_tail, tr.dtype)
+        check = np.zeros((), tr.dtype)
+        outs = [C.from_numpy(a, cpu) for a in (losses, y, check)]
+        for name, value in zip(("losses", "y", "check"), outs):
+            io.bind_ortvalue_output(_PREFIX + name, value)
+        C.raw_session(session).run_with_iobinding(io, None)
+        ok = math.isfinite(float(check)) and bool(np.isfinite(losses).all())
+        return losses.astype(np.float64), y, ok
+
+
+def _per_step_rows(factors: np.ndarray, sw: np.ndarray | None, steps: int, rows: int, shape: tuple[int, ...],
+                   dtype: np.dtype) -> np.ndarray:
+    """Per-row weights of ``steps`` steps as the step path's :meth:`Staging.load` writes them: ``factor`` per
+    step, times the sample weights when given (computed in the dtype the step path computes in)."""
+    out = np.empty((steps,) + shape, dtype)
+    if sw is None:
+        out[...] = factors.astype(dtype).reshape((steps,) + (1,) * len(shape))
+        return out
+    kind = np.float32 if sw.dtype == np.float32 else np.float64  # a Python float is weak against float32
+    w = sw.reshape((steps,) + shape)
+    np.multiply(w, factors.astype(kind).reshape((steps,) + (1,) * len(shape)), out=out, casting="same_kind")
+    return out
+
+
+def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, batch_size: int = 1) -> ChunkResult:
+    """Train ``trainer`` on ``ceil(n / batch_size)`` steps over the ``n`` rows of ``X`` in order, the full steps in one
+    session run, and return each row's output before its step and each step's loss (:class:`ChunkResult`).
+
+    The result (weights, optimizer state, running statistics, schedule, counters, outputs) is the one of
+    ``trainer.step`` called on each step's rows in turn; where the Scan cannot be used
+    (:func:`chunk_unsupported`) the chunk runs exactly that way.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    tr = trainer
+    arrays = _arrays(tr, X)
+    n = tr._signature.check(arrays)
+    y = np.asarray(y)
+    sw = None if sample_weight is None else tr._sample_weights(sample_weight, n)
+    steps, rest = divmod(n, batch_size)
+    if tr._strategy is None:
+        tr._ensure_strategy(arrays)
+    why = chunk_unsupported(tr)
+    chunks: ChunkSteps | None = tr.__dict__.get("_chunk_steps")
+    if why is None and steps >= 2:
+        if chunks is None:
+            chunks = tr.__dict__["_chunk_steps"] = ChunkSteps(tr)
+        if not chunks.available(batch_size):
+            why = chunks.why_not
+    if why is not None or steps < 2:
+        return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, scanned=False)
+    assert chunks is not None
+    T = tr._targets(y, n)
+    if tr._integer_labels:
+        T = T.astype(np.int64)
+    m = steps * batch_size
+    y_tail = tuple(tr._y_tail or ())
+    # the schedule's rates for these steps (it does not depend on the losses: chunk_unsupported)
+    t0 = tr.schedule.t
+    lrs = np.array([tr.schedule._lr(t0 + j) for j in range(steps)], np.float64) * tr.lr_scale
+    scalar_rows = [tr.optimizer.scalars(float(lr), tr.n_steps + j) for j, lr in enumerate(lrs)]
+    per_step_names = chunks.names(batch_size)
+    columns = {Names.scalar(s): i for i, s in enumerate(tr.optimizer.scalar_names)}
+    scalars = []
+    for name in per_step_names:
+        if name == Names.decay:
+            scalars.append((1.0 - lrs * tr._l2).astype(tr.dtype))
+        else:
+            scalars.append(np.array([row[columns[name]] for row in scalar_rows], tr.dtype))
+    if tr._lr_in_grad_weights:
+        gfac = lrs / batch_size
+    else:
+        gfac = np.full(steps, 1.0 if tr._summed_gradient else 1.0 / batch_size)
+    lfac = np.full(steps, tr._strategy.cache.loss_factor / batch_size)  # type: ignore[union-attr]
+    from streamfit._engine.steps.step_graphs import sample_weight_shape
+
+    sw_shape = sample_weight_shape(batch_size, len(y_tail) + 1)
+    sw_m = None if sw is None else sw[:m]
+    lw = _per_step_rows(lfac, sw_m, steps, batch_size, sw_shape, tr.dtype)
+    gw = _per_step_rows(gfac, sw_m, steps, batch_size, sw_shape, tr.dtype)
+    xs = [np.ascontiguousarray(a[:m], dtype=spec.dtype).reshape((steps, batch_size) + a.shape[1:])
+          for spec, a in zip(tr.model_inputs, arrays)]
+    t_dtype = np.int64 if tr.loss.integer_labels else tr.dtype
+    Tm = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
+    losses, out, ok = chunks.run(xs, Tm, lw, gw, scalars, steps, batch_size, y_tail)
+    if not ok:  # replay one step per run: the step path's own answer (on_nonfinite, counters)
+        return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, scanned=False)
+    tr.params.swap()
+    tr.n_steps += steps
+    for loss in losses:
+        tr.schedule.step(float(loss))
+    tr.last_loss = float(losses[-1])
+    outputs = np.empty((n,) + y_tail, tr.dtype)
+    outputs[:m] = out.reshape((m,) + y_tail)
+    result = ChunkResult(outputs, losses, batch_size, None, steps, True)
+    if not rest:
+        return result
+    tail = _step_by_step(tr, tuple(a[m:] for a in arrays), y[m:], None if sw is None else sw[m:], rest,
+                         batch_size, steps, scanned=True)
+    outputs[m:] = tail.outputs
+    return ChunkResult(outputs, np.concatenate([losses, tail.losses]), batch_size, tail.nonfinite,
+                       steps + tail.applied, True)
+
+
+def _arrays(tr: "Trainer", X: Any) -> tuple[np.ndarray, ...]:
+    """``X`` as one array per model input (model order), as :meth:`Trainer.step` reads it."""
+    if type(X) is np.ndarray and tr._single:
+        return (X,)
+    if tr._columns is not None and tr._columns.takes(X):
+        X = tr._columns.arrays(X)
+    return tuple(tr._signature.arrays(X))
+
+
+def _step_by_step(tr: "Trainer", arrays: tuple[np.ndarray, ...], y: np.ndarray, sw: np.ndarray | None, n: int,
+                  batch_size: int, first: int, scanned: bool) -> ChunkResult:
+    """The chunk as ``trainer.step`` calls, one per step (``first``: the index of the first of these steps)."""
+    y_tail: tuple[int, ...] = ()
+    outputs: np.ndarray | None = None
+    losses = []
+    nonfinite = None
+    applied = 0
+    for k, start in enumerate(range(0, n, batch_size)):
+        sl = slice(start, min(start + batch_size, n))
+        before = tr.n_skipped
+        loss = tr.step(arrays[0][sl] if tr._single else {s.name: a[sl] for s, a in zip(tr.model_inputs, arrays)}, y[sl],
+                       None if sw is None else sw[sl])
+        if tr.n_skipped != before:
+            nonfinite = first + k if nonfinite is None else nonfinite
+        else:
+            applied += 1
+        out = tr.last_output
+        if outputs is None:
+            y_tail = tuple(out.shape[1:])
+            outputs = np.empty((n,) + y_tail, tr.dtype)
+        outputs[sl] = out.reshape((sl.stop - sl.start,) + y_tail)
+        losses.append(loss)
+    if outputs is None:
+        outputs = np.empty((0,), tr.dtype)
+    return ChunkResult(outputs, np.array(losses, np.float64), batch_size, nonfinite, applied, scanned)

@@ -1,0 +1,193 @@
+"""Many steps in one session run (streamfit._engine.steps.scan): a chunk trained as one Scan gives what the same
+steps give one ``Trainer.step`` call each -- outputs before each update, losses, weights, optimizer state,
+running statistics, schedule and counters -- under both gradient builders and from a compiled artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from streamfit._engine.common.ort_private import has_ort_training
+from streamfit._engine.compile import compile_artifact
+from streamfit._engine.steps.scan import train_chunk
+from streamfit._engine.testing import linear_model, mlp_model
+from streamfit._engine.trainer import Trainer
+from streamfit.exceptions import NonFiniteError
+from streamfit.schedules import CosineDecay, InvScaling
+
+ZOO = Path(__file__).resolve().parents[1] / "zoo"
+BN = ZOO / "batchnorm1d_dropout.legacy.onnx"  # BatchNorm1d (+ Dropout, off in this inference export)
+
+GRADIENTS = ["streamfit", pytest.param("onnxruntime", marks=pytest.mark.skipif(
+    not has_ort_training(), reason="onnxruntime-training's gradient builder is not installed"))]
+
+RTOL, ATOL = 1e-6, 1e-7
+
+
+def _data(kind: str, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    width = 8 if kind == "batchnorm" else 4
+    X = rng.standard_normal((n, width)).astype(np.float32)
+    if kind == "logistic":
+        return X, (X[:, 0] + 0.5 * rng.standard_normal(n) > 0).astype(np.float32)
+    if kind == "multinomial":
+        return X, np.argmax(X[:, :3] + 0.3 * rng.standard_normal((n, 3)), axis=1).astype(np.int64)
+    return X, (X[:, 0] - 2 * X[:, 1] + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def _trainer(kind: str, gradient: str, optimizer: str = "adam", **kw: Any) -> Trainer:
+    lr = kw.pop("learning_rate", 0.05)
+    if kind == "linear":
+        return Trainer(linear_model(4, seed=1), optimizer=optimizer, learning_rate=lr, gradient=gradient, **kw)
+    if kind == "logistic":
+        return Trainer(linear_model(4, seed=1), loss="log_loss", optimizer=optimizer, learning_rate=lr,
+                       gradient=gradient, **kw)
+    if kind == "multinomial":
+        return Trainer(linear_model(4, 3, seed=1), loss="softmax_cross_entropy", optimizer=optimizer,
+                       learning_rate=lr, gradient=gradient, **kw)
+    if kind == "mlp":
+        return Trainer(mlp_model([4, 16, 8, 1], activation=["Relu", "Tanh"], seed=2), optimizer=optimizer,
+                       learning_rate=lr, gradient=gradient, **kw)
+    if kind == "batchnorm":
+        return Trainer(BN, optimizer=optimizer, learning_rate=lr, gradient=gradient, **kw)
+    raise AssertionError(kind)
+
+
+def _by_steps(trainer: Trainer, X: np.ndarray, y: np.ndarray, batch_size: int,
+              sw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    outputs, losses = [], []
+    for start in range(0, len(X), batch_size):
+        sl = slice(start, start + batch_size)
+        losses.append(trainer.step(X[sl], y[sl], None if sw is None else sw[sl]))
+        outputs.append(trainer.last_output.copy())
+    return np.concatenate(outputs), np.array(losses)
+
+
+def assert_same_state(a: Trainer, b: Trainer) -> None:
+    for what in ("get_weights", "optimizer_state", "running_statistics"):
+        sa, sb = getattr(a, what)(), getattr(b, what)()
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            np.testing.assert_allclose(sa[k], sb[k], rtol=RTOL, atol=ATOL, err_msg=f"{what} {k}")
+    assert (a.n_steps, a.n_skipped, a.schedule.t) == (b.n_steps, b.n_skipped, b.schedule.t)
+    assert a.learning_rate == b.learning_rate
+
+
+def _check_chunk(make: Callable[[], Trainer], X: np.ndarray, y: np.ndarray, batch_size: int,
+                 sw: np.ndarray | None = None, chunks: int = 2) -> None:
+    a, b = make(), make()
+    ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
+    bounds = np.linspace(0, len(X), chunks + 1).astype(int)  # chunk edges fall inside steps' rows too
+    outs, losses = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        r = train_chunk(a, X[lo:hi], y[lo:hi], None if sw is None else sw[lo:hi], batch_size=batch_size)
+        assert r.scanned or hi - lo < 2 * batch_size
+        assert r.nonfinite is None and r.applied == len(r.losses)
+        outs.append(r.outputs)
+        losses.append(r.losses)
+    # the reference steps are aligned with each chunk's steps only when the chunk edges are step edges
+    if all(b_ % batch_size == 0 for b_ in bounds):
+        np.testing.assert_allclose(np.concatenate(outs).reshape(ref_out.shape), ref_out, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
+    assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("gradient", GRADIENTS)
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
+@pytest.mark.parametrize("kind", ["linear", "logistic", "multinomial", "mlp", "batchnorm"])
+def test_chunk_equals_step_by_step(kind: str, batch_size: int, gradient: str) -> None:
+    if kind == "batchnorm" and batch_size == 1:
+        pytest.skip("BatchNorm1d trains on batches of more than one row")
+    if kind == "batchnorm" and gradient == "streamfit":
+        pytest.skip("streamfit's gradient builder has no BatchNormalization (ReduceMean, Sqrt) gradient")
+    n = 4 * 32 * 3 if batch_size == 32 else 96
+    X, y = _data(kind, n)
+    _check_chunk(lambda: _trainer(kind, gradient), X, y, batch_size)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov", "adagrad", "adamw", "rowwise_adagrad", "ftrl"])
+def test_chunk_equals_step_by_step_per_optimizer(optimizer: str) -> None:
+    X, y = _data("linear", 60)
+    _check_chunk(lambda: _trainer("linear", "streamfit", optimizer, learning_rate=0.02), X, y, 3)
+
+
+def test_sample_weights_and_a_short_last_step() -> None:
+    X, y = _data("mlp", 100)
+    sw = np.random.default_rng(3).uniform(0, 2, 100)
+    # 100 rows at batch 7: 14 full steps in the Scan, then a last step of 2 rows
+    _check_chunk(lambda: _trainer("mlp", "streamfit"), X, y, 7, sw, chunks=1)
+
+
+def test_the_body_keeps_no_per_step_checks() -> None:
+    X, y = _data("linear", 40)
+    trainer = _trainer("linear", "streamfit")
+    train_chunk(trainer, X, y, batch_size=1)
+    (model,) = trainer.__dict__["_chunk_steps"].models.values()
+    body = next(a.g for a in model.graph.node[0].attribute if a.name == "body")
+    step = trainer.step_graphs()["fused"]
+    assert [o.name for o in body.output][-2:] == ["sf_loss", "Y"]
+    assert len(body.node) < len(step.graph.node)  # the ReduceSums of the step's finiteness check are gone
+    assert sum(n.op_type == "ReduceSum" for n in model.graph.node) == 6  # ... and done once, after the Scan
+
+
+@pytest.mark.parametrize("schedule", [lambda: CosineDecay(0.1, decay_steps=45, eta_min=0.01),
+                                      lambda: InvScaling(0.1, power_t=0.5)])
+def test_a_schedule_crossing_chunk_boundaries(schedule: Callable[[], Any]) -> None:
+    X, y = _data("linear", 90)
+    _check_chunk(lambda: _trainer("linear", "streamfit", "adam", learning_rate=schedule()), X, y, 2, chunks=3)
+
+
+def test_a_loss_driven_schedule_runs_step_by_step_with_the_same_result() -> None:
+    from streamfit.schedules import Adaptive
+
+    X, y = _data("linear", 40)
+    a, b = (_trainer("linear", "streamfit", "sgd", learning_rate=Adaptive(0.05, n_iter_no_change=2))
+            for _ in range(2))
+    r = train_chunk(a, X, y, batch_size=2)
+    _by_steps(b, X, y, 2)
+    assert not r.scanned
+    assert_same_state(a, b)
+
+
+@pytest.mark.parametrize("on_nonfinite", ["skip", "raise"])
+def test_a_nonfinite_row_inside_a_chunk(on_nonfinite: str) -> None:
+    X, y = _data("linear", 30)
+    X[17, 2] = 3e38  # its step's loss overflows float32
+    a, b = (_trainer("linear", "streamfit", "sgd", on_nonfinite=on_nonfinite) for _ in range(2))
+    if on_nonfinite == "raise":
+        with pytest.raises(NonFiniteError) as got:
+            train_chunk(a, X, y, batch_size=3)
+        with pytest.raises(NonFiniteError) as ref:
+            _by_steps(b, X, y, 3)
+        assert got.value.step == ref.value.step == 6  # step 6 of 10 (rows 15-17) was not applied
+        assert_same_state(a, b)
+        return
+    r = train_chunk(a, X, y, batch_size=3)
+    _by_steps(b, X, y, 3)
+    assert r.nonfinite == 5 and r.nonfinite_row == 15 and r.applied == 9
+    assert not np.isfinite(r.losses[5]) and np.isfinite(np.delete(r.losses, 5)).all()
+    assert_same_state(a, b)
+    assert all(np.isfinite(w).all() for w in a.get_weights().values())
+
+
+def test_a_resume_mid_stream_equals_the_uninterrupted_run() -> None:
+    X, y = _data("mlp", 120)
+    whole = _trainer("mlp", "streamfit", learning_rate=InvScaling(0.05))
+    train_chunk(whole, X, y, batch_size=4)
+    first = _trainer("mlp", "streamfit", learning_rate=InvScaling(0.05))
+    train_chunk(first, X[:52], y[:52], batch_size=4)
+    resumed = _trainer("mlp", "streamfit", learning_rate=InvScaling(0.05))
+    resumed.load_state_dict(first.state_dict())
+    train_chunk(resumed, X[52:], y[52:], batch_size=4)
+    assert_same_state(resumed, whole)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
+def test_a_compiled_artifact_trains_chunks_as_step_by_step(batch_size: int) -> None:
+    """streamfit's own gradient builder and portable graphs: runs on the newest plain onnxruntime too."""
+    artifact = compile_artifact(mlp_model([4, 16, 1], seed=5), optimizer="adam", gradient="streamfit")
+    X, y = _data("mlp", 96 if batch_size < 32 else 256)
+    _check_chunk(lambda: Trainer(artifact, learning_rate=0.02), X, y, batch_size)
