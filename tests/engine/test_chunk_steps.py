@@ -191,3 +191,41 @@ def test_a_compiled_artifact_trains_chunks_as_step_by_step(batch_size: int) -> N
     artifact = compile_artifact(mlp_model([4, 16, 1], seed=5), optimizer="adam", gradient="streamfit")
     X, y = _data("mlp", 96 if batch_size < 32 else 256)
     _check_chunk(lambda: Trainer(artifact, learning_rate=0.02), X, y, batch_size)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_host_tensors_given_per_step(batch_size: int) -> None:
+    """A ready-made model's scaling: the running statistics after each step's rows, one value per step, read
+    by that step only (as if written into host_arrays before it), never from rows after the step."""
+    from streamfit.models._graphs import dense_model, standardized
+
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((40, 3)) * [1.0, 5.0, 0.2] + [3.0, -1.0, 10.0]).astype(np.float32)
+    y = (X @ np.array([1.0, -0.5, 2.0], np.float32)).astype(np.float32)
+    steps = -(-len(X) // batch_size)
+    ends = [min((k + 1) * batch_size, len(X)) for k in range(steps)]
+    mean = np.stack([X[:e].mean(axis=0) for e in ends]).astype(np.float32)
+    scale = np.stack([X[:e].std(axis=0) + 1.0 for e in ends]).astype(np.float32)
+
+    def make() -> Trainer:
+        layers = [(np.zeros((3, 1), np.float32), np.zeros(1, np.float32))]
+        return Trainer(standardized(dense_model(layers), np.zeros(3), np.ones(3)), weights=["coef_0", "intercept_0"],
+                       host=("sf_mean", "sf_scale"), optimizer="adam", learning_rate=0.05, gradient="streamfit")
+
+    a, b = make(), make()
+    r = train_chunk(a, X[:39], y[:39], batch_size=batch_size,
+                    host_steps={"sf_mean": mean[:-(-39 // batch_size)], "sf_scale": scale[:-(-39 // batch_size)]})
+    assert r.scanned
+    outs = []
+    for k in range(-(-39 // batch_size)):
+        b.host_arrays["sf_mean"][...] = mean[k]
+        b.host_arrays["sf_scale"][...] = scale[k]
+        sl = slice(k * batch_size, min((k + 1) * batch_size, 39))
+        b.step(X[sl], y[sl])
+        outs.append(b.last_output.copy())
+    np.testing.assert_allclose(r.outputs.ravel(), np.concatenate(outs).ravel(), rtol=RTOL, atol=ATOL)
+    assert_same_state(a, b)
+    for name in ("sf_mean", "sf_scale"):
+        np.testing.assert_array_equal(a.host_arrays[name], b.host_arrays[name])
+    with pytest.raises(ValueError, match="one value per step"):
+        train_chunk(a, X[:6], y[:6], batch_size=batch_size, host_steps={"sf_mean": mean[:1]})

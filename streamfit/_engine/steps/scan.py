@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import onnx
@@ -110,7 +110,7 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     """The chunk graph: a ``Scan`` whose body is ``step`` (the fused step graph).
 
     ``state`` are the carried tensors (``step`` reads ``s`` and writes ``Names.new(s)``), ``scanned`` the per-row
-    inputs (given as [steps, rows, ...]), ``per_step`` the per-step scalars (given as [steps]); every other input of
+    inputs (given as [steps, rows, ...]), ``per_step`` the per-step values (scalars, host tensors; given as [steps, ...]); every other input of
     ``step`` is read from the outer graph under its own name.  Outputs: ``sfc_out_<s>`` (the final state),
     ``sfc_losses`` [steps], ``sfc_y`` [steps, rows, ...] (``eval_model``'s output when given, else ``output``) and
     ``sfc_check`` (the sum of the final state: finite when all of it is).
@@ -150,7 +150,7 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     for n in scanned:
         outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"] + (_dims(inputs[n]) or [])))
     for n in per_step:
-        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"]))
+        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"] + (_dims(inputs[n]) or [])))
     outer_in += outer_refs
     scan_out = [_PREFIX + "out_" + n for n in state] + [_PREFIX + "losses", _PREFIX + "y"]
     nodes = [helper.make_node("Scan", [v.name for v in outer_in[:len(state) + len(scanned) + len(per_step)]],
@@ -196,10 +196,10 @@ class ChunkSteps:
 
     def __init__(self, trainer: "Trainer") -> None:
         self.trainer = trainer
-        self._built: dict[tuple[bool, bool], tuple[Any, list[str], list[str], list[str]] | None] = {}
+        self._built: dict[tuple[bool, bool, tuple[str, ...]], tuple[Any, list[str], list[str], list[str]] | None] = {}
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
-        self.models: dict[tuple[bool, bool], ModelProto] = {}
+        self.models: dict[tuple[bool, bool, tuple[str, ...]], ModelProto] = {}
         self.why_not: str | None = None
 
     def _kind(self, rows: int) -> tuple[bool, bool]:
@@ -211,10 +211,10 @@ class ChunkSteps:
                               and rows * fused._weights_size < fused.parallel_min_work)  # type: ignore[union-attr]
         return large, light
 
-    def _build(self, key: tuple[bool, bool]) -> tuple[Any, list[str], list[str], list[str]] | None:
+    def _build(self, key: tuple[bool, bool, tuple[str, ...]]) -> tuple[Any, list[str], list[str], list[str]] | None:
         if key in self._built:
             return self._built[key]
-        large, light = key
+        large, light, host_steps = key
         tr = self.trainer
         strategy = tr._strategy
         step = strategy.large_graph() if large else strategy.model  # type: ignore[union-attr]
@@ -229,6 +229,7 @@ class ChunkSteps:
         per_step = [n for n in (Names.scalar(s) for s in tr.optimizer.scalar_names) if n in names]
         if Names.decay in names:
             per_step.append(Names.decay)
+        per_step += [h for h in host_steps if h in names]
         eval_model = None
         if tr.prepared.train_differs:
             eval_model = tr.prepared.predict_model(list(tr.prepared.weights) + list(tr.prepared.buffers)
@@ -242,21 +243,23 @@ class ChunkSteps:
         self._built[key] = built
         return built
 
-    def available(self, batch_size: int) -> bool:
-        return self._build(self._kind(batch_size)) is not None
+    def available(self, batch_size: int, host_steps: tuple[str, ...] = ()) -> bool:
+        return self._build(self._kind(batch_size) + (host_steps,)) is not None
 
-    def names(self, rows: int) -> list[str]:
-        """The per-step scalar inputs of the chunk graph for ``rows`` rows per step, in their order."""
-        built = self._build(self._kind(rows))
+    def names(self, rows: int, host_steps: tuple[str, ...] = ()) -> list[str]:
+        """The per-step inputs of the chunk graph for ``rows`` rows per step (scalars, then the host tensors
+        given per step), in their order."""
+        built = self._build(self._kind(rows) + (host_steps,))
         assert built is not None
         return built[2]
 
     def run(self, xs: list[np.ndarray], T: np.ndarray, lw: np.ndarray, gw: np.ndarray, scalars: list[np.ndarray],
-            steps: int, rows: int, y_tail: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
+            steps: int, rows: int, y_tail: tuple[int, ...], host_steps: tuple[str, ...] = ()
+            ) -> tuple[np.ndarray, np.ndarray, bool]:
         """Run ``steps`` steps of ``rows`` rows (inputs shaped [steps, rows, ...]); return the per-step losses,
         the outputs [steps, rows, *tail] and whether all is finite.  The final state is in the spare set."""
         tr = self.trainer
-        built = self._build(self._kind(rows))
+        built = self._build(self._kind(rows) + (host_steps,))
         assert built is not None
         session, scanned, per_step, refs = built
         cpu = C.cpu_device()
@@ -309,13 +312,19 @@ def _per_step_rows(factors: np.ndarray, sw: np.ndarray | None, steps: int, rows:
     return out
 
 
-def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, batch_size: int = 1) -> ChunkResult:
+def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, batch_size: int = 1,
+                host_steps: Mapping[str, np.ndarray] | None = None) -> ChunkResult:
     """Train ``trainer`` on ``ceil(n / batch_size)`` steps over the ``n`` rows of ``X`` in order, the full steps in one
     session run, and return each row's output before its step and each step's loss (:class:`ChunkResult`).
 
     The result (weights, optimizer state, running statistics, schedule, counters, outputs) is the one of
     ``trainer.step`` called on each step's rows in turn; where the Scan cannot be used
     (:func:`chunk_unsupported`) the chunk runs exactly that way.
+
+    ``host_steps`` gives host tensors (``Trainer(host=...)``) a value per step, [steps, *shape] each: step ``k``
+    reads ``host_steps[name][k]`` as if it had been written into ``trainer.host_arrays[name]`` before it (a
+    ready-made model's running input statistics after the rows up to that step).  The host arrays then hold the
+    last step's values.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -325,6 +334,8 @@ def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, b
     y = np.asarray(y)
     sw = None if sample_weight is None else tr._sample_weights(sample_weight, n)
     steps, rest = divmod(n, batch_size)
+    host = _host_steps(tr, host_steps, steps + bool(rest))
+    names = tuple(host)
     if tr._strategy is None:
         tr._ensure_strategy(arrays)
     why = chunk_unsupported(tr)
@@ -332,46 +343,25 @@ def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, b
     if why is None and steps >= 2:
         if chunks is None:
             chunks = tr.__dict__["_chunk_steps"] = ChunkSteps(tr)
-        if not chunks.available(batch_size):
+        if not chunks.available(batch_size, names):
             why = chunks.why_not
     if why is not None or steps < 2:
-        return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, scanned=False)
+        return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
     assert chunks is not None
     T = tr._targets(y, n)
     if tr._integer_labels:
         T = T.astype(np.int64)
     m = steps * batch_size
     y_tail = tuple(tr._y_tail or ())
-    # the schedule's rates for these steps (it does not depend on the losses: chunk_unsupported)
-    t0 = tr.schedule.t
-    lrs = np.array([tr.schedule._lr(t0 + j) for j in range(steps)], np.float64) * tr.lr_scale
-    scalar_rows = [tr.optimizer.scalars(float(lr), tr.n_steps + j) for j, lr in enumerate(lrs)]
-    per_step_names = chunks.names(batch_size)
-    columns = {Names.scalar(s): i for i, s in enumerate(tr.optimizer.scalar_names)}
-    scalars = []
-    for name in per_step_names:
-        if name == Names.decay:
-            scalars.append((1.0 - lrs * tr._l2).astype(tr.dtype))
-        else:
-            scalars.append(np.array([row[columns[name]] for row in scalar_rows], tr.dtype))
-    if tr._lr_in_grad_weights:
-        gfac = lrs / batch_size
-    else:
-        gfac = np.full(steps, 1.0 if tr._summed_gradient else 1.0 / batch_size)
-    lfac = np.full(steps, tr._strategy.cache.loss_factor / batch_size)  # type: ignore[union-attr]
-    from streamfit._engine.steps.step_graphs import sample_weight_shape
-
-    sw_shape = sample_weight_shape(batch_size, len(y_tail) + 1)
-    sw_m = None if sw is None else sw[:m]
-    lw = _per_step_rows(lfac, sw_m, steps, batch_size, sw_shape, tr.dtype)
-    gw = _per_step_rows(gfac, sw_m, steps, batch_size, sw_shape, tr.dtype)
+    scalars = _per_step_inputs(tr, chunks.names(batch_size, names), steps, host)
     xs = [np.ascontiguousarray(a[:m], dtype=spec.dtype).reshape((steps, batch_size) + a.shape[1:])
           for spec, a in zip(tr.model_inputs, arrays)]
     t_dtype = np.int64 if tr.loss.integer_labels else tr.dtype
     Tm = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
-    losses, out, ok = chunks.run(xs, Tm, lw, gw, scalars, steps, batch_size, y_tail)
+    lw, gw = _row_weights(tr, None if sw is None else sw[:m], steps, batch_size, y_tail, scalars.pop("lrs"))
+    losses, out, ok = chunks.run(xs, Tm, lw, gw, list(scalars.values()), steps, batch_size, y_tail, names)
     if not ok:  # replay one step per run: the step path's own answer (on_nonfinite, counters)
-        return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, scanned=False)
+        return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
     tr.params.swap()
     tr.n_steps += steps
     for loss in losses:
@@ -379,14 +369,65 @@ def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, b
     tr.last_loss = float(losses[-1])
     outputs = np.empty((n,) + y_tail, tr.dtype)
     outputs[:m] = out.reshape((m,) + y_tail)
-    result = ChunkResult(outputs, losses, batch_size, None, steps, True)
     if not rest:
-        return result
+        for name, values in host.items():
+            tr.scalars.arrays[name][...] = values[-1]
+        return ChunkResult(outputs, losses, batch_size, None, steps, True)
     tail = _step_by_step(tr, tuple(a[m:] for a in arrays), y[m:], None if sw is None else sw[m:], rest,
-                         batch_size, steps, scanned=True)
+                         batch_size, steps, {k: v[steps:] for k, v in host.items()}, scanned=True)
     outputs[m:] = tail.outputs
     return ChunkResult(outputs, np.concatenate([losses, tail.losses]), batch_size, tail.nonfinite,
                        steps + tail.applied, True)
+
+
+def _host_steps(tr: "Trainer", given: Mapping[str, np.ndarray] | None, steps: int) -> dict[str, np.ndarray]:
+    """The per-step host tensor values, checked against the trainer's host tensors."""
+    out: dict[str, np.ndarray] = {}
+    arrays = tr.host_arrays
+    for name, values in (given or {}).items():
+        if name not in arrays:
+            raise KeyError(f"{name!r} is not a host tensor of this trainer; it has {sorted(arrays)}")
+        values = np.asarray(values, arrays[name].dtype)
+        if values.shape != (steps,) + arrays[name].shape:
+            raise ValueError(f"host_steps[{name!r}] has shape {values.shape}, expected {(steps,) + arrays[name].shape}"
+                             f" (one value per step)")
+        out[name] = np.ascontiguousarray(values)
+    return out
+
+
+def _per_step_inputs(tr: "Trainer", names: list[str], steps: int, host: Mapping[str, np.ndarray]
+                     ) -> dict[str, np.ndarray]:
+    """The Scan's per-step inputs (by name, in ``names`` order) as the step path would feed each step, and
+    ``"lrs"``: the steps' learning rates (the schedule's rate does not depend on the losses: chunk_unsupported)."""
+    t0 = tr.schedule.t
+    lrs = np.array([tr.schedule._lr(t0 + j) for j in range(steps)], np.float64) * tr.lr_scale
+    rows = [tr.optimizer.scalars(float(lr), tr.n_steps + j) for j, lr in enumerate(lrs)]
+    columns = {Names.scalar(s): i for i, s in enumerate(tr.optimizer.scalar_names)}
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        if name == Names.decay:
+            out[name] = (1.0 - lrs * tr._l2).astype(tr.dtype)
+        elif name in host:
+            out[name] = host[name][:steps]
+        else:
+            out[name] = np.array([row[columns[name]] for row in rows], tr.dtype)
+    out["lrs"] = lrs
+    return out
+
+
+def _row_weights(tr: "Trainer", sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
+                 lrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-row loss and gradient weights of each step, as :meth:`Staging.load` writes them."""
+    from streamfit._engine.steps.step_graphs import sample_weight_shape
+
+    if tr._lr_in_grad_weights:
+        gfac = lrs / batch_size
+    else:
+        gfac = np.full(steps, 1.0 if tr._summed_gradient else 1.0 / batch_size)
+    lfac = np.full(steps, tr._strategy.cache.loss_factor / batch_size)  # type: ignore[union-attr]
+    shape = sample_weight_shape(batch_size, len(y_tail) + 1)
+    return (_per_step_rows(lfac, sw, steps, batch_size, shape, tr.dtype),
+            _per_step_rows(gfac, sw, steps, batch_size, shape, tr.dtype))
 
 
 def _arrays(tr: "Trainer", X: Any) -> tuple[np.ndarray, ...]:
@@ -399,7 +440,7 @@ def _arrays(tr: "Trainer", X: Any) -> tuple[np.ndarray, ...]:
 
 
 def _step_by_step(tr: "Trainer", arrays: tuple[np.ndarray, ...], y: np.ndarray, sw: np.ndarray | None, n: int,
-                  batch_size: int, first: int, scanned: bool) -> ChunkResult:
+                  batch_size: int, first: int, host: Mapping[str, np.ndarray], scanned: bool) -> ChunkResult:
     """The chunk as ``trainer.step`` calls, one per step (``first``: the index of the first of these steps)."""
     y_tail: tuple[int, ...] = ()
     outputs: np.ndarray | None = None
@@ -409,6 +450,8 @@ def _step_by_step(tr: "Trainer", arrays: tuple[np.ndarray, ...], y: np.ndarray, 
     for k, start in enumerate(range(0, n, batch_size)):
         sl = slice(start, min(start + batch_size, n))
         before = tr.n_skipped
+        for name, values in host.items():
+            tr.scalars.arrays[name][...] = values[k]
         loss = tr.step(arrays[0][sl] if tr._single else {s.name: a[sl] for s, a in zip(tr.model_inputs, arrays)}, y[sl],
                        None if sw is None else sw[sl])
         if tr.n_skipped != before:
