@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import onnx
@@ -37,8 +37,8 @@ from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
 from streamfit.schedules.base import Schedule
 
-if TYPE_CHECKING:
-    from streamfit._engine.trainer import Trainer
+#: the Trainer (``_engine/trainer.py``, a room above this one: not imported here)
+Trainer = Any
 
 __all__ = ["ChunkResult", "build_chunk_model", "train_chunk", "chunk_unsupported", "ChunkSteps"]
 
@@ -178,7 +178,7 @@ def _dims(vi: onnx.ValueInfoProto) -> list[Any] | None:
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
-def chunk_unsupported(trainer: "Trainer") -> str | None:
+def chunk_unsupported(trainer: Trainer) -> str | None:
     """Why ``trainer``'s steps cannot run as a Scan (None: they can)."""
     if trainer.step_kind != "fused":
         return f"the {trainer.step_kind!r} step strategy runs several graphs per step"
@@ -194,7 +194,7 @@ def chunk_unsupported(trainer: "Trainer") -> str | None:
 class ChunkSteps:
     """The chunk graphs of one trainer (one per step graph: small and large batches) and their sessions."""
 
-    def __init__(self, trainer: "Trainer") -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self._built: dict[tuple[bool, bool, tuple[str, ...]], tuple[Any, list[str], list[str], list[str]] | None] = {}
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -312,7 +312,7 @@ def _per_step_rows(factors: np.ndarray, sw: np.ndarray | None, steps: int, rows:
     return out
 
 
-def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, batch_size: int = 1,
+def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, batch_size: int = 1,
                 host_steps: Mapping[str, np.ndarray] | None = None) -> ChunkResult:
     """Train ``trainer`` on ``ceil(n / batch_size)`` steps over the ``n`` rows of ``X`` in order, the full steps in one
     session run, and return each row's output before its step and each step's loss (:class:`ChunkResult`).
@@ -380,7 +380,7 @@ def train_chunk(trainer: "Trainer", X: Any, y: Any, sample_weight: Any = None, b
                        steps + tail.applied, True)
 
 
-def _host_steps(tr: "Trainer", given: Mapping[str, np.ndarray] | None, steps: int) -> dict[str, np.ndarray]:
+def _host_steps(tr: Trainer, given: Mapping[str, np.ndarray] | None, steps: int) -> dict[str, np.ndarray]:
     """The per-step host tensor values, checked against the trainer's host tensors."""
     out: dict[str, np.ndarray] = {}
     arrays = tr.host_arrays
@@ -395,7 +395,7 @@ def _host_steps(tr: "Trainer", given: Mapping[str, np.ndarray] | None, steps: in
     return out
 
 
-def _per_step_inputs(tr: "Trainer", names: list[str], steps: int, host: Mapping[str, np.ndarray]
+def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[str, np.ndarray]
                      ) -> dict[str, np.ndarray]:
     """The Scan's per-step inputs (by name, in ``names`` order) as the step path would feed each step, and
     ``"lrs"``: the steps' learning rates (the schedule's rate does not depend on the losses: chunk_unsupported)."""
@@ -415,7 +415,7 @@ def _per_step_inputs(tr: "Trainer", names: list[str], steps: int, host: Mapping[
     return out
 
 
-def _row_weights(tr: "Trainer", sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
+def _row_weights(tr: Trainer, sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
                  lrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The per-row loss and gradient weights of each step, as :meth:`Staging.load` writes them."""
     from streamfit._engine.steps.step_graphs import sample_weight_shape
@@ -430,7 +430,7 @@ def _row_weights(tr: "Trainer", sw: np.ndarray | None, steps: int, batch_size: i
             _per_step_rows(gfac, sw, steps, batch_size, shape, tr.dtype))
 
 
-def _arrays(tr: "Trainer", X: Any) -> tuple[np.ndarray, ...]:
+def _arrays(tr: Trainer, X: Any) -> tuple[np.ndarray, ...]:
     """``X`` as one array per model input (model order), as :meth:`Trainer.step` reads it."""
     if type(X) is np.ndarray and tr._single:
         return (X,)
@@ -439,7 +439,7 @@ def _arrays(tr: "Trainer", X: Any) -> tuple[np.ndarray, ...]:
     return tuple(tr._signature.arrays(X))
 
 
-def _step_by_step(tr: "Trainer", arrays: tuple[np.ndarray, ...], y: np.ndarray, sw: np.ndarray | None, n: int,
+def _step_by_step(tr: Trainer, arrays: tuple[np.ndarray, ...], y: np.ndarray, sw: np.ndarray | None, n: int,
                   batch_size: int, first: int, host: Mapping[str, np.ndarray], scanned: bool) -> ChunkResult:
     """The chunk as ``trainer.step`` calls, one per step (``first``: the index of the first of these steps)."""
     y_tail: tuple[int, ...] = ()
