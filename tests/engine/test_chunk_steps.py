@@ -229,3 +229,76 @@ def test_host_tensors_given_per_step(batch_size: int) -> None:
         np.testing.assert_array_equal(a.host_arrays[name], b.host_arrays[name])
     with pytest.raises(ValueError, match="one value per step"):
         train_chunk(a, X[:6], y[:6], batch_size=batch_size, host_steps={"sf_mean": mean[:1]})
+
+
+def _table_data(n: int, fields: int, buckets: int, seed: int = 0) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.zipf(1.5, (n, fields)) % buckets  # skewed: ids repeat within and across steps
+    x = rng.standard_normal((n, 2)).astype(np.float32)
+    y = (x[:, 0] + (ids[:, 0] % 3 == 0) > 0.5).astype(np.float32)
+    return {"ids": ids.astype(np.int64), "x": x}, y
+
+
+def _table_trainer(kind: str, optimizer: str, gradient: str = "streamfit") -> Trainer:
+    from streamfit.models._fm_graph import fm_model
+
+    factors = 3 if kind == "fm" else 0  # no factors: the hashed linear model's graph
+    model = fm_model(4, 2, buckets=64, n_factors=factors, rng=np.random.default_rng(1), init_scale=0.1)
+    return Trainer(model, loss="log_loss", optimizer=optimizer, learning_rate=0.05, sparse=True, gradient=gradient)
+
+
+def _by_steps_named(trainer: Trainer, X: dict[str, np.ndarray], y: np.ndarray, batch_size: int) -> np.ndarray:
+    outs = []
+    for start in range(0, len(y), batch_size):
+        sl = slice(start, start + batch_size)
+        trainer.step({k: v[sl] for k, v in X.items()}, y[sl])
+        outs.append(trainer.last_output.copy())
+    return np.concatenate(outs)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
+@pytest.mark.parametrize("kind, optimizer", [("hashed", "sgd"), ("hashed", "ftrl"), ("hashed", "adagrad"),
+                                             ("fm", "adam"), ("fm", "ftrl")])
+def test_row_sparse_tables_chunk_equals_step_by_step(kind: str, optimizer: str, batch_size: int) -> None:
+    """The chunk's distinct rows as one block the Scan carries: the tables, their optimizer state (lazy rules:
+    untouched rows keep theirs) and the touched rows end as step by step."""
+    X, y = _table_data(192 if batch_size == 32 else 90, 4, 64)
+    a, b = _table_trainer(kind, optimizer), _table_trainer(kind, optimizer)
+    assert a.tables is not None and sorted(a.tables.arrays) == (["factors", "linear"] if kind == "fm" else ["linear"])
+    r = train_chunk(a, X, y, batch_size=batch_size)
+    assert r.scanned
+    ref = _by_steps_named(b, X, y, batch_size)
+    np.testing.assert_allclose(r.outputs, ref, rtol=RTOL, atol=1e-6)
+    assert_same_state(a, b)
+    ta, tb = a.tables.touched(), b.tables.touched()  # type: ignore[union-attr]
+    assert all(np.array_equal(ta.rows[k], tb.rows[k]) for k in tb.rows)
+
+
+def test_a_chunk_of_many_ids_runs_in_blocks_that_stay_small() -> None:
+    from streamfit._engine.steps import scan
+
+    X, y = _table_data(300, 4, 64, seed=2)
+    a, b = _table_trainer("hashed", "ftrl"), _table_trainer("hashed", "ftrl")
+    before = scan.BLOCK_POSITIONS
+    scan.BLOCK_POSITIONS = 64  # 16 steps of 4 ids per Scan
+    try:
+        r = train_chunk(a, X, y, batch_size=1)
+    finally:
+        scan.BLOCK_POSITIONS = before
+    assert r.scanned and len(r.losses) == 300
+    np.testing.assert_allclose(r.outputs, _by_steps_named(b, X, y, 1), rtol=RTOL, atol=1e-6)
+    assert_same_state(a, b)
+
+
+def test_an_id_outside_its_table_trains_the_steps_before_it_then_raises() -> None:
+    from streamfit.exceptions import BadInputError
+
+    X, y = _table_data(40, 4, 64)
+    X["ids"][25, 2] = 64
+    a, b = _table_trainer("hashed", "adagrad"), _table_trainer("hashed", "adagrad")
+    with pytest.raises(BadInputError, match="outside the table 'linear'"):
+        train_chunk(a, X, y, batch_size=5)
+    with pytest.raises(BadInputError):
+        _by_steps_named(b, X, y, 5)
+    assert a.n_steps == b.n_steps == 5
+    assert_same_state(a, b)

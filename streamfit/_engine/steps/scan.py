@@ -35,6 +35,8 @@ from streamfit._engine.common.graph_builder import onnx_dtype
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
+from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_tables
+from streamfit.exceptions import BadInputError
 from streamfit.schedules.base import Schedule
 
 #: the Trainer (``_engine/trainer.py``, a room above this one: not imported here)
@@ -128,8 +130,9 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     if eval_model is not None:
         y_out = _splice_eval(body, eval_model, set(inputs), eval_model.graph.output[0].name)
     del body.output[:]
-    body.output.extend([outs[n] if n in outs else _vi(n, inputs[s]) for n, s in zip(news, state)])
-    body.output.extend([_vi(Names.loss, outs[Names.loss]), _vi(y_out, outs[output])])
+    body.output.extend([_vi(n, inputs[s], shape=_dims(inputs[s])) for n, s in zip(news, state)])
+    body.output.extend([_vi(Names.loss, outs[Names.loss], shape=[]),
+                        _vi(y_out, outs[output], shape=_dims(outs[output]))])
     del body.input[:]
     body.input.extend([inputs[n] for n in state + scanned + per_step])
     body.ClearField("value_info")
@@ -147,10 +150,9 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     outer_in: list[onnx.ValueInfoProto] = []
     for n in state:
         outer_in.append(_vi(_PREFIX + "in_" + n, inputs[n], shape=_dims(inputs[n])))
-    for n in scanned:
-        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"] + (_dims(inputs[n]) or [])))
-    for n in per_step:
-        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=["S"] + (_dims(inputs[n]) or [])))
+    for n in scanned + per_step:
+        dims = _dims(inputs[n])
+        outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=None if dims is None else ["S"] + dims))
     outer_in += outer_refs
     scan_out = [_PREFIX + "out_" + n for n in state] + [_PREFIX + "losses", _PREFIX + "y"]
     nodes = [helper.make_node("Scan", [v.name for v in outer_in[:len(state) + len(scanned) + len(per_step)]],
@@ -184,8 +186,6 @@ def chunk_unsupported(trainer: Trainer) -> str | None:
         return f"the {trainer.step_kind!r} step strategy runs several graphs per step"
     if trainer.device.kind != "cpu":
         return "chunks run on CPU only for now"
-    if trainer.tables is not None:
-        return "row-sparse tables are updated outside the step graph"
     if type(trainer.schedule)._update is not Schedule._update:
         return f"the {type(trainer.schedule).__name__} schedule's rate depends on each step's loss"
     return None
@@ -222,9 +222,14 @@ class ChunkSteps:
             self.why_not = "the step graph draws random numbers (Dropout): a Scan would draw others"
             self._built[key] = None
             return None
-        names = {i.name for i in step.graph.input}
         state = [n for n in tr.params.names]
-        scanned = [spec.name for spec in tr.prepared.inputs if spec.name in names]
+        scanned: list[str] = []
+        if tr.tables is not None:  # the chunk's blocks of table rows, carried; their local ids, scanned
+            step = with_tables(step, tr.tables)
+            extra_state, scanned = table_names(tr.tables)
+            state += extra_state
+        names = {i.name for i in step.graph.input}
+        scanned += [spec.name for spec in tr.prepared.inputs if spec.name in names]
         scanned += [Names.target, Names.loss_weight, Names.grad_weight]
         per_step = [n for n in (Names.scalar(s) for s in tr.optimizer.scalar_names) if n in names]
         if Names.decay in names:
@@ -253,11 +258,13 @@ class ChunkSteps:
         assert built is not None
         return built[2]
 
-    def run(self, xs: list[np.ndarray], T: np.ndarray, lw: np.ndarray, gw: np.ndarray, scalars: list[np.ndarray],
-            steps: int, rows: int, y_tail: tuple[int, ...], host_steps: tuple[str, ...] = ()
-            ) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Run ``steps`` steps of ``rows`` rows (inputs shaped [steps, rows, ...]); return the per-step losses,
-        the outputs [steps, rows, *tail] and whether all is finite.  The final state is in the spare set."""
+    def run(self, feeds: Mapping[str, np.ndarray], steps: int, rows: int, y_tail: tuple[int, ...],
+            host_steps: tuple[str, ...] = (), blocks: Mapping[str, np.ndarray] | None = None
+            ) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
+        """Run ``steps`` steps of ``rows`` rows: ``feeds`` holds each scanned input ([steps, rows, ...]) and
+        per-step input ([steps, ...]) by name, ``blocks`` the carried blocks of table rows.  Return the per-step
+        losses, the outputs [steps, rows, *tail], whether all is finite, and the final blocks.  The final dense
+        state is in the spare ping-pong set."""
         tr = self.trainer
         built = self._build(self._kind(rows) + (host_steps,))
         assert built is not None
@@ -265,14 +272,17 @@ class ChunkSteps:
         cpu = C.cpu_device()
         io = C.io_binding(session)
         keep = []
-        for name, array in zip(scanned, xs + [T, lw, gw]):
-            value = C.from_numpy(array, cpu)
+        for name in scanned + per_step:
+            value = C.from_numpy(feeds[name], cpu)
             keep.append(value)
             io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
-        for name, array in zip(per_step, scalars):
-            value = C.from_numpy(array, cpu)
-            keep.append(value)
-            io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
+        new_blocks: dict[str, np.ndarray] = {}
+        for name, array in (blocks or {}).items():
+            new_blocks[name] = np.empty_like(array)
+            for kind, a in (("in_", array), ("out_", new_blocks[name])):
+                value = C.from_numpy(a, cpu)
+                keep.append(value)
+                (io.bind_ortvalue_input if kind == "in_" else io.bind_ortvalue_output)(_PREFIX + kind + name, value)
         host = tr.scalars.values
         for name in refs:
             if name == Names.ones:
@@ -295,7 +305,7 @@ class ChunkSteps:
             io.bind_ortvalue_output(_PREFIX + name, value)
         C.raw_session(session).run_with_iobinding(io, None)
         ok = math.isfinite(float(check)) and bool(np.isfinite(losses).all())
-        return losses.astype(np.float64), y, ok
+        return losses.astype(np.float64), y, ok, new_blocks
 
 
 def _per_step_rows(factors: np.ndarray, sw: np.ndarray | None, steps: int, rows: int, shape: tuple[int, ...],
@@ -336,6 +346,9 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
     steps, rest = divmod(n, batch_size)
     host = _host_steps(tr, host_steps, steps + bool(rest))
     names = tuple(host)
+    per_run = _steps_per_run(tr, arrays, batch_size)
+    if steps > per_run:  # the tables' block stays small: several runs of at most per_run steps
+        return _in_pieces(tr, arrays, y, sw, n, batch_size, host, per_run)
     if tr._strategy is None:
         tr._ensure_strategy(arrays)
     why = chunk_unsupported(tr)
@@ -353,15 +366,26 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
         T = T.astype(np.int64)
     m = steps * batch_size
     y_tail = tuple(tr._y_tail or ())
-    scalars = _per_step_inputs(tr, chunks.names(batch_size, names), steps, host)
-    xs = [np.ascontiguousarray(a[:m], dtype=spec.dtype).reshape((steps, batch_size) + a.shape[1:])
-          for spec, a in zip(tr.model_inputs, arrays)]
+    feeds = _per_step_inputs(tr, chunks.names(batch_size, names), steps, host)
+    feeds.update((spec.name, np.ascontiguousarray(a[:m], dtype=spec.dtype).reshape((steps, batch_size) + a.shape[1:]))
+                 for spec, a in zip(tr.model_inputs, arrays))
     t_dtype = np.int64 if tr.loss.integer_labels else tr.dtype
-    Tm = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
-    lw, gw = _row_weights(tr, None if sw is None else sw[:m], steps, batch_size, y_tail, scalars.pop("lrs"))
-    losses, out, ok = chunks.run(xs, Tm, lw, gw, list(scalars.values()), steps, batch_size, y_tail, names)
+    feeds[Names.target] = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
+    feeds[Names.loss_weight], feeds[Names.grad_weight] = _row_weights(
+        tr, None if sw is None else sw[:m], steps, batch_size, y_tail, feeds.pop("lrs"))
+    blocks = None
+    if tr.tables is not None:
+        try:
+            blocks = TableBlocks.gather(tr.tables, arrays, steps, batch_size)
+        except BadInputError:  # an id outside its table: the steps before it are trained, then the step path raises
+            return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
+        feeds.update(blocks.scanned)
+    losses, out, ok, new_blocks = chunks.run(feeds, steps, batch_size, y_tail, names,
+                                             None if blocks is None else blocks.carried)
     if not ok:  # replay one step per run: the step path's own answer (on_nonfinite, counters)
         return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
+    if blocks is not None:
+        blocks.write_back(tr.tables, new_blocks)
     tr.params.swap()
     tr.n_steps += steps
     for loss in losses:
@@ -378,6 +402,36 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
     outputs[m:] = tail.outputs
     return ChunkResult(outputs, np.concatenate([losses, tail.losses]), batch_size, tail.nonfinite,
                        steps + tail.applied, True)
+
+
+#: a chunk with row-sparse tables runs at most this many id positions per Scan (its block of distinct rows,
+#: copied by each iteration, stays at most this many rows)
+BLOCK_POSITIONS = 4096
+
+
+def _steps_per_run(tr: Trainer, arrays: tuple[np.ndarray, ...], batch_size: int) -> int:
+    if tr.tables is None or not arrays or len(arrays[0]) == 0:
+        return 1 << 62
+    per_row = sum(int(np.prod(arrays[i].shape[1:], dtype=np.int64)) for slots in tr.tables._slots for i, _ in slots)
+    return max(2, BLOCK_POSITIONS // max(1, per_row * batch_size))
+
+
+def _in_pieces(tr: Trainer, arrays: tuple[np.ndarray, ...], y: np.ndarray, sw: np.ndarray | None, n: int,
+               batch_size: int, host: Mapping[str, np.ndarray], per_run: int) -> ChunkResult:
+    """:func:`train_chunk` as consecutive chunks of ``per_run`` steps (the last with the short step)."""
+    results = []
+    rows = per_run * batch_size
+    for k, start in enumerate(range(0, n, rows)):
+        sl = slice(start, min(start + rows, n))
+        X = arrays[0][sl] if tr._single else {s.name: a[sl] for s, a in zip(tr.model_inputs, arrays)}
+        part = train_chunk(tr, X, y[sl], None if sw is None else sw[sl], batch_size,
+                           {name: v[k * per_run:(k + 1) * per_run] for name, v in host.items()} or None)
+        results.append(part)
+        if part.nonfinite is not None and tr.on_nonfinite == "raise":
+            break
+    first = next((k * per_run + r.nonfinite for k, r in enumerate(results) if r.nonfinite is not None), None)
+    return ChunkResult(np.concatenate([r.outputs for r in results]), np.concatenate([r.losses for r in results]),
+                       batch_size, first, sum(r.applied for r in results), all(r.scanned for r in results))
 
 
 def _host_steps(tr: Trainer, given: Mapping[str, np.ndarray] | None, steps: int) -> dict[str, np.ndarray]:
