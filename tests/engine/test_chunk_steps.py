@@ -256,14 +256,15 @@ def _by_steps_named(trainer: Trainer, X: dict[str, np.ndarray], y: np.ndarray, b
     return np.concatenate(outs)
 
 
+@pytest.mark.parametrize("gradient", GRADIENTS)
 @pytest.mark.parametrize("batch_size", [1, 3, 32])
 @pytest.mark.parametrize("kind, optimizer", [("hashed", "sgd"), ("hashed", "ftrl"), ("hashed", "adagrad"),
                                              ("fm", "adam"), ("fm", "ftrl")])
-def test_row_sparse_tables_chunk_equals_step_by_step(kind: str, optimizer: str, batch_size: int) -> None:
+def test_row_sparse_tables_chunk_equals_step_by_step(kind: str, optimizer: str, batch_size: int, gradient: str) -> None:
     """The chunk's distinct rows as one block the Scan carries: the tables, their optimizer state (lazy rules:
     untouched rows keep theirs) and the touched rows end as step by step."""
     X, y = _table_data(192 if batch_size == 32 else 90, 4, 64)
-    a, b = _table_trainer(kind, optimizer), _table_trainer(kind, optimizer)
+    a, b = _table_trainer(kind, optimizer, gradient), _table_trainer(kind, optimizer, gradient)
     assert a.tables is not None and sorted(a.tables.arrays) == (["factors", "linear"] if kind == "fm" else ["linear"])
     r = train_chunk(a, X, y, batch_size=batch_size)
     assert r.scanned
