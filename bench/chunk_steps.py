@@ -7,6 +7,8 @@
 For each model (float32, squared error unless said) and rows per step B, the same rows are trained two ways
 on two trainers built alike: ``train_chunk(trainer, X, y, batch_size=B)`` over chunks of C rows (C/B steps in
 one session run), and ``trainer.step`` on each step's rows (one session run per step, the engine's step path).
+A second table does the same at the estimators' face: ``partial_fit_predict`` of the ready-made estimators at
+``batch_size=1`` on calls of C rows (C steps per call) against one call per row (the one-row path).
 Figures are microseconds per row: the median over interleaved rounds (each round times both paths, starting
 from a different one), and the ratio chunk / per-step as the median of the rounds' ratios.  The machine is
 shared: only the ratios measured side by side mean much.  Printed with the CPU and whether it has AVX-512.
@@ -85,6 +87,50 @@ def measure(name: str, batch: int, chunk: int, rows: int, rounds: int) -> dict[s
     return {k: statistics.median(v) for k, v in per.items()}
 
 
+ESTIMATORS: dict[str, Callable[[], Any]] = {
+    "LogisticRegression()": lambda: _est("LogisticRegression"),
+    "LogisticRegression(sgd, 0.01)": lambda: _est("LogisticRegression", optimizer="sgd", learning_rate="constant",
+                                                  eta0=0.01),
+    "LinearRegressor()": lambda: _est("LinearRegressor"),
+    "MLPClassifier((16,))": lambda: _est("MLPClassifier", hidden_layer_sizes=(16,)),
+}
+
+
+def _est(name: str, **params: Any) -> Any:
+    import streamfit
+
+    return getattr(streamfit, name)(batch_size=1, random_state=0, **params)
+
+
+def measure_estimator(name: str, chunk: int, rows: int, rounds: int) -> dict[str, float]:
+    a, b = ESTIMATORS[name](), ESTIMATORS[name]()
+    X, y = _data(9, rows, "Regressor" not in name)
+    kw = {"classes": [0.0, 1.0]} if "Regressor" not in name else {}
+    a.partial_fit_predict(X[:chunk], y[:chunk], **kw)
+    b.partial_fit_predict(X[:1], y[:1], **kw)
+    for i in range(1, chunk):
+        b.partial_fit_predict(X[i:i + 1], y[i:i + 1])
+    starts = range(0, rows - chunk + 1, chunk)
+
+    def chunked() -> None:
+        for s in starts:
+            a.partial_fit_predict(X[s:s + chunk], y[s:s + chunk])
+
+    def per_row() -> None:
+        for i in range(len(starts) * chunk):
+            b.partial_fit_predict(X[i:i + 1], y[i:i + 1])
+
+    n = len(starts) * chunk
+    per: dict[str, list[float]] = {"chunk": [], "step": [], "ratio": []}
+    for r in range(rounds):
+        order = [("chunk", chunked), ("step", per_row)][:: 1 if r % 2 == 0 else -1]
+        got = {k: _time(fn) / n * 1e6 for k, fn in order}
+        per["chunk"].append(got["chunk"])
+        per["step"].append(got["step"])
+        per["ratio"].append(got["chunk"] / got["step"])
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: one small case")
@@ -101,6 +147,14 @@ def main() -> None:
     for name, bsz, chunk, rows in cases:
         m = measure(name, bsz, chunk, rows, rounds)
         print(f"{name:24s} {bsz:3d} {chunk:10d} {m['chunk']:13.2f} {m['step']:16.2f} {m['ratio']:7.2f}")
+    print()
+    print("ready-made estimators, batch_size=1: partial_fit_predict of C rows against one call per row")
+    print(f"{'estimator':30s} {'C':>5s} {'chunk us/row':>13s} {'per-call us/row':>16s} {'ratio':>7s}")
+    est_cases = [("LogisticRegression()", 256, 512)] if args.quick else [
+        (name, c, 4096) for name in ESTIMATORS for c in (16, 256, 1024)]
+    for name, chunk, rows in est_cases:
+        m = measure_estimator(name, chunk, rows, rounds)
+        print(f"{name:30s} {chunk:5d} {m['chunk']:13.2f} {m['step']:16.2f} {m['ratio']:7.2f}")
 
 
 if __name__ == "__main__":

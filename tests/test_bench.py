@@ -130,3 +130,8 @@ def test_perrow_bench_smoke():
         assert section in out, section
     targets = out.split("== targets")[1].strip().splitlines()
     assert len(targets) > 10 and all(line.startswith(("met ", "MISSED ")) for line in targets[:-1])
+
+
+def test_chunk_steps_bench_smoke():
+    out = _run("chunk_steps.py", timeout=180)
+    assert "chunk us/row" in out and "ready-made estimators" in out and "AVX-512" in out
