@@ -1,0 +1,175 @@
+"""Plots of the benches' JSON output for the documentation (docs/benchmarks/): PNGs and a generated summary.
+
+    python bench/engine.py --json docs/benchmarks/data/engine.json
+    python bench/pipeline.py --json docs/benchmarks/data/pipeline.json
+    python bench/op_census.py --json docs/benchmarks/data/op_census.json
+    python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
+
+Every figure says the CPU, the load average and the date of the run it comes from; a bench whose JSON is missing
+is listed as such. Nothing here measures: it only draws what the benches wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = ROOT / "docs" / "benchmarks" / "data"
+OUT = ROOT / "docs" / "benchmarks"
+sys.path.insert(0, str(HERE))
+
+from _cpu import cpu_model  # noqa: E402
+
+ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
+PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
+                   ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
+
+
+def _when(path: Path) -> str:
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+def _load(values: Any) -> str:
+    return "/".join(f"{x:.1f}" for x in values) if values else "?"
+
+
+def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]], ylabel: str) -> None:
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [v if v is not None else 0 for v in values], width, label=name)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, rotation=20, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=3)
+
+
+def engine(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    labels = doc["config"]["labels"]
+    cases = doc["cases"]
+    paths = [p for p in ENGINE_PATHS if any(p in c["paths"] for c in cases)]
+    groups = [f"{c['model']} bs={c['batch']}" for c in cases]
+    series = {labels.get(p, p): [c["paths"].get(p, {}).get("rows_per_s") for c in cases] for p in paths}
+    env = doc["env"]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    _bars(ax, groups, series, "rows/s (log)")
+    ax.set_title(f"bench/engine.py: rows/s per training step path\n{cpu}, {env.get('cpu_count', '?')} cores, "
+                 f"load {_load(env.get('loadavg_start'))} at start, {when}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "engine.png", dpi=90)
+    plt.close(fig)
+    lines = ["| case | " + " | ".join(labels.get(p, p) for p in paths) + " |",
+             "|---|" + "---|" * len(paths)]
+    for c, g in zip(cases, groups):
+        cells = []
+        for p in paths:
+            v = c["paths"].get(p)
+            cells.append("n/a" if v is None else (f"{v['us_per_step']:.1f} us" if c["batch"] == 1
+                                                   else f"{v['rows_per_s'] / 1e3:,.0f}K rows/s"))
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _median(samples: list[dict[str, Any]]) -> float | None:
+    rates = [s.get("end_to_end") or s["rows"] / s["seconds"] for s in samples if s.get("seconds")]
+    return statistics.median(rates) if rates else None
+
+
+def pipeline(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    cases = doc["cases"]
+    groups = [f"{c['source']}/{c['layout']}" + ("" if c.get("variant") in (None, "default") else f" {c['variant']}")
+              for c in cases]
+    series = {label: [_median(c["samples"].get(key, [])) for c in cases] for key, label in PIPELINE_SERIES}
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    _bars(ax, groups, series, "rows/s (log)")
+    ax.set_title(f"bench/pipeline.py: the stream loop beside in-memory training and the bare read (batch "
+                 f"{doc['args'].get('batch')})\n{cpu}, {when}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "pipeline.png", dpi=90)
+    plt.close(fig)
+    lines = ["| source | " + " | ".join(label for _, label in PIPELINE_SERIES) + " | MLP loop / memory |",
+             "|---|" + "---|" * (len(PIPELINE_SERIES) + 1)]
+    for c, g in zip(cases, groups):
+        vals = [_median(c["samples"].get(key, [])) for key, _ in PIPELINE_SERIES]
+        loop, mem = vals[2], vals[1]
+        ratio = f"{loop / mem:.0%}" if loop and mem else "n/a"
+        lines.append(f"| {g} | " + " | ".join("n/a" if v is None else f"{v / 1e3:,.0f}K" for v in vals)
+                     + f" | {ratio} |")
+    return lines
+
+
+def op_census(doc: dict[str, Any], plt: Any, out: Path, when: str) -> list[str]:
+    ops = sorted(set(doc["before"]) | set(doc["after"]), key=lambda k: -doc["before"].get(k, {}).get("models", 0))
+    before = [doc["before"].get(k, {}).get("models", 0) for k in ops]
+    after = [doc["after"].get(k, {}).get("models", 0) for k in ops]
+    fig, ax = plt.subplots(figsize=(9, max(3.0, 0.28 * len(ops))))
+    ys = range(len(ops))
+    ax.barh([y - 0.2 for y in ys], before, 0.4, label="before Trainer(portable=True)")
+    ax.barh([y + 0.2 for y in ys], after, 0.4, label="after")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([k.split(":", 1)[-1] for k in ops], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("models whose step graphs hold the op")
+    ax.set_title(f"bench/op_census.py: non-standard ops in {doc['graphs']} step graphs of {doc['workloads']} "
+                 f"workloads, {when}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "op_census.png", dpi=90)
+    plt.close(fig)
+    portable = len(doc["labels"]) - sum(1 for v in doc["not_portable"].values()
+                                        if any(not s.startswith("forward_backward") for ss in v.values() for s in ss))
+    return [f"{portable} of {len(doc['labels'])} models' fused step graphs are portable after the rewrite."]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, default=DATA, help="directory of the benches' JSON (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=OUT, help="where the PNGs and _figures.md go (default: %(default)s)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib.pyplot as plt
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    md = ["<!-- generated by bench/plots.py from docs/benchmarks/data/*.json: do not edit -->", ""]
+    made = []
+    for name in ("engine", "pipeline", "op_census"):
+        path = args.data / f"{name}.json"
+        md.append(f"### `bench/{name}.py`")
+        md.append("")
+        if not path.exists():
+            md += [f"No JSON yet: run `python bench/{name}.py --json {path.relative_to(ROOT)}`.", ""]
+            continue
+        doc = json.loads(path.read_text())
+        when = _when(path)
+        cpu = (doc.get("env", {}).get("cpu_model") or doc.get("env", {}).get("processor") or cpu_model())
+        if name == "engine":
+            env = doc["env"]
+            md.append(f"{cpu}, {env.get('cpu_count')} cores, onnxruntime {env.get('onnxruntime')}, load average "
+                      f"{_load(env.get('loadavg_start'))} at the start, {_load(env.get('loadavg_end'))} at the end, "
+                      f"{when}; rows/s from interleaved rounds (medians). Batch 1 in us per step.")
+            md += ["", *engine(doc, plt, args.out, cpu, when)]
+        elif name == "pipeline":
+            md.append(f"{cpu}, {when}; rows/s (medians of {doc['args'].get('rounds') or 3} interleaved rounds), batch "
+                      f"{doc['args'].get('batch')}.")
+            md += ["", *pipeline(doc, plt, args.out, cpu, when)]
+        else:
+            md += op_census(doc, plt, args.out, when)
+        md += ["", f"![{name}]({name}.png)", ""]
+        made.append(name)
+    (args.out / "_figures.md").write_text("\n".join(md))
+    print(f"plots: {', '.join(f'{n}.png' for n in made) or 'none'} and _figures.md in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
