@@ -5,7 +5,8 @@ namespace, in order, as a reader runs them; a block that cannot run here is skip
 not see (``<!-- skip: next "why" -->``, the reason shown in pytest's summary) and set-up a reader need not see goes
 in an ``<!-- invisible-code-block: python -->``; each block is its own pytest item (``docs/x.md::line:12``), and a
 custom parser runs bash blocks. Each page runs in a fresh temporary working directory, so files it writes
-(``model.onnx``, ``data/``, ``ckpt/``) are the page's own. Docstring examples run by ``--doctest-modules``.
+(``model.onnx``, ``data/``, ``ckpt/``) are the page's own; the repository's ``tests/``, ``bench/`` and
+``examples/`` are linked into it, since a reader runs the pages from the repository's root. Docstring examples run by ``--doctest-modules``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def _setup(namespace: dict[str, Any]) -> None:
     namespace["__docs_env_before__"] = {k: os.environ.get(k) for k in ("STREAMFIT_CACHE_DIR", "MPLBACKEND")}
     os.environ["STREAMFIT_CACHE_DIR"] = os.path.join(work, ".cache")  # the preflight's cache: not the user's
     os.environ["MPLBACKEND"] = "Agg"
+    for name in ("tests", "bench", "examples"):
+        os.symlink(ROOT / name, os.path.join(work, name))
     os.chdir(work)
 
 

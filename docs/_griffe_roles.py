@@ -1,7 +1,9 @@
-"""A griffe extension for the API reference: Sphinx roles in docstrings (:class:`~a.b.C`, :meth:`step`) as code.
+"""A griffe extension for the API reference: docstrings written for doctest and Sphinx, rendered as Markdown.
 
-streamfit's docstrings are numpydoc with Sphinx cross-reference roles; mkdocstrings renders Markdown, where a
-role would show as raw text. Each role becomes inline code of its target's last part (``~``) or whole name.
+streamfit's docstrings are numpydoc with Sphinx cross-reference roles and bare doctest examples; mkdocstrings
+renders Markdown, where a role would show as raw text and a ``>>>`` line as a block quote. Each role becomes
+inline code of its target's last part (``~``) or whole name; each run of doctest lines (and its expected output,
+up to a blank line) becomes a fenced ``pycon`` block, as it reads in ``help()``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,29 @@ def _as_code(match: re.Match[str]) -> str:
     return f"`{target.rsplit('.', 1)[-1] if short else target}`"
 
 
+def _fence_doctests(text: str) -> str:
+    out: list[str] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith(">>>") and not (out and out[-1].lstrip().startswith("```")):
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(f"{indent}```pycon")
+            while i < len(lines) and lines[i].strip():
+                out.append(lines[i])
+                i += 1
+            out.append(f"{indent}```")
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
 class SphinxRoles(griffe.Extension):
     """Rewrite the roles of every docstring griffe loads, before mkdocstrings parses its sections."""
 
     def on_object(self, *, obj: Any, **kwargs: Any) -> None:
         if obj.docstring is not None:
-            value = _ROLE.sub(_as_code, obj.docstring.value)
-            obj.docstring.value = value.replace("``", "`")
+            value = re.sub(r"(?<!`)``(?!`)", "`", _ROLE.sub(_as_code, obj.docstring.value))  # RST literals
+            obj.docstring.value = _fence_doctests(value)

@@ -135,3 +135,19 @@ def test_perrow_bench_smoke():
 def test_chunk_steps_bench_smoke():
     out = _run("chunk_steps.py", timeout=180)
     assert "chunk us/row" in out and "ready-made estimators" in out and "AVX-512" in out
+
+
+def test_plots_of_the_committed_bench_json(tmp_path):
+    """bench/plots.py draws every committed bench JSON, and docs/benchmarks/_figures.md is its output (not edited)."""
+    docs = os.path.join(ROOT, "docs", "benchmarks")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plots.py"), "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=dict(os.environ, MPLBACKEND="Agg"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("engine", "pipeline", "op_census"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert os.path.exists(os.path.join(docs, f"{name}.png")), f"docs/benchmarks/{name}.png is not committed"
+    made = (tmp_path / "_figures.md").read_text()
+    assert "No JSON yet" not in made
+    assert "2 cores" in made or " cores, onnxruntime" in made  # each figure names the CPU it ran on
+    with open(os.path.join(docs, "_figures.md")) as f:
+        assert f.read() == made, "docs/benchmarks/_figures.md differs from what bench/plots.py makes: rerun it"
