@@ -12,10 +12,11 @@ import pytest
 
 from streamfit._engine.common.ort_private import has_ort_training
 from streamfit._engine.compile import compile_artifact
-from streamfit._engine.steps.scan import train_chunk
+from streamfit._engine.steps.scan import ChunkSteps, train_chunk
 from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import NonFiniteError
+from streamfit.penalties import Penalty
 from streamfit.schedules import CosineDecay, InvScaling
 
 ZOO = Path(__file__).resolve().parents[1] / "zoo"
@@ -121,16 +122,37 @@ def test_sample_weights_and_a_short_last_step() -> None:
     _check_chunk(lambda: _trainer("mlp", "streamfit"), X, y, 7, sw, chunks=1)
 
 
-def test_the_body_keeps_no_per_step_checks() -> None:
-    X, y = _data("linear", 40)
-    trainer = _trainer("linear", "streamfit")
-    train_chunk(trainer, X, y, batch_size=1)
+def _body(trainer: Trainer) -> Any:
     (model,) = trainer.__dict__["_chunk_steps"].models.values()
-    body = next(a.g for a in model.graph.node[0].attribute if a.name == "body")
-    step = trainer.step_graphs()["fused"]
+    return model, next(a.g for a in model.graph.node[0].attribute if a.name == "body")
+
+
+def test_the_body_keeps_no_per_step_checks_and_one_parameter_vector() -> None:
+    X, y = _data("mlp", 40)
+    flat, per_weight = _trainer("mlp", "streamfit"), _trainer("mlp", "streamfit")
+    per_weight.__dict__["_chunk_steps"] = ChunkSteps(per_weight)
+    per_weight.__dict__["_chunk_steps"].flat = False
+    train_chunk(flat, X, y, batch_size=1)
+    train_chunk(per_weight, X, y, batch_size=1)
+    assert_same_state(flat, per_weight)
+    step = flat.step_graphs()["fused"]
+    model, body = _body(flat)
+    _, per_weight_body = _body(per_weight)
     assert [o.name for o in body.output][-2:] == ["sf_loss", "Y"]
-    assert len(body.node) < len(step.graph.node)  # the ReduceSums of the step's finiteness check are gone
-    assert sum(n.op_type == "ReduceSum" for n in model.graph.node) == 6  # ... and done once, after the Scan
+    # Adam's update once over theta (and its two slots) instead of once per weight; no per-step check
+    assert len(body.node) < len(per_weight_body.node) < len(step.graph.node)
+    assert [i.name for i in body.input][:3] == ["sfc_theta", "sfc_theta__exp_avg", "sfc_theta__exp_avg_sq"]
+    assert sum(n.op_type == "Sqrt" for n in body.node) == 1 < sum(n.op_type == "Sqrt" for n in per_weight_body.node)
+    assert sum(n.op_type == "ReduceSum" for n in model.graph.node) == 3  # the final check, after the Scan
+
+
+@pytest.mark.parametrize("penalty, flat", [(Penalty(0.01, 0.5), False), (None, True)])  # biases are not penalized
+def test_one_parameter_vector_with_a_penalty(penalty: Any, flat: bool) -> None:
+    X, y = _data("mlp", 60)
+    _check_chunk(lambda: _trainer("mlp", "streamfit", "adam", penalty=penalty), X, y, 3)
+    trainer = _trainer("mlp", "streamfit", "adam", penalty=penalty)
+    train_chunk(trainer, X, y, batch_size=3)
+    assert (trainer.__dict__["_chunk_steps"].layout is not None) == flat
 
 
 @pytest.mark.parametrize("schedule", [lambda: CosineDecay(0.1, decay_steps=45, eta_min=0.01),

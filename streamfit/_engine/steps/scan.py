@@ -35,6 +35,7 @@ from streamfit._engine.common.graph_builder import onnx_dtype
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
+from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
 from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_tables
 from streamfit.exceptions import BadInputError
 from streamfit.schedules.base import Schedule
@@ -128,7 +129,8 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     outs = {o.name: o for o in step.graph.output}
     y_out = output
     if eval_model is not None:
-        y_out = _splice_eval(body, eval_model, set(inputs), eval_model.graph.output[0].name)
+        known = set(inputs) | {o for node in body.node for o in node.output}  # weights may be made in the body
+        y_out = _splice_eval(body, eval_model, known, eval_model.graph.output[0].name)
     del body.output[:]
     body.output.extend([_vi(n, inputs[s], shape=_dims(inputs[s])) for n, s in zip(news, state)])
     body.output.extend([_vi(Names.loss, outs[Names.loss], shape=[]),
@@ -198,6 +200,9 @@ class ChunkSteps:
         self.trainer = trainer
         self._built: dict[tuple[bool, bool, tuple[str, ...]], tuple[Any, list[str], list[str], list[str]] | None] = {}
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
+        self.flat = True
+        self.layout: FlatLayout | None = None
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
         self.models: dict[tuple[bool, bool, tuple[str, ...]], ModelProto] = {}
         self.why_not: str | None = None
@@ -224,6 +229,10 @@ class ChunkSteps:
             return None
         state = [n for n in tr.params.names]
         scanned: list[str] = []
+        flat = flat_step_graph(tr) if not large and self.flat else None
+        if flat is not None:  # one parameter vector: the optimizer's update emitted once
+            step, self.layout = flat
+            state = self.layout.state_names() + list(tr.prepared.buffers)
         if tr.tables is not None:  # the chunk's blocks of table rows, carried; their local ids, scanned
             step = with_tables(step, tr.tables)
             extra_state, scanned = table_names(tr.tables)
@@ -294,7 +303,19 @@ class ChunkSteps:
             else:
                 io.bind_ortvalue_input(name, host[name])
         live, spare = tr.params.live(), tr.params.spare()
-        for name in tr.params.names:
+        layout = self.layout if not self._kind(rows)[0] else None
+        flat_out: dict[str, np.ndarray] = {}
+        dense = list(tr.params.names)
+        if layout is not None:  # the weights and their slots packed into one vector each
+            packed = layout.pack({n: live[n].numpy() for n in dense}, tr.dtype)
+            for name, array in packed.items():
+                flat_out[name] = np.empty_like(array)
+                for kind, a in (("in_", array), ("out_", flat_out[name])):
+                    value = C.from_numpy(a, cpu)
+                    keep.append(value)
+                    (io.bind_ortvalue_input if kind == "in_" else io.bind_ortvalue_output)(_PREFIX + kind + name, value)
+            dense = list(tr.prepared.buffers)
+        for name in dense:
             io.bind_ortvalue_input(_PREFIX + "in_" + name, live[name])
             io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
         losses = np.empty((steps,), tr.dtype)
@@ -305,6 +326,9 @@ class ChunkSteps:
             io.bind_ortvalue_output(_PREFIX + name, value)
         C.raw_session(session).run_with_iobinding(io, None)
         ok = math.isfinite(float(check)) and bool(np.isfinite(losses).all())
+        if ok and layout is not None:  # the new values into the spare set, per weight
+            for name, array in layout.unpack(flat_out).items():
+                np.copyto(spare[name].numpy(), array)
         return losses.astype(np.float64), y, ok, new_blocks
 
 

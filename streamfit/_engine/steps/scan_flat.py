@@ -1,0 +1,128 @@
+"""One parameter vector in a chunk's step body: the optimizer's update emitted once for all weights.
+
+A step's cost in a Scan is its node count, and an elementwise optimizer (Adam: about eleven nodes per weight)
+emits its update once per weight tensor.  Here the body carries one vector ``theta`` (the weights, flattened and
+concatenated) and its optimizer slots; the layers read their weights as slices of it, the weights' gradients are
+flattened and concatenated, and the update is emitted once, over the vector.  Every element goes through the
+same operations as in the per-weight graph (the rule is elementwise, its scalars shared), so the result is the
+same.  Used where that holds: an elementwise rule (not ``shaped``), no learning-rate fold into the gradient
+GEMMs (plain SGD keeps its folded update), a penalty on all weights or none, dense weights only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto, helper
+
+from streamfit._engine.common.graph_builder import GraphBuilder, onnx_dtype
+from streamfit._engine.common.names import Names
+from streamfit._engine.common.onnx_helpers import toposort
+from streamfit._engine.prepare.running_stats import emit_running_stats
+from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, emit_updates,
+                                                 folds_lr_into_gradients, rename_output)
+
+__all__ = ["FlatLayout", "flat_step_graph", "THETA"]
+
+THETA = "sfc_theta"
+
+
+@dataclass(frozen=True)
+class FlatLayout:
+    """Where each weight lives in ``theta``: its name, offset and shape; and the optimizer's slot names."""
+
+    weights: tuple[str, ...]
+    offsets: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    slots: tuple[str, ...]
+    size: int
+
+    def state_names(self) -> list[str]:
+        return [THETA] + [Names.slot(THETA, s) for s in self.slots]
+
+    def pack(self, values: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
+        """``theta`` and its slots from the per-weight arrays (``values[w]``, ``values[w__slot]``)."""
+        out = {}
+        for name, suffix in [(THETA, "")] + [(Names.slot(THETA, s), s) for s in self.slots]:
+            parts = [values[w if not suffix else Names.slot(w, suffix)].reshape(-1) for w in self.weights]
+            out[name] = np.concatenate(parts).astype(dtype, copy=False)
+        return out
+
+    def unpack(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The per-weight arrays (weights and their slots) of ``theta`` and its slots."""
+        out = {}
+        for name, suffix in [(THETA, "")] + [(Names.slot(THETA, s), s) for s in self.slots]:
+            vec = flat[name]
+            for w, at, shape in zip(self.weights, self.offsets, self.shapes):
+                size = int(np.prod(shape, dtype=np.int64))
+                out[w if not suffix else Names.slot(w, suffix)] = vec[at:at + size].reshape(shape)
+        return out
+
+
+def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
+    """The small-batch fused step graph of ``tr`` with one parameter vector, or None where it does not apply."""
+    pm, graphs, opt, penalty = tr._train_pm, tr.graphs, tr.optimizer, tr.penalty
+    weights = list(pm.weights)
+    if (graphs is None or tr.tables is not None or opt.shaped or not opt.slots and len(weights) < 2
+            or folds_lr_into_gradients(opt, penalty) or len(weights) < 2
+            or penalty is not None and set(weights) - set(pm.penalized)):
+        return None
+    shapes = tuple(tuple(int(d) for d in pm.initial[w].shape) for w in weights)
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+    layout = FlatLayout(tuple(weights), offsets, shapes, tuple(opt.slots), int(sum(sizes)))
+    flat0 = np.concatenate([pm.initial[w].reshape(-1) for w in weights])
+    if any(k not in opt.slots or v.shape != flat0.shape for k, v in opt.init_state(flat0).items()):
+        return None  # state not elementwise per weight element
+    model = ModelProto()
+    model.CopyFrom(graphs.gradient)
+    graph = model.graph
+    yields = [n for n in graph.node if n.op_type == "YieldOp"]
+    if len(yields) != 1:
+        return None
+    y_name, dy_name = yields[0].input[0], yields[0].output[0]
+    elem = onnx_dtype(pm.dtype)
+    b = GraphBuilder(pm.dtype, prefix="sfc_f_")
+    existing = {i.name for i in graph.input}
+    loss_out, dy = tr.loss.graph(b, y_name, Names.target, Names.loss_weight, Names.grad_weight)
+    rename_output(b, loss_out, Names.loss, existing)
+    rename_output(b, dy, dy_name, existing)
+    minus_one = b.const(np.array([-1], np.int64), np.int64)
+    flat_grads = [b.op("Reshape", g, minus_one) for g in graphs.grad_names]
+    theta_grad = b.op("Concat", *flat_grads, axis=0)
+    flat_pm = replace(pm, weights=[THETA], initial={THETA: flat0},
+                      penalized=frozenset({THETA}) if penalty is not None else frozenset())
+    upd_inputs, upd_outputs = emit_updates(b, flat_pm, [theta_grad], opt, penalty, None, existing | {THETA})
+    front = []
+    for w, at, size, shape in zip(weights, offsets, sizes, shapes):
+        start, end = b.const(np.array([at], np.int64), np.int64), b.const(np.array([at + size], np.int64), np.int64)
+        piece = f"sfc_slice_{w}"
+        front.append(helper.make_node("Slice", [THETA, start, end], [piece if len(shape) != 1 else w]))
+        if len(shape) != 1:
+            front.append(helper.make_node("Reshape", [piece, b.const(np.array(shape, np.int64), np.int64)], [w]))
+    if pm.running_stats:
+        rs_inputs, rs_outputs = emit_running_stats(b, pm.running_stats, Names)
+        upd_inputs, upd_outputs = upd_inputs + rs_inputs, upd_outputs + rs_outputs
+    position = list(graph.node).index(yields[0])
+    nodes = list(graph.node)
+    del nodes[position]
+    del graph.node[:]
+    graph.node.extend(front + nodes[:position] + list(b.nodes) + nodes[position:])
+    graph.initializer.extend(b.initializers)
+    kept = [i for i in graph.input if i.name not in set(weights)]
+    del graph.input[:]
+    graph.input.extend(kept + [helper.make_tensor_value_info(THETA, elem, [layout.size])]
+                       + [_label_input(tr.loss, pm.dtype, len(tr._y_tail or ()) + 1)]
+                       + _row_weight_inputs(pm.dtype, len(tr._y_tail or ()) + 1) + upd_inputs)
+    del graph.output[:]
+    y_shape = ["N"] + [f"d{i}" for i in range(1, len(tr._y_tail or ()) + 1)]
+    graph.output.extend([helper.make_tensor_value_info(Names.loss, elem, []),
+                         helper.make_tensor_value_info(y_name, elem, y_shape)]
+                        + [o for o in upd_outputs if o.name != Names.check])
+    del model.opset_import[:]
+    model.opset_import.extend(_opsets(graphs.gradient))
+    model.ir_version = min(model.ir_version or 10, 10)
+    return toposort(model), layout
+
