@@ -4,7 +4,9 @@ A bug in an onnxruntime-training kernel (AveragePoolGrad's SIGFPE, a SIGSEGV) ki
 it, without a Python exception, a checkpoint or a log line; a supervisor would restart it into the same
 crash.  So before training on a model it has not checked, ``streamfit train``/``serve`` runs the steps it
 will run (fused at 1, 7 and 64 rows: small and large-batch graphs; forward/backward at 1 and 64) on
-synthetic inputs of the model's declared types in a child process.  A child that dies names the stage it
+synthetic inputs like the data the model expects (its declared types; floats normal, integer inputs named like
+a mask all ones, ids inside the embedding table they index) in a child process; a non-finite step on them is
+a warning (the input may be at fault), not a refusal.  A child that dies names the stage it
 was in; the op is then located by running growing prefixes of that stage's graph in further children.
 
 Results are cached by the SHA-256 of the model, the loss, the optimizer and the versions of streamfit and
@@ -183,20 +185,51 @@ def _parse_stage(stage: str) -> tuple[str, int | None]:
     return kind, int(what.split()[0]) if what.endswith(" rows") else None
 
 
+#: ops an id input passes through on its way to the embedding table it indexes
+_ID_PATH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand"}
+
+
+def _id_bound(model: Any, name: str) -> int | None:
+    """The row count of the smallest table (an initializer read by ``Gather``) the integer input ``name``
+    indexes, following it through casts and reshapes; None when it indexes none."""
+    tables = {i.name: int(i.dims[0]) for i in model.graph.initializer if i.dims}
+    bounds, todo, seen = [], [name], {name}
+    while todo:
+        tensor = todo.pop()
+        for node in model.graph.node:
+            if tensor not in node.input:
+                continue
+            if node.op_type == "Gather" and list(node.input).index(tensor) == 1 and node.input[0] in tables:
+                bounds.append(tables[node.input[0]])
+            elif node.op_type in _ID_PATH and node.input[0] == tensor:
+                for out in node.output:
+                    if out not in seen:
+                        seen.add(out)
+                        todo.append(out)
+    return min(bounds) if bounds else None
+
+
 def _synthetic_x(pm: Any, rows: int) -> Any:
-    """Features of the model's declared type and shape (symbolic dims other than the batch: 3); a dict by
-    input name for a model with several inputs."""
+    """Features like data the model expects, of its declared types and shapes (symbolic dims other than the
+    batch: 3): floats standard normal; an integer input named like a mask (``attention_mask``) all ones (zeros
+    would mask every position); ids uniform inside the smallest embedding table they index (else zeros).
+    A dict by input name for a model with several inputs."""
     import numpy as np
     from onnx import helper
+
+    rng = np.random.default_rng(0)
 
     def one(name: str) -> Any:
         vi = next(i for i in pm.model.graph.input if i.name == name)
         t = vi.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else 3 for d in t.shape.dim][1:]
         dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if dtype.kind != "f":
-            return np.zeros((rows, *dims), dtype)
-        return np.random.default_rng(0).standard_normal((rows, *dims)).astype(dtype)
+        if dtype.kind == "f":
+            return rng.standard_normal((rows, *dims)).astype(dtype)
+        if dtype.kind == "b" or "mask" in name.lower():
+            return np.ones((rows, *dims), dtype)
+        bound = _id_bound(pm.model, name)
+        return rng.integers(0, bound, (rows, *dims)).astype(dtype) if bound else np.zeros((rows, *dims), dtype)
 
     names = [i.name for i in getattr(pm, "inputs", ())] or [pm.input_name]
     return one(names[0]) if len(names) == 1 else {name: one(name) for name in names}
@@ -299,7 +332,7 @@ def _run_child(spec: dict[str, Any]) -> None:
     import numpy as np
 
     from streamfit._engine.prepare.model import prepare_model
-    from streamfit.exceptions import BadInputError
+    from streamfit.exceptions import BadInputError, NonFiniteError
 
     stage = "preparing the model"
     _emit(event="start", stage=stage)
@@ -328,10 +361,16 @@ def _run_child(spec: dict[str, Any]) -> None:
                     raise
                 _emit(event="notes", notes=[f"{kind}, 1 row refused: {exc}"])
                 continue
+            except NonFiniteError as exc:  # the synthetic input's fault as much as the model's: said, not refused
+                _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on synthetic inputs (they may not "
+                                            "look like this model's data: the step graphs were built and ran)"])
+                continue
             if trainers[kind].fallback:
                 raise RuntimeError(trainers[kind].fallback)
             if not np.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss {loss} on synthetic inputs")
+                _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: non-finite loss {loss} on synthetic "
+                                            "inputs (they may not look like this model's data)"])
+                continue
             if before is not None:
                 after = trainers[kind].get_weights()
                 first[kind] = {"rows": rows, "update": {w: after[w] - before[w] for w in after}}
