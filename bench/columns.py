@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from streamfit._engine.prepare.model import ModelInput
 from streamfit._stream.batching import Rebatcher
+from streamfit._columns.plan import ColumnPlan
 from streamfit.features import Hashed, Vocabulary
 from streamfit.sources._base import SourceBatch
 
@@ -43,14 +44,11 @@ def main() -> None:
     x = [ModelInput("X", np.dtype(np.float32), ("N", d))]
     xi = x + [ModelInput("ids", np.dtype(np.int64), ("N",))]
     cases = {
-        "features= (one X)": (plain, lambda: Rebatcher(2048, features=feats, ring_size=6)),
-        "inputs= {X: 20 columns}": (plain, lambda: Rebatcher(2048, inputs={"X": feats}, model_inputs=x, ring_size=6)),
-        "+ Hashed(dictionary city)": (dictionary, lambda: Rebatcher(
-            2048, inputs={"X": feats, "ids": Hashed("city", 1 << 16)}, model_inputs=xi, ring_size=6)),
-        "+ Hashed(string city)": (plain, lambda: Rebatcher(
-            2048, inputs={"X": feats, "ids": Hashed("city", 1 << 16)}, model_inputs=xi, ring_size=6)),
-        "+ Vocabulary(string city)": (plain, lambda: Rebatcher(
-            2048, inputs={"X": feats, "ids": Vocabulary("city")}, model_inputs=xi, ring_size=6)),
+        "features= (one X)": (plain, lambda: Rebatcher(2048, ColumnPlan(features=feats), ring_size=6)),
+        "inputs= {X: 20 columns}": (plain, lambda: Rebatcher(2048, ColumnPlan(inputs={"X": feats}, model_inputs=x), ring_size=6)),
+        "+ Hashed(dictionary city)": (dictionary, lambda: Rebatcher(2048, ColumnPlan(inputs={"X": feats, "ids": Hashed("city", 1 << 16)}, model_inputs=xi), ring_size=6)),
+        "+ Hashed(string city)": (plain, lambda: Rebatcher(2048, ColumnPlan(inputs={"X": feats, "ids": Hashed("city", 1 << 16)}, model_inputs=xi), ring_size=6)),
+        "+ Vocabulary(string city)": (plain, lambda: Rebatcher(2048, ColumnPlan(inputs={"X": feats, "ids": Vocabulary("city")}, model_inputs=xi), ring_size=6)),
     }
     live = {name: (SourceBatch(batch, lambda r: {"row": r}), make()) for name, (batch, make) in cases.items()}
     best = {name: float("inf") for name in cases}

@@ -93,6 +93,7 @@ import pyarrow as pa  # noqa: E402
 
 from streamfit._stream import StreamLoop  # noqa: E402
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Rebatcher  # noqa: E402
+from streamfit._columns.plan import ColumnPlan  # noqa: E402
 from streamfit.sources import MemorySource, Source, SourceBatch, open_source  # noqa: E402
 
 QUEUE_SIZE = 4  # the loop's default
@@ -284,7 +285,7 @@ async def _read(uri: str, layout: str, max_rows: int, batch: int, rebatch: bool,
     """
     source = Probe(open_source(uri))
     conv = ToNumpy(layout)
-    rb = Rebatcher(batch, features=C.feature_names(layout), ring_size=QUEUE_SIZE + IN_FLIGHT_EXTRA) if rebatch else None
+    rb = Rebatcher(batch, ColumnPlan(features=C.feature_names(layout)), ring_size=QUEUE_SIZE + IN_FLIGHT_EXTRA) if rebatch else None
     sink = 0.0
     a = b = None
     row0 = 0

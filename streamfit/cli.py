@@ -114,20 +114,35 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write the ONNX model of a checkpoint")
     export.add_argument("checkpoint", help="a checkpoint directory, or a checkpoint root (its newest valid one)")
     export.add_argument("-o", "--output", required=True)
+    _add_check(sub, sorted(_OPTIMIZERS))
+    _add_compile(sub, sorted(_OPTIMIZERS))
+    _add_report(sub)
+    inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
+    inspect.add_argument("checkpoint")
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    return parser
+
+
+def _add_check(sub: Any, optimizers: list[str]) -> None:
+    """``streamfit check MODEL``: the arguments."""
     check = sub.add_parser("check", help="build both step graphs and run one step of each batch-size class in "
                                          "a subprocess: refuses a model that would crash the trainer")
     check.add_argument("model", help="ONNX model file")
     check.add_argument("--task", choices=["regression", "classification"], default="regression")
     check.add_argument("--loss", help="default: squared_error, or by output width for classification")
-    check.add_argument("--optimizer", default="sgd", choices=sorted(_OPTIMIZERS))
+    check.add_argument("--optimizer", default="sgd", choices=optimizers)
     check.add_argument("--no-cache", action="store_true", help="check again even if the result is cached")
+
+
+def _add_compile(sub: Any, optimizers: list[str]) -> None:
+    """``streamfit compile MODEL -o ARTIFACT``: the arguments (the Trainer's, of the graphs to build)."""
     comp = sub.add_parser("compile", help="build a model's step graphs into a training artifact that any "
                           "onnxruntime >= 1.19 trains (needs a gradient builder: onnxruntime-training, Python <= 3.12, "
                           "or a ready-made model's ops)")
     comp.add_argument("model", help="ONNX model file")
     comp.add_argument("-o", "--output", required=True, help="the artifact to write (e.g. model.train.onnx)")
     comp.add_argument("--loss", default="squared_error")
-    comp.add_argument("--optimizer", default="sgd", choices=sorted(_OPTIMIZERS))
+    comp.add_argument("--optimizer", default="sgd", choices=optimizers)
     comp.add_argument("--momentum", type=float, help="momentum of --optimizer momentum/nesterov")
     comp.add_argument("--penalty", choices=["l2", "l1", "elasticnet", "none"], default="none")
     comp.add_argument("--alpha", type=float, default=1e-4, help="penalty strength (default 1e-4)")
@@ -143,6 +158,10 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--gradient", choices=["auto", "onnxruntime", "streamfit"], default="auto",
                       help="gradient builder: onnxruntime-training's (any op it knows), streamfit's own (the ready-made "
                            "models' ops), auto: the first where installed")
+
+
+def _add_report(sub: Any) -> None:
+    """``streamfit report CHECKPOINT_DIR``: the arguments."""
     report = sub.add_parser("report", help="draw a run's metrics history: one self-contained HTML page (and PNGs)")
     report.add_argument("checkpoint_dir", help="the run's checkpoint directory (holding history/)")
     report.add_argument("-o", "--output", help="the HTML page to write (default CHECKPOINT_DIR/report.html)")
@@ -151,10 +170,6 @@ def _parser() -> argparse.ArgumentParser:
                         "this MLflow tracking URI (extra [mlflow])")
     report.add_argument("--tensorboard", metavar="DIR", help="write the metrics history as TensorBoard scalars "
                         "in DIR (extra [tensorboard])")
-    inspect = sub.add_parser("inspect", help="describe a checkpoint in words")
-    inspect.add_argument("checkpoint")
-    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
-    return parser
 
 
 _logging_json: bool | None = None  # how the "streamfit" logger was set up (None: not yet)

@@ -7,7 +7,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+from onnx import ModelProto
 
+from streamfit._columns.export import raw_column_model
 from streamfit._columns.mapping import assemble
 from streamfit._columns.plan import ColumnPlan, SchemaPlan
 from streamfit._columns.schema import ColumnProblem
@@ -67,8 +69,24 @@ class ColumnInputs:
                  states: Mapping[str, EncoderState] | None = None) -> None:
         # in memory nothing is cast: the caller converts its columns (the error says how), as with numpy inputs
         self.plan = ColumnPlan.in_memory(model_inputs, inputs, states=states)
+        self.inputs = inputs
+        self.model_inputs = tuple(model_inputs)
         self.names = frozenset(m.name for m in model_inputs)
         self._compiled: dict[pa.Schema, SchemaPlan] = {}
+
+    @property
+    def encodes(self) -> bool:
+        """Whether an encoder feeds some model input (then an exported model takes the raw columns)."""
+        return any(s.encoder is not None for s in self.plan.sources)
+
+    def export(self, model: ModelProto) -> ModelProto:
+        """``model`` taking the raw columns when an encoder feeds it (:mod:`streamfit._columns.export`), else
+        ``model`` itself."""
+        if not self.encodes:
+            return model
+        plan = self.plan
+        return raw_column_model(model, self.inputs, self.model_inputs, plan.states, plan.column_info,
+                                plan.row_shapes)
 
     def takes(self, X: Any) -> bool:
         """Whether ``X`` is columns: an Arrow table, or a mapping that does not hold the model's inputs

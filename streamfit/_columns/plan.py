@@ -99,18 +99,7 @@ class ColumnPlan:
         if self.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ValueError(f"Invalid dtype: {dtype!r}, expected float32 or float64")
         self.task, self.weight, self.cast = task, weight, bool(cast)
-        self._roles: dict[str, str] = {}
-        self.labels: Labels | None = None
-        if label is not None:
-            labels = [label] if isinstance(label, str) else list(label)
-            if not labels or not all(isinstance(v, str) for v in labels):
-                raise ValueError(f"Invalid label: {label!r}, expected a column name or a list of column names")
-            label = label if isinstance(label, str) else tuple(labels)
-            self.labels = Labels(label, task=task, dtype=self.dtype, classes=classes)
-            self._roles = {name: "label " for name in labels}
-            if weight is not None:
-                self._roles.setdefault(weight, "weight ")
-        self.label = label
+        self._init_labels(label, weight, classes)
         if isinstance(features, str):
             features = [features]
         if features is not None:
@@ -135,14 +124,7 @@ class ColumnPlan:
         self.expected_width = expected_width
         self._widths: list[int] | None = None
         if layout is not None:
-            assert label is not None, "a saved layout is a stream's: it has a label"
-            layout.check_matches(features=None if self.named else features, label=label, weight=weight,
-                                 dtype=self.dtype.name, task=task,
-                                 inputs=None if self.mapping is None else self.mapping.matching())
-            if expected_width is not None and layout.n_features != expected_width:
-                raise ValueError(f"the saved column plan gives {layout.n_features} feature values per row "
-                                 f"({list(layout.features)}), the model takes {expected_width}")
-            features, self._widths = list(layout.features), list(layout.widths)
+            features, self._widths = self._check_layout(layout, features)
         self._features: list[str] | None = features
         #: the run's column plan as state (checkpoints), once fixed
         self.layout = layout
@@ -150,6 +132,32 @@ class ColumnPlan:
         self.n_features: int | None = None if layout is None else layout.n_features
         self._schema: pa.Schema | None = None
         self._last: SchemaPlan | None = None
+
+    def _init_labels(self, label: "str | Sequence[str] | None", weight: str | None, classes: Any) -> None:
+        """The label column(s) (``None``: no label nor weight) and how messages name the label and weight."""
+        self._roles: dict[str, str] = {}
+        self.labels: Labels | None = None
+        if label is not None:
+            labels = [label] if isinstance(label, str) else list(label)
+            if not labels or not all(isinstance(v, str) for v in labels):
+                raise ValueError(f"Invalid label: {label!r}, expected a column name or a list of column names")
+            label = label if isinstance(label, str) else tuple(labels)
+            self.labels = Labels(label, task=self.task, dtype=self.dtype, classes=classes)
+            self._roles = {name: "label " for name in labels}
+            if weight is not None:
+                self._roles.setdefault(weight, "weight ")
+        self.label = label
+
+    def _check_layout(self, layout: ColumnLayout, features: "list[str] | None") -> tuple[list[str], list[int]]:
+        """A resumed run's features and widths: the saved layout's, which the other arguments must agree with."""
+        assert self.label is not None, "a saved layout is a stream's: it has a label"
+        layout.check_matches(features=None if self.named else features, label=self.label, weight=self.weight,
+                             dtype=self.dtype.name, task=self.task,
+                             inputs=None if self.mapping is None else self.mapping.matching())
+        if self.expected_width is not None and layout.n_features != self.expected_width:
+            raise ValueError(f"the saved column plan gives {layout.n_features} feature values per row "
+                             f"({list(layout.features)}), the model takes {self.expected_width}")
+        return list(layout.features), list(layout.widths)
 
     @classmethod
     def in_memory(cls, model_inputs: Sequence[Any], inputs: Mapping[str, Any], *,

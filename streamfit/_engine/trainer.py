@@ -14,6 +14,8 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from onnx import ModelProto
 
+from streamfit._columns.mapping import check_inputs
+from streamfit._columns.memory import ColumnInputs
 from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact, unavailable_kernels_hint
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.ort_private import has_ort_training
@@ -27,7 +29,8 @@ from streamfit._engine.runtime.predictor import Predictor
 from streamfit._engine.runtime.staging import Staging
 from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
-from streamfit._engine.steps.sparse_tables import SparseTables, find_tables, training_model
+from streamfit._engine.steps.sparse_tables import SparseTables
+from streamfit._engine.steps.tables import find_tables, training_model
 from streamfit._engine.steps.step_graphs import sample_weight_shape
 from streamfit._public import reexport
 from streamfit.exceptions import BadInputError, ModelError, NonFiniteError, StreamfitError
@@ -170,11 +173,8 @@ class Trainer:
         self._single = self._signature.single
         #: ``inputs=``: the column plan that turns Arrow tables (or dicts of columns) into the model's inputs
         self.inputs = inputs
-        self._columns: Any = None
+        self._columns: ColumnInputs | None = None
         if inputs is not None:
-            from streamfit._columns.memory import ColumnInputs
-            from streamfit._columns.mapping import check_inputs
-
             check_inputs(self.prepared.inputs, inputs)  # a ModelError naming the input
             self._columns = ColumnInputs(self.prepared.inputs, inputs)
 
@@ -642,15 +642,7 @@ class Trainer:
         # the live tables are serialized into the copy directly: a table is not copied twice
         model = self.prepared.inference_model({**self._weights(copy=False), **self.running_statistics(),
                                                **{k: v.copy() for k, v in self.host_arrays.items()}})
-        columns = self._columns
-        if columns is None or not any(s.encoder is not None for s in columns.plan.sources):
-            return model
-        from streamfit.features._export import raw_column_model
-
-        plan = columns.plan
-        assert self.inputs is not None  # a column plan is made from them
-        return raw_column_model(model, self.inputs, self.prepared.inputs, plan.states, plan.column_info,
-                                plan.row_shapes)
+        return model if self._columns is None else self._columns.export(model)
 
 
 reexport("streamfit", globals(), ["Trainer"])  # streamfit.Trainer

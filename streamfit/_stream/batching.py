@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -146,38 +146,28 @@ def _fmt_pos(position: Any) -> str:
     return repr(dict(position)) if hasattr(position, "keys") else repr(position)
 
 
+def _check_args(batch_size: Any, on_bad: Any, max_rows: Any, ring_size: Any) -> None:
+    """ValueError naming the first invalid argument of a :class:`Rebatcher`."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
+    if on_bad not in ("raise", "skip"):
+        raise ValueError(f"Invalid on_bad: {on_bad!r}, expected 'raise' or 'skip'")
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+        raise ValueError(f"Invalid max_rows: {max_rows!r}, expected None or an int >= 0")
+    if ring_size is not None and (not isinstance(ring_size, int) or ring_size < 1):
+        raise ValueError(f"Invalid ring_size: {ring_size!r}, expected None or an int >= 1")
+
+
 class Rebatcher:
     """Turn :class:`SourceBatch` objects into :class:`TrainingBatch` objects of ``batch_size`` rows.
 
     Parameters
     ----------
     batch_size : rows per training batch; the last one may be smaller (unless ``drop_last``).
-    plan : the :class:`~streamfit._columns.plan.ColumnPlan` to read with; else one is made of ``features``,
-        ``label``, ``weight``, ``task``, ``dtype``, ``cast``, ``layout``, ``expected_width``, ``inputs``,
-        ``model_inputs``, ``encoder_states`` and ``classes`` (the plan's parameters, described here).
-    features : feature column names (scalar float columns and/or vector columns), or one name, or
-        ``None`` = every column but the label and weight, fixed by the first valid record batch (which
-        must then give ``expected_width`` values per row, when that is known).
-    layout : a saved :class:`~streamfit._columns.layout.ColumnLayout` (from a checkpoint): the features,
-        their widths, label, weight and dtype are that layout's; the other arguments must agree.
-    expected_width : the model's feature values per row, if known: a record batch whose features give
-        another number is bad input (``feature_count``), so an extra column never changes the features.
-    inputs, model_inputs : fill named model inputs instead of one ``X``: ``inputs`` maps model input names
-        to a column, a list of columns or a :mod:`streamfit.features` encoder (unmapped inputs read the
-        column of their name); ``model_inputs`` are the model's declared inputs (``name``, ``dtype``,
-        ``shape``); ``X`` is then ``{input name: array}`` (see :mod:`streamfit._columns.mapping`).
-    encoder_states : the encoders' learned state by input name (the live copy: read-ahead updates it;
-        the plan's ``commit`` advances a committed copy once rows are trained).
-    label, weight : label column (or several / one vector column: multi-output regression); optional
-        sample-weight column (finite, >= 0).
-    task : ``"regression"`` (``y`` has ``dtype``) or ``"classification"`` (``y`` holds class labels:
-        int64, or the classes' dtype for string/bool labels).
-    classes : the class labels; ``None`` learns them from the first valid batch (as ``partial_fit``'s
-        ``classes=`` takes them); a label not among them is a bad row (``unknown_class``).
-    dtype : dtype of ``X`` (float32 or float64); weights use it too.
+    plan : the :class:`~streamfit._columns.plan.ColumnPlan` to read with (built by the caller: the features
+        or named inputs, label, weight, task, dtype, ``cast``, a saved layout, the classes; see there).
     on_bad : ``"raise"`` (:class:`BadInputError` naming column, position and expectation) or ``"skip"``
         (drop the bad rows, or the whole record batch for schema problems; count and log them).
-    cast : allow explicit conversion of integer/bool/decimal columns (see :mod:`streamfit._columns`).
     max_rows : stop after this many training rows (the last batch is cut short, ``done`` becomes True).
     ring_size : number of reused buffers (see the module docstring); ``None`` = fresh arrays per batch.
     quarantine : a :class:`Quarantine` (shared, may change between record batches): messages to train
@@ -194,50 +184,19 @@ class Rebatcher:
     Examples
     --------
     >>> import pyarrow as pa
+    >>> from streamfit._columns.plan import ColumnPlan
     >>> from streamfit.sources._base import SourceBatch
     >>> rb = pa.record_batch({"x": pa.array([1., 2., 3.], pa.float32()), "y": [0.5, 1., 1.5]})
     >>> sb = SourceBatch(rb, lambda r: {"row": r})
-    >>> rebatcher = Rebatcher(2)
+    >>> rebatcher = Rebatcher(2, ColumnPlan())
     >>> [(b.n_rows, b.position) for b in rebatcher.push(sb)] + [(b.n_rows, b.position) for b in rebatcher.flush()]
     [(2, {'row': 2}), (1, {'row': 3})]
     """
 
-    def __init__(
-        self,
-        batch_size: int,
-        *,
-        features: Sequence[str] | str | None = None,
-        label: "str | Sequence[str]" = "y",
-        weight: str | None = None,
-        task: str = "regression",
-        dtype: Any = np.float32,
-        on_bad: str = "raise",
-        cast: bool = False,
-        drop_last: bool = False,
-        max_rows: int | None = None,
-        ring_size: int | None = None,
-        layout: ColumnLayout | None = None,
-        expected_width: int | None = None,
-        inputs: "Mapping[str, Any] | None" = None,
-        model_inputs: "Sequence[Any] | None" = None,
-        encoder_states: "Mapping[str, Any] | None" = None,
-        classes: Any = None,
-        quarantine: Quarantine | None = None,
-        plan: ColumnPlan | None = None,
-        ledger: SkipLedger | None = None,
-    ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"Invalid batch_size: {batch_size!r}, expected an int >= 1")
-        if on_bad not in ("raise", "skip"):
-            raise ValueError(f"Invalid on_bad: {on_bad!r}, expected 'raise' or 'skip'")
-        if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
-            raise ValueError(f"Invalid max_rows: {max_rows!r}, expected None or an int >= 0")
-        if ring_size is not None and (not isinstance(ring_size, int) or ring_size < 1):
-            raise ValueError(f"Invalid ring_size: {ring_size!r}, expected None or an int >= 1")
-        if plan is None:
-            plan = ColumnPlan(model_inputs, inputs, features=features, label=label, weight=weight, task=task,
-                              dtype=dtype, cast=cast, states=encoder_states, layout=layout,
-                              expected_width=expected_width, classes=classes)
+    def __init__(self, batch_size: int, plan: ColumnPlan, *, on_bad: str = "raise", drop_last: bool = False,
+                 max_rows: int | None = None, ring_size: int | None = None, quarantine: Quarantine | None = None,
+                 ledger: SkipLedger | None = None) -> None:
+        _check_args(batch_size, on_bad, max_rows, ring_size)
         #: what the columns hold (the column plan); the rebatcher keeps the buffers and the bad-input policy
         self.plan = plan
         self.batch_size = batch_size

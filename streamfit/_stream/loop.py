@@ -48,6 +48,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from streamfit.sources._base import Position, Source
 from streamfit._stream.batching import IN_FLIGHT_EXTRA, Quarantine, Rebatcher, TrainingBatch
 from streamfit._columns.layout import ColumnLayout
+from streamfit._columns.plan import ColumnPlan
 from streamfit._stream.deadletter import open_dead_letter
 from streamfit._stream.skips import Skipped, SkipLedger
 from streamfit._stream.events import BatchEvent, IdleEvent, MetricsEvent, StreamSummary
@@ -152,6 +153,16 @@ def declared_width(estimator: Any) -> int | None:
     return width
 
 
+def _check_hooks(*, idle_every: Any, **hooks: Any) -> None:
+    """TypeError for a hook that is not callable, ValueError for an ``idle_every`` that is no finite number > 0."""
+    for name, hook in hooks.items():
+        if hook is not None and not callable(hook):
+            raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
+    if isinstance(idle_every, bool) or not isinstance(idle_every, (int, float)) or not idle_every > 0 \
+            or math.isinf(idle_every):
+        raise ValueError(f"Invalid idle_every: {idle_every!r}, expected a finite number of seconds > 0")
+
+
 class StreamLoop:
     """Train ``estimator`` on ``source`` once; see :func:`train_stream` for the parameters.
 
@@ -178,17 +189,11 @@ class StreamLoop:
     ) -> None:
         opts = self.options = StreamOptions.build(options, **option_kwargs)
         opts.check_scope("loop", where="the stream loop (StreamLoop, train_stream)")
-        task, classes, inputs = opts.resolved_task, opts.classes, opts.inputs
-        for name, hook in (("on_batch", on_batch), ("on_metrics", on_metrics), ("on_idle", on_idle)):
-            if hook is not None and not callable(hook):
-                raise TypeError(f"{name} must be callable, got {type(hook).__name__}")
-        if isinstance(idle_every, bool) or not isinstance(idle_every, (int, float)) or not idle_every > 0 \
-                or math.isinf(idle_every):
-            raise ValueError(f"Invalid idle_every: {idle_every!r}, expected a finite number of seconds > 0")
+        _check_hooks(on_batch=on_batch, on_metrics=on_metrics, on_idle=on_idle, idle_every=idle_every)
         self.estimator = estimator
         self.source = source
-        self.task = task
-        self.classes = classes
+        self.task = opts.resolved_task
+        self.classes = opts.classes
         self.queue_size = opts.queue_size
         self.evaluate = opts.evaluate
         self.progress = opts.progress
@@ -200,36 +205,19 @@ class StreamLoop:
         wait = opts.max_batch_wait
         self.max_batch_wait = None if wait is None or math.isinf(wait) else wait
         self.stop_event = stop_event
-        if inputs is None:
-            inputs = getattr(estimator, "inputs", None)
-        elif getattr(estimator, "inputs", None) not in (None, inputs):
-            raise ValueError(f"inputs={inputs!r} differs from the estimator's inputs={estimator.inputs!r}")
-        self.inputs = inputs
-        #: the estimator's side of named inputs (its declared inputs; the trained rows go back through it)
-        self._stream_inputs: Any = None
-        named: dict[str, Any] = {}
-        if inputs is not None:
-            from streamfit.features._estimator import stream_inputs
-
-            # the rebatcher reads ahead with its own copy of the encoders' states; the estimator commits its
-            # own batch by batch as batches are trained
-            hook = getattr(estimator, "_stream_inputs", None)
-            si = self._stream_inputs = hook() if callable(hook) else stream_inputs(estimator)
-            named = dict(inputs=inputs, model_inputs=si.model_inputs, encoder_states=si.read_ahead)
-        if classes is None and task == "classification":
-            classes = getattr(estimator, "classes_", None)
-        self._rebatcher = Rebatcher(
-            opts.batch_size, features=opts.features, label=opts.label, weight=opts.weight, task=task,
-            dtype=opts.dtype, on_bad=opts.on_bad, cast=opts.cast, drop_last=opts.drop_last, max_rows=opts.max_rows,
-            ring_size=opts.queue_size + IN_FLIGHT_EXTRA, layout=layout, classes=classes,
-            expected_width=None if inputs is not None else declared_width(estimator), quarantine=quarantine,
-            ledger=skips, **named)
+        self._rebatcher = Rebatcher(opts.batch_size, self._column_plan(opts, layout), on_bad=opts.on_bad,
+                                    drop_last=opts.drop_last, max_rows=opts.max_rows,
+                                    ring_size=opts.queue_size + IN_FLIGHT_EXTRA, quarantine=quarantine, ledger=skips)
         #: the one count of skipped input (as read by the rebatcher, as passed by trained batches)
         self.skips = self._rebatcher.ledger
         dead_letter = opts.dead_letter
         self._own_sink = isinstance(dead_letter, str)
         self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
-        self._metrics = ProgressiveMetrics(task, opts.window)
+        self._metrics = ProgressiveMetrics(self.task, opts.window)
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What a run fills in: its lifecycle, the reader's flags, the metric streams, the counters."""
         self._state = LoopState.CREATED
         self._stop_requested = False
         self._idle_scope: anyio.CancelScope | None = None
@@ -251,9 +239,35 @@ class StreamLoop:
         self._progress = Progress(False)
         self._trainer: StepThread | None = None
         # streamfit's own estimator classes only (a subclass defined elsewhere may run any code in a step)
-        self._inline_capable = type(estimator).__module__.startswith("streamfit.")
+        self._inline_capable = type(self.estimator).__module__.startswith("streamfit.")
         self._fast_steps = 0
         self._step_seconds = 0.0
+
+    def _column_plan(self, opts: StreamOptions, layout: ColumnLayout | None) -> ColumnPlan:
+        """The run's column plan: the options' features or named inputs (default: the estimator's ``inputs``),
+        label, weight, classes (default: a fitted classifier's ``classes_``), a resumed run's ``layout``."""
+        estimator, inputs, classes = self.estimator, opts.inputs, opts.classes
+        if inputs is None:
+            inputs = getattr(estimator, "inputs", None)
+        elif getattr(estimator, "inputs", None) not in (None, inputs):
+            raise ValueError(f"inputs={inputs!r} differs from the estimator's inputs={estimator.inputs!r}")
+        self.inputs = inputs
+        #: the estimator's side of named inputs (its declared inputs; the trained rows go back through it)
+        self._stream_inputs: Any = None
+        model_inputs = states = None
+        if inputs is not None:
+            from streamfit.features._estimator import stream_inputs
+
+            # the rebatcher reads ahead with its own copy of the encoders' states; the estimator commits its
+            # own batch by batch as batches are trained
+            hook = getattr(estimator, "_stream_inputs", None)
+            si = self._stream_inputs = hook() if callable(hook) else stream_inputs(estimator)
+            model_inputs, states = si.model_inputs, si.read_ahead
+        if classes is None and self.task == "classification":
+            classes = getattr(estimator, "classes_", None)
+        return ColumnPlan(model_inputs, inputs, features=opts.features, label=opts.label, weight=opts.weight,
+                          task=self.task, dtype=opts.dtype, cast=opts.cast, states=states, layout=layout,
+                          expected_width=None if inputs is not None else declared_width(estimator), classes=classes)
 
     # ------------------------------------------------------------------ control
     @property
@@ -658,27 +672,15 @@ async def train_stream(
     source : a :class:`streamfit.sources.Source`, or anything ``streamfit.sources.open_source`` accepts.
         It is closed when training ends.  Sources may expose ``total_rows`` for the progress bar.
     options : a :class:`~streamfit.StreamOptions` (or a mapping of its fields); keyword arguments
-        (``label="y", batch_size=1024, on_bad="skip"``, any field of ``StreamOptions``) build it or
-        override its fields.  An unknown or misspelt name raises :class:`~streamfit.OptionError` at once.
-        The main ones: ``features`` (default: every column but label and weight of the first valid batch,
-        which must give as many values per row as the model takes when the model says), ``label``,
-        ``weight``, ``batch_size``, ``max_rows``, ``on_bad`` (``"raise"``, or ``"skip"`` bad input, see
-        :class:`~streamfit._stream.batching.Rebatcher`), ``classes`` (passed to the first ``partial_fit``;
-        a label outside them is a bad row), ``inputs`` (model input name -> column(s) or
-        :mod:`streamfit.features` encoder; default: the estimator's), ``queue_size`` (at most
-        ``queue_size + IN_FLIGHT_EXTRA`` batches exist at once), ``evaluate``, ``progress``, ``dead_letter``
-        (where skipped input goes: a :class:`~streamfit.DeadLetterSink`, a JSON-lines path or
-        ``kafka://HOST:PORT/topic``).
+        (``label="y", batch_size=1024, on_bad="skip"``, any field of ``StreamOptions``, described there) build
+        it or override its fields.  An unknown or misspelt name raises :class:`~streamfit.OptionError` at once.
+        The main ones: ``features`` (default: every column but label and weight of the first valid batch),
+        ``label``, ``weight``, ``batch_size``, ``max_rows``, ``on_bad``, ``classes``, ``inputs`` (default: the
+        estimator's), ``queue_size``, ``max_batch_wait``, ``evaluate``, ``progress``, ``dead_letter``.
     on_batch : ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
     on_metrics : ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
     on_idle : ``hook(IdleEvent)`` every ``idle_every`` seconds while the trainer waits for rows (sync or
         async): no step runs until it returns, a safe point to checkpoint a quiet stream.
-    max_batch_wait : seconds without new rows after which the rows waiting for a full batch are trained
-        while the stream stays open (default ``None``: only at the end of the stream; ``streamfit serve``
-        defaults to 1 s).
-    task : ``"regression"`` or ``"classification"``; default: classification iff ``classes`` is given.
-    classes : all class labels, passed to the first ``partial_fit`` call (default: a fitted estimator's
-        ``classes_``, else those of the first batch); a label outside them is a bad row (``unknown_class``).
     stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
     layout : the :class:`~streamfit._columns.layout.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
         of the run that saved it): features, widths, label, weight and dtype are fixed to it.

@@ -380,15 +380,6 @@ class StreamOptions:
                 raise OptionError(f"{f.name}={getattr(self, f.name)!r} is an option of {reader}, which {where} is "
                                   "not", option=f.name)
 
-    def divergence_guard(self) -> Any:
-        """The daemon's :class:`~streamfit.daemon.guard.DivergenceGuard` these options describe (None: off)."""
-        if not self.guard:
-            return None
-        from streamfit.daemon.guard import DivergenceGuard
-
-        return DivergenceGuard(self.guard_factor, lr_factor=self.guard_lr_factor, max_rollbacks=self.poison_after,
-                               min_lr_scale=self.min_lr_scale, recover_after=self.lr_recover_after)
-
     # ------------------------------------------------------------------------------------ derived
     @property
     def resolved_task(self) -> str:

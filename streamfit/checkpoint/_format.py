@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, TypeGuard
+from typing import Any, Callable, Mapping, TypeGuard
 
 import numpy as np
 from numpy.lib.npyio import NpzFile
@@ -426,6 +426,43 @@ def read_checkpoint(path: Path) -> Checkpoint:
     def corrupt(reason: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"checkpoint {os.fspath(path)}: {reason}")
 
+    files = _read_files(path, corrupt)
+    manifest, link = files.manifest, files.link
+    arrays, reason = _load_state(files.blobs[STATE_FILE], manifest["arrays"])
+    if arrays is None:
+        raise corrupt(reason or "unreadable state")
+    deltas = _read_link(link, arrays, files.blobs, corrupt) if link is not None else {}
+    if files.legacy:
+        logger.warning(
+            "checkpoint %s has format version %d, whose manifest has no checksum: its data files are verified, "
+            "its manifest (counters, source position) cannot be; the next checkpoint is written in version %d",
+            path, manifest["format_version"], FORMAT_VERSION,
+        )
+    return Checkpoint(
+        path=path,
+        step=manifest["step"],
+        manifest=manifest,
+        meta=manifest["meta"],
+        arrays=arrays,
+        skeleton=files.blobs[MODEL_FILE],
+        link=link,
+        deltas=deltas,
+    )
+
+
+@dataclass(frozen=True)
+class _Files:
+    """A checkpoint directory as read: its manifest (verified), its chain link, its data files (checked)."""
+
+    manifest: dict[str, Any]
+    legacy: bool  # a format version whose manifest has no checksum
+    link: ChainLink | None
+    blobs: dict[str, bytes]
+
+
+def _read_files(path: Path, corrupt: Callable[[str], CorruptCheckpointError]) -> _Files:
+    """The manifest (valid JSON, its checksum and fields checked) and every data file it lists, each of its
+    size and SHA-256; nothing else in the directory, no symlink followed."""
     try:
         try:
             directory = NoFollowDir(path)
@@ -472,36 +509,24 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise corrupt(f"{exc.filename or 'a file'} is missing") from exc
     except OSError as exc:
         raise CheckpointError(f"checkpoint {os.fspath(path)}: cannot read: {exc}") from exc
-    arrays, reason = _load_state(blobs[STATE_FILE], manifest["arrays"])
-    if arrays is None:
-        raise corrupt(reason or "unreadable state")
+    return _Files(manifest, legacy, link, blobs)
+
+
+def _read_link(link: ChainLink, arrays: Mapping[str, Any], blobs: Mapping[str, bytes],
+               corrupt: Callable[[str], CorruptCheckpointError]) -> dict[str, RowDelta]:
+    """A chain checkpoint's tables: a full's are in the state (checked there), a delta's rows are read."""
     deltas: dict[str, RowDelta] = {}
-    if link is not None and link.kind == "full":
+    if link.kind == "full":
         for name, entry in link.tables.items():
             if name not in arrays or array_entry(arrays[name]) != {"dtype": entry["dtype"], "shape": entry["shape"]}:
                 raise corrupt(f"table {name!r} of the full checkpoint is missing from {STATE_FILE} or not {entry}")
-    elif link is not None:
-        held, reason = _load_state(blobs[DELTA_FILE], delta_listing(link), DELTA_FILE)
-        if held is None:
-            raise corrupt(reason or f"unreadable {DELTA_FILE}")
-        for name, entry in link.tables.items():
-            rows = held[name + DELTA_ROWS]
-            if rows.size and (rows[0] < 0 or rows[-1] >= entry["shape"][0] or np.any(np.diff(rows) <= 0)):
-                raise corrupt(f"{DELTA_FILE} rows of {name!r} are not sorted distinct rows of {entry['shape'][0]}")
-            deltas[name] = RowDelta(tuple(entry["shape"]), rows, held[name + DELTA_VALUES])
-    if legacy:
-        logger.warning(
-            "checkpoint %s has format version %d, whose manifest has no checksum: its data files are verified, "
-            "its manifest (counters, source position) cannot be; the next checkpoint is written in version %d",
-            path, manifest["format_version"], FORMAT_VERSION,
-        )
-    return Checkpoint(
-        path=path,
-        step=manifest["step"],
-        manifest=manifest,
-        meta=manifest["meta"],
-        arrays=arrays,
-        skeleton=blobs[MODEL_FILE],
-        link=link,
-        deltas=deltas,
-    )
+        return deltas
+    held, reason = _load_state(blobs[DELTA_FILE], delta_listing(link), DELTA_FILE)
+    if held is None:
+        raise corrupt(reason or f"unreadable {DELTA_FILE}")
+    for name, entry in link.tables.items():
+        rows = held[name + DELTA_ROWS]
+        if rows.size and (rows[0] < 0 or rows[-1] >= entry["shape"][0] or np.any(np.diff(rows) <= 0)):
+            raise corrupt(f"{DELTA_FILE} rows of {name!r} are not sorted distinct rows of {entry['shape'][0]}")
+        deltas[name] = RowDelta(tuple(entry["shape"]), rows, held[name + DELTA_VALUES])
+    return deltas

@@ -473,33 +473,7 @@ def write_model(path: StrPath, skeleton: bytes, tables: Mapping[str, Any],
     bytes written block by block.  Protobuf merges repeated occurrences of a message field, so every reader
     (onnx, onnxruntime) parses the same model; writing and hashing release the GIL, so training goes on.
     """
-    import onnx
-    from onnx import helper
-
-    model = onnx.load_from_string(skeleton)
-    kept = [init for init in model.graph.initializer if init.name not in tables]
-    missing = set(tables) - {init.name for init in model.graph.initializer}
-    if missing:
-        raise CheckpointError(f"the model has no initializers {sorted(missing)} to fill")
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
-    head = model.SerializeToString()
-    parts: list[Any] = []
-    wholes: dict[str, _Whole] = {}
-    for name, value in tables.items():
-        if not isinstance(value, _Whole):
-            array = np.asarray(value)
-            value = _Whole(tuple(array.shape), array.dtype, partial(_array_blocks, array))
-        if value.dtype.byteorder == ">":
-            raise CheckpointError(f"table {name!r} is big-endian; ONNX raw data is little-endian")
-        wholes[name] = value
-        nbytes = int(np.prod(value.shape, dtype=np.int64)) * value.dtype.itemsize
-        header = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype),
-                                  dims=list(value.shape)).SerializeToString()
-        tensor = header + _length_delimited(_TENSOR_RAW_DATA, nbytes)
-        parts += [_length_delimited(_GRAPH_INITIALIZER, len(tensor) + nbytes), tensor, (name, nbytes)]
-    graph_len = sum(len(p) if isinstance(p, bytes) else p[1] for p in parts)
-    chunks = [head, _length_delimited(_MODEL_GRAPH, graph_len), *parts] if parts else [skeleton]
+    chunks, wholes = _model_layout(skeleton, tables)
     h = hashlib.sha256()
     offsets: dict[str, int] = {}
     at = 0
@@ -526,6 +500,39 @@ def write_model(path: StrPath, skeleton: bytes, tables: Mapping[str, Any],
         f.flush()
         os.fsync(f.fileno())
     return h.hexdigest(), offsets
+
+
+def _model_layout(skeleton: bytes, tables: Mapping[str, Any]) -> "tuple[list[Any], dict[str, _Whole]]":
+    """What :func:`write_model` writes, in order: byte strings (the skeleton without the tables, then the one
+    graph record's and each initializer's headers) and ``(table name, raw bytes)`` for each table's values; and
+    the tables as :class:`_Whole` (streamed by blocks)."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_from_string(skeleton)
+    kept = [init for init in model.graph.initializer if init.name not in tables]
+    missing = set(tables) - {init.name for init in model.graph.initializer}
+    if missing:
+        raise CheckpointError(f"the model has no initializers {sorted(missing)} to fill")
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    head = model.SerializeToString()
+    parts: list[Any] = []
+    wholes: dict[str, _Whole] = {}
+    for name, value in tables.items():
+        if not isinstance(value, _Whole):
+            array = np.asarray(value)
+            value = _Whole(tuple(array.shape), array.dtype, partial(_array_blocks, array))
+        if value.dtype.byteorder == ">":
+            raise CheckpointError(f"table {name!r} is big-endian; ONNX raw data is little-endian")
+        wholes[name] = value
+        nbytes = int(np.prod(value.shape, dtype=np.int64)) * value.dtype.itemsize
+        header = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(value.dtype),
+                                  dims=list(value.shape)).SerializeToString()
+        tensor = header + _length_delimited(_TENSOR_RAW_DATA, nbytes)
+        parts += [_length_delimited(_GRAPH_INITIALIZER, len(tensor) + nbytes), tensor, (name, nbytes)]
+    graph_len = sum(len(p) if isinstance(p, bytes) else p[1] for p in parts)
+    return ([head, _length_delimited(_MODEL_GRAPH, graph_len), *parts] if parts else [skeleton]), wholes
 
 
 def _structure(skeleton: bytes, tables: set[str]) -> tuple[str, dict[str, np.ndarray]]:

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["DivergenceGuard"]
+__all__ = ["DivergenceGuard", "guard_of"]
+
+
+def guard_of(options: Any) -> "DivergenceGuard | None":
+    """The guard a :class:`~streamfit.StreamOptions` describes (``guard``, ``guard_factor``, ``guard_lr_factor``,
+    ``poison_after``, ``min_lr_scale``, ``lr_recover_after``), or None when ``guard`` is off."""
+    if not options.guard:
+        return None
+    return DivergenceGuard(options.guard_factor, lr_factor=options.guard_lr_factor,
+                           max_rollbacks=options.poison_after, min_lr_scale=options.min_lr_scale,
+                           recover_after=options.lr_recover_after)
 
 
 @dataclass

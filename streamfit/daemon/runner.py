@@ -33,7 +33,7 @@ from streamfit._stream.events import BatchEvent, IdleEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, BackgroundPublisher, CheckpointStore, TableArrays
 from streamfit.checkpoint._format import dir_name
 from streamfit.daemon.commit_ledger import RunCommitLedger
-from streamfit.daemon.guard import DivergenceGuard
+from streamfit.daemon.guard import DivergenceGuard, guard_of
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot_estimator, snapshot_tables
 from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
@@ -125,6 +125,23 @@ _HANDOVER_COMMIT_SHARE = 0.4
 _DAEMON_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
 
 
+def _check_schedule(*, every_batches: int | None, every_seconds: float | None, resume: bool,
+                    checkpoint_dir: Any, full_every: Any, publish_every: float | None, publish_path: Any) -> None:
+    """ValueError naming the first inconsistent checkpoint or publishing option of a :class:`Runner`."""
+    if every_batches is not None and every_batches < 1:
+        raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
+    if every_seconds is not None and not every_seconds > 0:
+        raise ValueError(f"every_seconds must be > 0, got {every_seconds!r}")
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs a checkpoint_dir")
+    if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 1:
+        raise ValueError(f"full_every must be an int >= 1 (1: every checkpoint full), got {full_every!r}")
+    if publish_every is not None and not publish_every >= 0:
+        raise ValueError(f"publish_every must be >= 0 seconds, got {publish_every!r}")
+    if publish_every is not None and publish_path is None:
+        raise ValueError("publish_every needs a publish_path")
+
+
 class Runner:
     """Train ``estimator`` from ``source`` with checkpoints, exact resume and a divergence guard.
 
@@ -170,39 +187,19 @@ class Runner:
             else None
         self.options = StreamOptions.build(options, **loop_options)
         self.options.check_scope("loop", "daemon", where="Runner (scale-out is streamfit.distributed's)")
-        guard = guard_given if guard_given is not None else self.options.divergence_guard()
-        if every_batches is not None and every_batches < 1:
-            raise ValueError(f"every_batches must be >= 1, got {every_batches!r}")
-        if every_seconds is not None and not every_seconds > 0:
-            raise ValueError(f"every_seconds must be > 0, got {every_seconds!r}")
-        if resume and checkpoint_dir is None:
-            raise ValueError("resume=True needs a checkpoint_dir")
-        if isinstance(full_every, bool) or not isinstance(full_every, int) or full_every < 1:
-            raise ValueError(f"full_every must be an int >= 1 (1: every checkpoint full), got {full_every!r}")
-        if publish_every is not None and not publish_every >= 0:
-            raise ValueError(f"publish_every must be >= 0 seconds, got {publish_every!r}")
-        if publish_every is not None and publish_path is None:
-            raise ValueError("publish_every needs a publish_path")
-        self.full_every = full_every
-        self.publish_every = publish_every
-        self._publisher: BackgroundPublisher | None = None
-        self._chain_parent: int | None = None  # the last chain checkpoint submitted: the next delta's parent
-        self._chain_depth = 0
+        guard = guard_given if guard_given is not None else guard_of(self.options)
+        _check_schedule(every_batches=every_batches, every_seconds=every_seconds, resume=resume,
+                        checkpoint_dir=checkpoint_dir, full_every=full_every, publish_every=publish_every,
+                        publish_path=publish_path)
         self.estimator = estimator
         self.source_spec = source
         self.source_options = dict(source_options or {})
-        self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
-        #: this run's own group commits (Kafka): tells them from another member's on resume
-        self._commits = RunCommitLedger(checkpoint_dir) if checkpoint_dir is not None else None
-        #: the metrics history beside the checkpoints (fed at interval ends, checkpoints and rollbacks)
-        self.history = RunHistory(checkpoint_dir, history if isinstance(history, HistoryOptions) else None) \
-            if checkpoint_dir is not None and history is not False else None
         self.every_batches = every_batches
         self.every_seconds = every_seconds
         self.resume = resume
-        self.publish_path = Path(publish_path) if publish_path is not None else None
-        if self.publish_path is not None:
-            self.publish_path.parent.mkdir(parents=True, exist_ok=True)
+        self.full_every = full_every
+        self.publish_every = publish_every
+        self._init_stores(checkpoint_dir, keep, history, publish_path)
         self.guard = guard
         self.health = HealthFile(health_path, health_interval) if health_path is not None else None
         self.metrics = metrics
@@ -212,7 +209,26 @@ class Runner:
         self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
         if self.dead_letter is not None and (self.store is not None or guard is not None):
             self.dead_letter.hold = True  # records wait for the checkpoint (or rollback point) that covers them
-        # counters across restarts
+        self._init_run_state()
+
+    def _init_stores(self, checkpoint_dir: "str | Path | None", keep: int, history: "HistoryOptions | bool",
+                     publish_path: "str | Path | None") -> None:
+        """Where the run writes: the checkpoint store, its commit ledger, the history, the published model."""
+        self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
+        #: this run's own group commits (Kafka): tells them from another member's on resume
+        self._commits = RunCommitLedger(checkpoint_dir) if checkpoint_dir is not None else None
+        #: the metrics history beside the checkpoints (fed at interval ends, checkpoints and rollbacks)
+        self.history = RunHistory(checkpoint_dir, history if isinstance(history, HistoryOptions) else None) \
+            if checkpoint_dir is not None and history is not False else None
+        self.publish_path = Path(publish_path) if publish_path is not None else None
+        if self.publish_path is not None:
+            self.publish_path.parent.mkdir(parents=True, exist_ok=True)
+        self._publisher: BackgroundPublisher | None = None
+        self._chain_parent: int | None = None  # the last chain checkpoint submitted: the next delta's parent
+        self._chain_depth = 0
+
+    def _init_run_state(self) -> None:
+        """The counters across restarts, the checkpoints in flight, the rollback and poison bookkeeping."""
         self.rows = 0
         self.batches = 0
         self.position: Position | None = None
@@ -251,7 +267,7 @@ class Runner:
         self._checkpoint_rows: int | None = None  # rows of the newest durable checkpoint
         self._t0 = 0.0
         self._rows_at_start = 0
-        self._guard_every = every_batches or 100
+        self._guard_every = self.every_batches or 100
         self._submitted_step = 0
         self._commit_lock: anyio.Lock | None = None  # _publish_and_commit from a batch, a handover, a durable write
         self._handovers: Callable[[Handover], None] | None = None  # queues a handover on the event loop
@@ -657,6 +673,39 @@ class Runner:
     # -- the run -------------------------------------------------------------------------------------
     async def run(self, stop_event: anyio.Event | None = None) -> RunSummary:
         """Train until the source ends or ``stop_event`` is set; write a final checkpoint; return a summary."""
+        self._start()
+        skipped_at_start = self._skipped_rows()
+        summary = None
+        ended_by = "end"
+        try:
+            while True:
+                summary = await self._run_once(stop_event)
+                ended_by = summary.ended_by
+                if self._rollback_reason is None:
+                    break
+                await self._roll_back()
+            await self._final_checkpoint()
+        finally:
+            await self._close()
+        elapsed = time.perf_counter() - self._t0
+        result = RunSummary(self.rows, self.batches, self.position, self.checkpoints, self.last_checkpoint,
+                            self.rollbacks, self._resumed_from, ended_by, self._skipped_rows(),
+                            {} if summary is None else {"stream": summary.stream_metrics,
+                                                        "window": summary.window_metrics},
+                            (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0,
+                            self.rows - self._rows_at_start,
+                            {k: n - skipped_at_start.get(k, 0) for k, n in self._skips.rows.items()
+                             if n > skipped_at_start.get(k, 0)},
+                            self._skipped_messages(), sorted(self._quarantine.skip), dict(self._skips.read_rows),
+                            dict(self._skips.read_messages))
+        log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
+                  f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
+                  last_checkpoint=self.last_checkpoint)
+        return result
+
+    def _start(self) -> None:
+        """Before the first loop: the publisher, the resumed checkpoint (or a check that there is none), the
+        dead letters, the history, the checkpoint writer."""
         if self.publish_path is not None:
             self._publisher = BackgroundPublisher(self.publish_path, self.publish_every or 0.0)
         if self.resume:
@@ -673,56 +722,37 @@ class Runner:
                                config=self._history_config())
         self._t0 = time.perf_counter()
         self._rows_at_start = self.rows
-        skipped_at_start = self._skipped_rows()
         if self.store is not None:
             self._writer = AsyncCheckpointWriter(self.store)
         log_event("start", f"training from {self.source_spec if isinstance(self.source_spec, str) else 'source'}",
                   rows=self.rows, batches=self.batches, position=self.position)
-        summary = None
-        ended_by = "end"
-        try:
-            while True:
-                summary = await self._run_once(stop_event)
-                ended_by = summary.ended_by
-                if self._rollback_reason is None:
-                    break
-                await self._roll_back()
-            if self._writer is not None and self.batches and (self._committed_step < self.batches):
-                # wait in a worker thread: the event loop stays free to see a second signal
+
+    async def _final_checkpoint(self) -> None:
+        """After the last loop: what was trained since the last durable checkpoint is checkpointed, published
+        and committed."""
+        if self._writer is not None and self.batches and (self._committed_step < self.batches):
+            # wait in a worker thread: the event loop stays free to see a second signal
+            await anyio.to_thread.run_sync(self._writer.flush)
+            await self._publish_and_commit()
+            if self._committed_step < self.batches:
+                if self.batches not in self._pending:
+                    self._submit(wait=True)  # the writer is idle: returns at once
                 await anyio.to_thread.run_sync(self._writer.flush)
                 await self._publish_and_commit()
-                if self._committed_step < self.batches:
-                    if self.batches not in self._pending:
-                        self._submit(wait=True)  # the writer is idle: returns at once
-                    await anyio.to_thread.run_sync(self._writer.flush)
-                    await self._publish_and_commit()
-        finally:
-            if self.history is not None:
-                self.history.close()
-            if self._writer is not None:
-                self._writer.close()
-            if self._publisher is not None:  # the last durable checkpoint's model, published before exit
-                await anyio.to_thread.run_sync(self._publisher.close)
-            if self.dead_letter is not None:
-                self.dead_letter.close()
-            if self._source is not None:
-                await self._source.aclose()
-                self._source = None
-        elapsed = time.perf_counter() - self._t0
-        result = RunSummary(self.rows, self.batches, self.position, self.checkpoints, self.last_checkpoint,
-                            self.rollbacks, self._resumed_from, ended_by, self._skipped_rows(),
-                            {} if summary is None else {"stream": summary.stream_metrics,
-                                                        "window": summary.window_metrics},
-                            (self.rows - self._rows_at_start) / elapsed if elapsed > 0 else 0.0,
-                            self.rows - self._rows_at_start,
-                            {k: n - skipped_at_start.get(k, 0) for k, n in self._skips.rows.items()
-                             if n > skipped_at_start.get(k, 0)},
-                            self._skipped_messages(), sorted(self._quarantine.skip), dict(self._skips.read_rows),
-                            dict(self._skips.read_messages))
-        log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
-                  f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
-                  last_checkpoint=self.last_checkpoint)
-        return result
+
+    async def _close(self) -> None:
+        """The history, the writer, the publisher (its last model out first), the dead letters, the source."""
+        if self.history is not None:
+            self.history.close()
+        if self._writer is not None:
+            self._writer.close()
+        if self._publisher is not None:  # the last durable checkpoint's model, published before exit
+            await anyio.to_thread.run_sync(self._publisher.close)
+        if self.dead_letter is not None:
+            self.dead_letter.close()
+        if self._source is not None:
+            await self._source.aclose()
+            self._source = None
 
     async def _run_once(self, stop_event: anyio.Event | None) -> Any:
         if self._source is not None:

@@ -149,7 +149,7 @@ def export_model(estimator: Any, model: Any) -> Any:
     inputs = getattr(estimator, "inputs", None)
     if not inputs or not any(isinstance(v, Encoder) for v in inputs.values()):
         return model
-    from streamfit.features._export import raw_column_model
+    from streamfit._columns.export import raw_column_model
 
     return raw_column_model(model, inputs, model_inputs_of(estimator) or (), encoder_states(estimator),
                             estimator.__dict__.get("input_columns_", {}),

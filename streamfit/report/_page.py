@@ -82,6 +82,29 @@ def _fmt(v: Any) -> str:
 
 def render_page(root: Path, history: History, plots: list[Plot], chain: list[CheckpointRow]) -> str:
     """The HTML text of the report of the run kept in ``root``."""
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>streamfit report: {_e(root.name)}</title>", f"<style>{_CSS}</style></head><body>",
+           "<h1>streamfit run report</h1>",
+           f'<p class="sub">{_e(os.fspath(root))}'
+           + (f" &middot; source {_e(history.runs[0].source)}" if history.runs and history.runs[0].source else "")
+           + "</p>"]
+    out += _summary(history)
+    out.append("<h2>Plots</h2>")
+    for plot in plots:
+        data = base64.b64encode(plot.png).decode("ascii")
+        out.append(f'<img id="plot-{_e(plot.name)}" alt="{_e(plot.title)}" '
+                   f'src="data:image/png;base64,{data}">')
+    out += _rollbacks(history)
+    out += _chain(chain)
+    out += _configuration(history)
+    out += _intervals(history)
+    out.append(f'<p class="sub">written {_e(_when(__import__("time").time()))} by streamfit report</p>')
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _summary(history: History) -> list[str]:
+    """The run in one table (rows, batches, checkpoints, rollbacks, skips, time, last loss) and its gaps."""
     ivs = history.intervals
     rows = ivs[-1].rows_end if ivs else 0
     batches = ivs[-1].batch_end if ivs else 0
@@ -92,12 +115,6 @@ def render_page(root: Path, history: History, plots: list[Plot], chain: list[Che
     rollbacks = [r for iv in ivs for r in iv.rollbacks]
     quarantined = [q for r in rollbacks for q in r.quarantined]
     seconds = sum(iv.time_end - iv.time_start for iv in ivs)
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>streamfit report: {_e(root.name)}</title>", f"<style>{_CSS}</style></head><body>",
-           "<h1>streamfit run report</h1>",
-           f'<p class="sub">{_e(os.fspath(root))}'
-           + (f" &middot; source {_e(history.runs[0].source)}" if history.runs and history.runs[0].source else "")
-           + "</p>"]
     summary = [("rows trained", f"{rows:,}"), ("batches", f"{batches:,}"), ("intervals", len(ivs)),
                ("process starts (fresh + resumed)", len(history.runs)),
                ("checkpoints written", sum(len(iv.checkpoints) for iv in ivs)),
@@ -107,49 +124,59 @@ def render_page(root: Path, history: History, plots: list[Plot], chain: list[Che
     last_loss = next((iv.metrics.get("loss") for iv in reversed(ivs) if iv.metrics.get("loss") is not None), None)
     if last_loss is not None:
         summary.append(("progressive loss, last interval", f"{last_loss:.4g}"))
-    out.append("<table>" + "".join(f'<tr><th class="l">{_e(k)}</th><td class="l">{_e(v)}</td></tr>'
-                                   for k, v in summary) + "</table>")
+    out = ["<table>" + "".join(f'<tr><th class="l">{_e(k)}</th><td class="l">{_e(v)}</td></tr>'
+                               for k, v in summary) + "</table>"]
     gaps = history.gaps()
     if gaps:
         out.append(f'<p class="warn">the history has {len(gaps)} gap(s) between intervals (batches '
                    + ", ".join(f"{a}..{b}" for a, b in gaps[:5]) + ")</p>")
-    out.append("<h2>Plots</h2>")
-    for plot in plots:
-        data = base64.b64encode(plot.png).decode("ascii")
-        out.append(f'<img id="plot-{_e(plot.name)}" alt="{_e(plot.title)}" '
-                   f'src="data:image/png;base64,{data}">')
-    if rollbacks:
-        out.append("<h2>Rollbacks and quarantines</h2><table><tr><th>at row</th><th>back to row</th>"
-                   "<th>batch</th><th class='l'>reason</th><th>lr scale</th><th class='l'>quarantined</th></tr>")
-        for r in rollbacks:
-            out.append(f"<tr><td>{r.at_rows:,}</td><td>{r.to_rows:,}</td><td>{r.to_step}</td>"
-                       f"<td class='l'>{_e(r.reason)}</td><td>{r.lr_scale:g}</td>"
-                       f"<td class='l'>{_e(', '.join(r.quarantined))}</td></tr>")
-        out.append("</table>")
-    out.append("<h2>Checkpoint chain</h2>")
-    if chain:
-        out.append("<table><tr><th class='l'>checkpoint</th><th>step</th><th>rows</th><th class='l'>kind</th>"
-                   "<th>parent</th><th>bytes</th><th>window loss</th><th class='l'>written</th></tr>")
-        for c in chain:
-            out.append(f"<tr><td class='l'>{_e(c.name)}</td><td>{c.step}</td><td>{_fmt(c.rows)}</td>"
-                       f"<td class='l'>{_e(c.kind)}</td><td>{_fmt(c.parent)}</td><td>{c.bytes:,}</td>"
-                       f"<td>{_fmt(c.loss)}</td><td class='l'>{_e(c.created_at)}</td></tr>")
-        out.append("</table>")
-    else:
-        out.append("<p>no committed checkpoint</p>")
-    out.append("<h2>Configuration</h2>")
+    return out
+
+
+def _rollbacks(history: History) -> list[str]:
+    rollbacks = [r for iv in history.intervals for r in iv.rollbacks]
+    if not rollbacks:
+        return []
+    out = ["<h2>Rollbacks and quarantines</h2><table><tr><th>at row</th><th>back to row</th>"
+           "<th>batch</th><th class='l'>reason</th><th>lr scale</th><th class='l'>quarantined</th></tr>"]
+    for r in rollbacks:
+        out.append(f"<tr><td>{r.at_rows:,}</td><td>{r.to_rows:,}</td><td>{r.to_step}</td>"
+                   f"<td class='l'>{_e(r.reason)}</td><td>{r.lr_scale:g}</td>"
+                   f"<td class='l'>{_e(', '.join(r.quarantined))}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _chain(chain: list[CheckpointRow]) -> list[str]:
+    out = ["<h2>Checkpoint chain</h2>"]
+    if not chain:
+        return out + ["<p>no committed checkpoint</p>"]
+    out.append("<table><tr><th class='l'>checkpoint</th><th>step</th><th>rows</th><th class='l'>kind</th>"
+               "<th>parent</th><th>bytes</th><th>window loss</th><th class='l'>written</th></tr>")
+    for c in chain:
+        out.append(f"<tr><td class='l'>{_e(c.name)}</td><td>{c.step}</td><td>{_fmt(c.rows)}</td>"
+                   f"<td class='l'>{_e(c.kind)}</td><td>{_fmt(c.parent)}</td><td>{c.bytes:,}</td>"
+                   f"<td>{_fmt(c.loss)}</td><td class='l'>{_e(c.created_at)}</td></tr>")
+    out.append("</table>")
+    return out
+
+
+def _configuration(history: History) -> list[str]:
+    out = ["<h2>Configuration</h2>"]
     for run in history.runs:
         how = f"resumed from {_e(Path(run.resumed_from).name)}" if run.resumed_from else "fresh"
         out.append(f"<h3>start {run.run}: {_when(run.time)}, {how}, at row {run.rows:,} (batch {run.batches})</h3>")
         out.append(f"<pre>{html.escape(json.dumps(run.config, indent=2, sort_keys=True), quote=False)}</pre>")
-    out.append("<h2>Intervals (the last 50)</h2><table><tr><th>seq</th><th>run</th><th>rows</th><th>rows/s</th>"
-               "<th>loss</th><th>skipped</th><th>checkpoints</th><th>lr scale</th></tr>")
-    for iv in ivs[-50:]:
+    return out
+
+
+def _intervals(history: History) -> list[str]:
+    out = ["<h2>Intervals (the last 50)</h2><table><tr><th>seq</th><th>run</th><th>rows</th><th>rows/s</th>"
+           "<th>loss</th><th>skipped</th><th>checkpoints</th><th>lr scale</th></tr>"]
+    for iv in history.intervals[-50:]:
         out.append(f"<tr><td>{iv.seq}</td><td>{iv.run}</td><td>{iv.rows_start:,}&ndash;{iv.rows_end:,}</td>"
                    f"<td>{iv.rows_per_s:,.0f}</td><td>{_fmt(iv.metrics.get('loss'))}</td>"
                    f"<td>{sum(iv.skipped_rows.values()) or ''}</td>"
                    f"<td>{', '.join(str(c.step) for c in iv.checkpoints)}</td><td>{_fmt(iv.lr_scale)}</td></tr>")
     out.append("</table>")
-    out.append(f'<p class="sub">written {_e(_when(__import__("time").time()))} by streamfit report</p>')
-    out.append("</body></html>")
-    return "\n".join(out)
+    return out

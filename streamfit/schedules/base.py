@@ -15,6 +15,10 @@ from typing import Any, ClassVar, Mapping
 __all__ = ["Schedule", "as_schedule", "schedule_from_state_dict"]
 
 
+#: the built-in schedules by name, filled as their modules define them (see Schedule.__init_subclass__)
+_BUILT_IN: "dict[str, type[Schedule]]" = {}
+
+
 class Schedule(abc.ABC):
     """Learning rate for the step about to run (:attr:`lr`); :meth:`step` advances it by one batch.
 
@@ -37,6 +41,12 @@ class Schedule(abc.ABC):
 
     #: the key of this schedule in states and in :func:`as_schedule`.
     name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # the built-in schedules register their names (a subclass elsewhere, or one inheriting a name, does not)
+        if "name" in cls.__dict__ and cls.__module__.startswith("streamfit.schedules."):
+            _BUILT_IN[cls.name] = cls
     #: hyper-parameters, saved in the state and compared by :meth:`load_state_dict`.
     _params: ClassVar[tuple[str, ...]] = ()
     #: state keys besides ``name``, ``t`` and the hyper-parameters, with the value a state lacking them gets.
@@ -200,11 +210,8 @@ def schedule_from_state_dict(state: Mapping[str, Any]) -> Schedule:
 
 
 def _by_name() -> dict[str, type[Schedule]]:
-    """The built-in schedules by name (imported lazily: their modules import this one)."""
-    from streamfit import schedules as s
-
-    return {cls.name: cls for cls in (s.Constant, s.InvScaling, s.Optimal, s.Adaptive, s.LinearWarmup,
-                                      s.CosineDecay)}
+    """The built-in schedules by name (each registers itself as its module, imported by the package, defines it)."""
+    return dict(_BUILT_IN)
 
 
 # -- argument checks shared by the schedules ------------------------------------------------------

@@ -47,6 +47,49 @@ def _import_kafka() -> Any:
     return confluent_kafka
 
 
+def _check_args(topic: Any, group: Any, max_messages: Any, poll_timeout: Any, coalesce_rows: Any,
+                fetch_ahead: Any, partitions: Any) -> None:
+    """ValueError naming the first invalid argument of a :class:`KafkaSource`."""
+    if not topic or not isinstance(topic, str):
+        raise ValueError(f"Invalid topic: {topic!r}")
+    if not group or not isinstance(group, str):
+        raise ValueError(f"Invalid consumer group: {group!r}")
+    if not isinstance(max_messages, int) or max_messages < 1:
+        raise ValueError(f"Invalid max_messages: {max_messages!r}, expected an int >= 1")
+    if not poll_timeout > 0:
+        raise ValueError(f"Invalid poll_timeout: {poll_timeout!r}, expected seconds > 0")
+    if not isinstance(coalesce_rows, int) or coalesce_rows < 0:
+        raise ValueError(f"Invalid coalesce_rows: {coalesce_rows!r}, expected an int >= 0")
+    if isinstance(fetch_ahead, bool) or not isinstance(fetch_ahead, int) or fetch_ahead < 0:
+        raise ValueError(f"Invalid fetch_ahead: {fetch_ahead!r}, expected an int >= 0")
+    if partitions is not None:
+        if isinstance(partitions, (str, bytes)) or not all(
+                isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions):
+            raise ValueError(f"Invalid partitions: {partitions!r}, expected a list of partition numbers >= 0")
+        if len(set(partitions)) != len(partitions) or not partitions:
+            raise ValueError(f"Invalid partitions: {partitions!r}, expected distinct partition numbers")
+
+
+def _consumer_config(bootstrap_servers: str, group: str, config: Mapping[str, Any] | None,
+                     until_eof: bool) -> dict[str, Any]:
+    """librdkafka's configuration of the consumer: streamfit's defaults, then ``config``; offsets are committed by
+    the source (what is trained), never automatically."""
+    conf = {"bootstrap.servers": bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            # a trainer wants data as soon as it is there: librdkafka's default lets a fetch wait up to
+            # 500 ms for more bytes, which starved the training loop (3x fewer rows/s measured here)
+            "fetch.wait.max.ms": 10,
+            # once its local queue is full (a trainer slower than the broker), librdkafka stops fetching for
+            # this long (default 1000 ms): a trainer that drains the queue sooner then waits for data
+            "fetch.queue.backoff.ms": 10}
+    conf.update(config or {})
+    if until_eof:
+        conf["enable.partition.eof"] = True
+    if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
+        raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")
+    return conf
+
+
 class KafkaSource(Source):
     """Messages of ``topic`` read by consumer group ``group``; never ends until closed.
 
@@ -93,43 +136,14 @@ class KafkaSource(Source):
                  coalesce_rows: int = 1024, fetch_ahead: int = 1, partitions: Sequence[int] | None = None,
                  until_eof: bool = False, handover_timeout: float = 5.0) -> None:
         self._kafka = _import_kafka()
-        if not topic or not isinstance(topic, str):
-            raise ValueError(f"Invalid topic: {topic!r}")
-        if not group or not isinstance(group, str):
-            raise ValueError(f"Invalid consumer group: {group!r}")
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise ValueError(f"Invalid max_messages: {max_messages!r}, expected an int >= 1")
-        if not poll_timeout > 0:
-            raise ValueError(f"Invalid poll_timeout: {poll_timeout!r}, expected seconds > 0")
-        if not isinstance(coalesce_rows, int) or coalesce_rows < 0:
-            raise ValueError(f"Invalid coalesce_rows: {coalesce_rows!r}, expected an int >= 0")
-        if isinstance(fetch_ahead, bool) or not isinstance(fetch_ahead, int) or fetch_ahead < 0:
-            raise ValueError(f"Invalid fetch_ahead: {fetch_ahead!r}, expected an int >= 0")
+        _check_args(topic, group, max_messages, poll_timeout, coalesce_rows, fetch_ahead, partitions)
         handover_timeout = float(handover_timeout)
         if not handover_timeout >= 0:
             raise ValueError(f"Invalid handover_timeout: {handover_timeout!r}, expected seconds >= 0")
-        conf = {"bootstrap.servers": bootstrap_servers, "group.id": group, "auto.offset.reset": "earliest",
-                "enable.auto.commit": False, "enable.auto.offset.store": False,
-                # a trainer wants data as soon as it is there: librdkafka's default lets a fetch wait up to
-                # 500 ms for more bytes, which starved the training loop (3x fewer rows/s measured here)
-                "fetch.wait.max.ms": 10,
-                # once its local queue is full (a trainer slower than the broker), librdkafka stops fetching for
-                # this long (default 1000 ms): a trainer that drains the queue sooner then waits for data
-                "fetch.queue.backoff.ms": 10}
-        conf.update(config or {})
-        if partitions is not None:
-            if isinstance(partitions, (str, bytes)) or not all(
-                    isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions):
-                raise ValueError(f"Invalid partitions: {partitions!r}, expected a list of partition numbers >= 0")
-            if len(set(partitions)) != len(partitions) or not partitions:
-                raise ValueError(f"Invalid partitions: {partitions!r}, expected distinct partition numbers")
-        if until_eof:
-            conf["enable.partition.eof"] = True
+        conf = _consumer_config(bootstrap_servers, group, config, until_eof)
         # the group waits max.poll.interval.ms for a member to rejoin after a revoke: a handover stays well within
         poll_interval = float(str(conf.get("max.poll.interval.ms", 300_000))) / 1000
         handover_timeout = min(handover_timeout, poll_interval / 2)
-        if str(conf["enable.auto.commit"]).lower() not in ("false", "0"):
-            raise ValueError("KafkaSource commits itself what is trained: enable.auto.commit must stay false")
         self.topic, self.group, self.config = topic, group, conf
         self.decoder = get_decoder(decoder)
         self.max_messages, self.poll_timeout, self.coalesce_rows = max_messages, poll_timeout, coalesce_rows
@@ -137,10 +151,14 @@ class KafkaSource(Source):
         self.handover_timeout = handover_timeout
         self.partitions = sorted(partitions) if partitions is not None else None
         self.until_eof = bool(until_eof)
-        self._eof: set[int] = set()  # partitions at their end (until_eof): a message there takes it out
-        self._assigned: set[int] | None = None  # partitions assigned now (None: no assignment yet)
         strategy = str(conf.get("partition.assignment.strategy", "")) + str(conf.get("group.protocol", ""))
         self._incremental = "cooperative" in strategy or "consumer" in strategy
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """What a read keeps: the consumer, the partitions' positions, the fetch-ahead thread and its queue."""
+        self._eof: set[int] = set()  # partitions at their end (until_eof): a message there takes it out
+        self._assigned: set[int] | None = None  # partitions assigned now (None: no assignment yet)
         self._consumer: Any = None
         self._lock: anyio.Lock | None = None
         self._queue: collections.deque[SourceBatch] = collections.deque()

@@ -16,7 +16,7 @@ from streamfit import FMRegressor, LinearRegressor, LogisticRegression, MLPClass
 from streamfit._engine.gradient.autodiff import build_own_gradient, unsupported_ops
 from streamfit._engine.gradient.builders import build_gradient_graphs
 from streamfit._engine.prepare.model import prepare_model
-from streamfit._engine.steps.sparse_tables import find_tables, training_model
+from streamfit._engine.steps.tables import find_tables, training_model
 from streamfit._engine.testing import cnn_model, mlp_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import ModelError

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from streamfit._engine.prepare.model import prepare_model
-from streamfit._engine.steps.sparse_tables import find_tables
+from streamfit._engine.steps.tables import find_tables
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import BadInputError, NonFiniteError
 from streamfit.optim import FTRL, SGD, AdaGrad, Adam, Momentum, RowWiseAdaGrad

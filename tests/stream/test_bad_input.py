@@ -11,6 +11,7 @@ from sklearn.linear_model import SGDClassifier, SGDRegressor
 
 from streamfit._stream import train_stream
 from streamfit._stream.batching import Rebatcher
+from streamfit._columns.plan import ColumnPlan
 from streamfit.sources._base import SourceBatch
 from streamfit.exceptions import BadInputError
 
@@ -93,7 +94,7 @@ def test_raise_names_column_position_and_expectation(kind):
     _, items = stream_with(kind)
     _, reason, column, _, fragment = KINDS[kind]
     with pytest.raises(BadInputError) as info:
-        push_all(Rebatcher(8, weight="w"), items)
+        push_all(Rebatcher(8, ColumnPlan(weight="w")), items)
     err = info.value
     assert err.reason == reason and err.column == column
     assert err.position == expected_error_position(kind)
@@ -106,7 +107,7 @@ def test_raise_names_column_position_and_expectation(kind):
 def test_skip_counts_by_reason_and_logs_position(kind, caplog):
     _, items = stream_with(kind)
     _, reason, column, row_level, fragment = KINDS[kind]
-    rb = Rebatcher(8, weight="w", on_bad="skip")
+    rb = Rebatcher(8, ColumnPlan(weight="w"), on_bad="skip")
     with caplog.at_level(logging.WARNING, logger="streamfit.stream"):
         trained = push_all(rb, items)
     if row_level:
@@ -128,7 +129,7 @@ def test_each_bad_row_is_counted_once_under_its_first_reason():
     y = b.column("y").to_numpy().copy(); y[7] = -np.inf
     w = b.column("w").to_numpy().copy(); w[9] = -2.0; w[7] = -1.0  # row 7: non-finite label first
     b = _set(_set(b, "y", pa.array(y)), "w", pa.array(w))
-    rb = Rebatcher(4, weight="w", on_bad="skip")
+    rb = Rebatcher(4, ColumnPlan(weight="w"), on_bad="skip")
     assert push_all(rb, [b]) == N - 3
     assert rb.skipped_rows == {"null": 1, "non_finite": 1, "negative_weight": 1}
 
@@ -139,7 +140,7 @@ def test_raise_reports_the_first_bad_row():
     y = b.column("y").to_numpy().copy(); y[2] = np.nan
     b = _set(b, "y", pa.array(y))
     with pytest.raises(BadInputError, match="label column 'y' has nan") as info:
-        push_all(Rebatcher(4), [b])
+        push_all(Rebatcher(4, ColumnPlan()), [b])
     assert info.value.position == {"batch": 0, "row": 2}
 
 
@@ -154,11 +155,11 @@ def test_vector_problems():
     batches = [pa.record_batch({"emb": a, "y": y}) for a in (good, other_width, with_nan, with_null)]
     with pytest.raises(BadInputError, match=r"column 'emb' is fixed_size_list<item: float>\[2\], "
                                             r"expected fixed_size_list<float32>\[4\]"):
-        push_all(Rebatcher(8, features="emb"), batches)
+        push_all(Rebatcher(8, ColumnPlan(features="emb")), batches)
     with pytest.raises(BadInputError, match="column 'emb' has nan") as info:
-        push_all(Rebatcher(8, features="emb"), [batches[0], batches[2]])
+        push_all(Rebatcher(8, ColumnPlan(features="emb")), [batches[0], batches[2]])
     assert info.value.position == {"batch": 1, "row": BAD_ROW}
-    rb = Rebatcher(8, features="emb", on_bad="skip")
+    rb = Rebatcher(8, ColumnPlan(features="emb"), on_bad="skip")
     assert push_all(rb, batches) == 4 * N - N - 2
     assert rb.skipped_rows == {"wrong_type": N, "non_finite": 1, "null": 1}
 
@@ -168,15 +169,15 @@ def test_classification_label_types():
     as_float = _set(b, "y", pa.array(b.column("y").to_numpy().astype(np.float64)))
     with pytest.raises(BadInputError, match="label column 'y' is double, expected integer, string, dictionary or "
                                             r"bool class labels \(pass cast=True"):
-        push_all(Rebatcher(8, task="classification"), [as_float])
+        push_all(Rebatcher(8, ColumnPlan(task="classification")), [as_float])
     fractional = _with_value(as_float, "y", 1.5)
     with pytest.raises(BadInputError, match="label column 'y' has 1.5, expected a whole-number class label"):
-        push_all(Rebatcher(8, task="classification", cast=True), [fractional])
-    rb = Rebatcher(8, task="classification", cast=True, on_bad="skip")
+        push_all(Rebatcher(8, ColumnPlan(task="classification", cast=True)), [fractional])
+    rb = Rebatcher(8, ColumnPlan(task="classification", cast=True), on_bad="skip")
     assert push_all(rb, [fractional]) == N - 1 and rb.skipped_rows == {"non_integer_label": 1}
     timestamps = _set(b, "y", pa.array(np.arange(N).astype("datetime64[s]")))
     with pytest.raises(BadInputError, match="label column 'y' is timestamp.s., expected integer, string"):
-        push_all(Rebatcher(8, task="classification"), [timestamps])
+        push_all(Rebatcher(8, ColumnPlan(task="classification")), [timestamps])
 
 
 def test_string_dictionary_and_bool_class_labels_unknown_class_is_a_bad_row():
@@ -186,7 +187,7 @@ def test_string_dictionary_and_bool_class_labels_unknown_class_is_a_bad_row():
                             (pa.array(names).dictionary_encode(), ["ant", "bee", "cat"]),
                             (pa.array(b.column("y").to_numpy() > 0), [False, True])):
         batches = [_set(b, "y", labels)]
-        rb = Rebatcher(8, task="classification", classes=classes)
+        rb = Rebatcher(8, ColumnPlan(task="classification", classes=classes))
         ys = [t.y for t in rb.push(SourceBatch(batches[0], lambda r: {"row": r}))] + [t.y for t in rb.flush()]
         assert np.concatenate(ys).tolist() == labels.to_pylist() if not pa.types.is_dictionary(labels.type) \
             else np.concatenate(ys).tolist() == names.tolist()
@@ -194,9 +195,9 @@ def test_string_dictionary_and_bool_class_labels_unknown_class_is_a_bad_row():
     odd[BAD_ROW] = "dog"
     with pytest.raises(BadInputError, match=r"label column 'y' has 'dog', expected one of the classes \['ant', "
                                             r"'bee', 'cat'\]") as info:
-        push_all(Rebatcher(8, task="classification", classes=["ant", "bee", "cat"]), [_set(b, "y", pa.array(odd))])
+        push_all(Rebatcher(8, ColumnPlan(task="classification", classes=["ant", "bee", "cat"])), [_set(b, "y", pa.array(odd))])
     assert info.value.reason == "unknown_class" and info.value.position == {"batch": 0, "row": BAD_ROW}
-    rb = Rebatcher(8, task="classification", on_bad="skip")  # classes learned from the first batch
+    rb = Rebatcher(8, ColumnPlan(task="classification"), on_bad="skip")  # classes learned from the first batch
     assert push_all(rb, [_set(b, "y", pa.array(names)), _set(b, "y", pa.array(odd))]) == 2 * N - 1
     assert rb.classes.tolist() == sorted(set(names.tolist())) and rb.skipped_rows == {"unknown_class": 1}
 

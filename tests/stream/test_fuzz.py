@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from streamfit._stream.batching import MESSAGE_REASONS, ROW_REASONS, Rebatcher
+from streamfit._columns.plan import ColumnPlan
 from streamfit.exceptions import BadInputError
 from streamfit.sources._base import SourceBatch
 from streamfit.sources.decoders import ipc_decoder
@@ -150,11 +151,11 @@ def _messages():
 
 def test_fuzzed_messages_train_as_decoded_or_count_as_bad_input():
     outcomes: Counter[tuple[str, str]] = Counter()
-    stream = Rebatcher(16, features=FEATURES, on_bad="skip")
+    stream = Rebatcher(16, ColumnPlan(features=FEATURES), on_bad="skip")
     stream_rows = 0
     for i, (kind, data) in enumerate(_messages()):
         sb = _source_batch(i, data)
-        rb = Rebatcher(1000, features=FEATURES, on_bad="skip")
+        rb = Rebatcher(1000, ColumnPlan(features=FEATURES), on_bad="skip")
         out = list(rb.push(sb)) + list(rb.flush())
         stream_rows += sum(t.n_rows for t in stream.push(sb))
         skipped = sum(rb.skipped_rows.values())
@@ -174,7 +175,7 @@ def test_fuzzed_messages_train_as_decoded_or_count_as_bad_input():
             np.testing.assert_array_equal(X, expected[0], err_msg=f"message {i} ({kind})")
             np.testing.assert_array_equal(y, expected[1], err_msg=f"message {i} ({kind})")
         # the same message under on_bad="raise": trains the same rows or raises BadInputError with a reason
-        strict = Rebatcher(1000, features=FEATURES)
+        strict = Rebatcher(1000, ColumnPlan(features=FEATURES))
         try:
             n = sum(t.n_rows for t in strict.push(sb)) + sum(t.n_rows for t in strict.flush())
         except BadInputError as err:

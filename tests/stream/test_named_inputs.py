@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from streamfit import OnnxClassifier, OnnxRegressor, train_stream_sync
 from streamfit._engine.testing import cnn_model, mlp_model, two_input_model
 from streamfit._stream.batching import Rebatcher
+from streamfit._columns.plan import ColumnPlan
 from streamfit.exceptions import BadInputError
 from streamfit.features import Hashed, Mask, Padded, Vocabulary
 from streamfit.sources._base import SourceBatch
@@ -122,7 +123,7 @@ def test_cnn_from_a_fixed_shape_tensor_column_zero_copy(tmp_path, step):
     # a whole training batch inside one record batch is a view of the Arrow buffer, shaped as the model says
     from streamfit._engine.prepare.model import ModelInput
 
-    rb = Rebatcher(50, inputs={"X": "img"}, model_inputs=[ModelInput("X", np.dtype(np.float32), ("N", 1, 8, 8))])
+    rb = Rebatcher(50, ColumnPlan(inputs={"X": "img"}, model_inputs=[ModelInput("X", np.dtype(np.float32), ("N", 1, 8, 8))]))
     batch = tables[0].to_batches()[0]
     (tb, *_) = rb.push(SourceBatch(batch, lambda r: {"row": r}))
     buffer = np.frombuffer(batch.column("img").storage.values.buffers()[1], np.float32)
@@ -241,12 +242,12 @@ def test_mismatched_columns_are_bad_input_naming_the_input():
              ({"x": ["a", "b", "price"], "ids": "b"}, "wrong_type", "column 'b' is float, expected int64")]
     for inputs, reason, fragment in cases:
         with pytest.raises(BadInputError) as info:
-            list(Rebatcher(4, inputs=inputs, model_inputs=mis).push(SourceBatch(batch, lambda r: {"row": r})))
+            list(Rebatcher(4, ColumnPlan(inputs=inputs, model_inputs=mis)).push(SourceBatch(batch, lambda r: {"row": r})))
         assert info.value.reason == reason and fragment in str(info.value), str(info.value)
     from streamfit.exceptions import ModelError
 
     with pytest.raises(ModelError, match="inputs= names \\['idz'\\], which the model does not have"):
-        Rebatcher(4, inputs={"x": "a", "idz": "b"}, model_inputs=mis)
+        Rebatcher(4, ColumnPlan(inputs={"x": "a", "idz": "b"}, model_inputs=mis))
 
 
 @pytest.mark.needs_ort_training  # an OnnxRegressor over a Gather model: onnxruntime-training's gradient

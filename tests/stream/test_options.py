@@ -165,10 +165,10 @@ def test_every_field_has_a_flag_and_a_toml_key_that_agree_and_the_same_default(t
         from_toml = load_config(str(path), {}).stream
         assert getattr(from_flag, f.name) == getattr(from_toml, f.name) != f.default, f.name
     # the consumers' own defaults are the options' defaults
-    from streamfit.daemon.guard import DivergenceGuard
+    from streamfit.daemon.guard import DivergenceGuard, guard_of
 
     opts = StreamOptions()
-    assert opts.divergence_guard() == DivergenceGuard()
+    assert guard_of(opts) == DivergenceGuard() and guard_of(StreamOptions(guard=False)) is None
     for param, name in (("factor", "guard_factor"), ("lr_factor", "guard_lr_factor"),
                         ("max_rollbacks", "poison_after"), ("min_lr_scale", "min_lr_scale"),
                         ("recover_after", "lr_recover_after")):
@@ -192,7 +192,7 @@ def test_options_outside_an_entry_points_scope_are_refused_not_ignored():
     with pytest.raises(OptionError, match="Invalid guard_lr_factor: 1.5, expected a number in \\(0, 1\\)"):
         StreamOptions(guard_lr_factor=1.5)
     # the Runner's guard follows the options (on by default, as in streamfit serve)
-    from streamfit.daemon.guard import DivergenceGuard
+    from streamfit.daemon.guard import DivergenceGuard, guard_of
 
     assert Runner(est, lambda: MemorySource(_table())).guard == DivergenceGuard()
     assert Runner(est, lambda: MemorySource(_table()), guard=False).guard is None

@@ -9,6 +9,7 @@ import pytest
 from sklearn.linear_model import SGDRegressor
 
 from streamfit._stream import Rebatcher, train_stream_sync
+from streamfit._columns.plan import ColumnPlan
 from streamfit._stream.deadletter import JsonLinesDeadLetter, read_dead_letters
 from streamfit.exceptions import BadInputError
 from streamfit.sources import IpcSource, KafkaSource
@@ -27,7 +28,7 @@ def _sb(batch: pa.RecordBatch, index: int) -> SourceBatch:
 
 
 def test_skips_travel_with_the_batch_whose_position_passes_them():
-    rb = Rebatcher(4, on_bad="skip")
+    rb = Rebatcher(4, ColumnPlan(), on_bad="skip")
     out = list(rb.push(_sb(_batch(0, 12, bad=(1, 6, 9, 11)), 0)))  # good rows 0,2,3,4 | 5,7,8,10 | -
     assert [b.position for b in out] == [{"batch": 0, "row": 5}, {"batch": 0, "row": 11}]
     assert [[(s.reason, s.rows, s.position) for s in b.skipped] for b in out] == [

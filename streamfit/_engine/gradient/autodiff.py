@@ -19,6 +19,7 @@ from onnx import GraphProto, ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import attr
+from streamfit._engine.gradient.activations import relu_grad, sigmoid_grad, tanh_grad
 from streamfit._engine.gradient.graphs import GradientGraphs
 from streamfit._engine.gradient.rewrites import propagate_matmul_shapes, remove_noop_reshapes, shape_table
 from streamfit._engine.prepare.model import PreparedModel
@@ -61,6 +62,15 @@ class _Emitter:
         if name not in self.inits:
             self.inits[name] = numpy_helper.from_array(np.asarray(value, self.dtype if dtype is None else dtype), name)
         return name
+
+    def scalar(self, name: str, value: float) -> str:
+        """A constant scalar of the graph's dtype (the ``const`` of :mod:`.activations`)."""
+        return self.const(name, np.array(value))
+
+    def activation_op(self, op_type: str, inputs: Sequence[str], out: str | None = None, *, hint: str = "",
+                      **attrs: Any) -> str:
+        """:meth:`op` for :mod:`.activations` (its intermediates get fresh names: ``hint`` is not needed)."""
+        return self.op(op_type, inputs, out, **attrs)
 
     def shape(self, name: str, node: NodeProto) -> Shape:
         shape = self.shapes.get(name)
@@ -152,26 +162,15 @@ def _gemm(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> No
 
 
 def _relu(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    # dY where Y > 0: the mask clip(Y * 2^k, 0, 1) of rewrites.replace_relu_grad (one HardSigmoid in float32)
-    y = node.output[0]
-    if e.dtype == np.float32:
-        mask = e.op("HardSigmoid", [y], alpha=2.0 ** 126, beta=0.0)
-    else:
-        big = e.const(Names.relu_big, np.array(2.0 ** 1022))
-        mask = e.op("Clip", [e.op("Mul", [y, big]), e.const(Names.zero, np.array(0)), e.const(Names.one, np.array(1))])
-    e.op("Mul", [dys[0], mask], outs[0])
+    relu_grad(e.activation_op, e.scalar, e.dtype, dys[0], node.output[0], outs[0])
 
 
 def _tanh(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    y = node.output[0]  # dY * (1 - Y^2), as rewrites.float64_activation_grads spells TanhGrad
-    d = e.op("Sub", [e.const(Names.one, np.array(1)), e.op("Mul", [y, y])])
-    e.op("Mul", [dys[0], d], outs[0])
+    tanh_grad(e.activation_op, e.scalar, dys[0], node.output[0], outs[0])
 
 
 def _sigmoid(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:
-    y = node.output[0]  # dY * Y * (1 - Y)
-    d = e.op("Mul", [y, e.op("Sub", [e.const(Names.one, np.array(1)), y])])
-    e.op("Mul", [dys[0], d], outs[0])
+    sigmoid_grad(e.activation_op, e.scalar, dys[0], node.output[0], outs[0])
 
 
 def _identity(e: _Emitter, node: NodeProto, dys: list, need: list, outs: list) -> None:

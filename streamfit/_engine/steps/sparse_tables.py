@@ -32,45 +32,25 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from streamfit._engine.common import ort_private as C
-from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
-from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.prepare.model import PreparedModel
 from streamfit._engine.runtime.device import make_session
 from streamfit._engine.steps.row_snapshot import CowSnapshot
 from streamfit._engine.steps.row_snapshot import row_items as _row_items
-from streamfit._engine.steps.step_graphs import folds_lr_into_gradients, rename_output
+from streamfit._engine.steps.rows_update import rows_update_model
+from streamfit._engine.steps.step_graphs import folds_lr_into_gradients
+from streamfit._engine.steps.tables import SparseTable
 from streamfit.exceptions import BadInputError
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
 
-__all__ = ["TableUse", "SparseTable", "TouchedRows", "find_tables", "training_model", "rows_update_model",
-           "SparseTables"]
-
-
-@dataclass(frozen=True)
-class TableUse:
-    """One ``Gather`` of a table: the model input holding the ids and the tensor its rows feed."""
-
-    ids: str
-    rows: str
-
-
-@dataclass(frozen=True)
-class SparseTable:
-    """A table trained row-sparsely: its name, shape and every ``Gather`` that reads it."""
-
-    name: str
-    shape: tuple[int, ...]
-    uses: tuple[TableUse, ...]
+__all__ = ["TouchedRows", "SparseTables"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,121 +70,8 @@ class TouchedRows:
         return sum(int(r.size) for r in self.rows.values())
 
 
-def _axis(node: onnx.NodeProto) -> int:
-    for a in node.attribute:
-        if a.name == "axis":
-            return int(helper.get_attribute_value(a))
-    return 0
-
-
-def find_tables(pm: PreparedModel, optimizer: Optimizer | None = None, penalty: Penalty | None = None
-                ) -> tuple[SparseTable, ...]:
-    """The trained weights of ``pm`` that can be trained row-sparsely (see the module docstring).
-
-    Given ``optimizer`` (``sparse="auto"``), only the tables whose row-sparse update is exactly the dense one:
-    the optimizer leaves rows with a zero gradient unchanged and no penalty applies to the table."""
-    if optimizer is not None and not optimizer.zero_gradient_fixed:
-        return ()
-    exact_penalty = optimizer is None or penalty is None or (penalty.l1 == 0 and penalty.l2 == 0)
-    graph = pm.model.graph
-    integer_inputs = {i.name for i in pm.inputs if i.dtype.kind in "iu"}
-    outputs = {o.name for o in graph.output}
-    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            consumers.setdefault(name, []).append((node, k))
-    tables = []
-    for w in pm.weights:
-        uses = consumers.get(w, [])
-        if not uses or w in outputs or pm.initial[w].ndim < 1 or (w in pm.penalized and not exact_penalty):
-            continue
-        if all(node.op_type == "Gather" and node.domain in ("", "ai.onnx") and k == 0 and _axis(node) == 0
-               and len(node.input) == 2 and node.input[1] in integer_inputs for node, k in uses):
-            tables.append(SparseTable(w, tuple(pm.initial[w].shape),
-                                      tuple(TableUse(node.input[1], node.output[0]) for node, _ in uses)))
-    return tuple(tables)
-
-
 def _suffix(table: str, what: str) -> str:
     return Names.table(table, what)
-
-
-def training_model(pm: PreparedModel, tables: tuple[SparseTable, ...]) -> PreparedModel:
-    """``pm`` without its tables: each table ``Gather`` cut out and its output a graph input (the rows of the
-    id positions); the tables are no longer weights and the new inputs not in ``inputs``.  What the gradient
-    and fused graphs are built from."""
-    names = {t.name for t in tables}
-    elem = next(i.data_type for i in pm.model.graph.initializer if i.name in names)
-    model = onnx.ModelProto()
-    model.CopyFrom(pm.model)  # cheap: a large table is a data-less stub there (streamfit._engine.prepare.large_initializers)
-    kept_inits = [i for i in model.graph.initializer if i.name not in names]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept_inits)
-    graph = model.graph
-    kept = [n for n in graph.node if not (n.op_type == "Gather" and n.input and n.input[0] in names)]
-    del graph.node[:]
-    graph.node.extend(kept)
-    by_input = {i.name: i for i in pm.inputs}
-    for t in tables:
-        for k, use in enumerate(t.uses):
-            dims = [d if isinstance(d, (int, str)) and d != 0 else Names.rows_dim(t.name, k, j)
-                    for j, d in enumerate(by_input[use.ids].shape)]
-            graph.input.append(helper.make_tensor_value_info(use.rows, elem, dims + list(t.shape[1:])))
-    weights = [w for w in pm.weights if w not in names]
-    return replace(pm, model=model, weights=weights, penalized=pm.penalized - names,
-                   initial={w: pm.initial[w] for w in weights}, notes=list(pm.notes))
-
-
-def rows_update_model(sparse: "SparseTables", fold: bool, decay: bool) -> onnx.ModelProto:
-    """The rows update graph: per table, ``(block, its state, inv, gradients of the positions) -> (new block,
-    new state)``, and ``sf_check`` (finite iff all new values are).
-
-    ``fold``: plain SGD on lr-scaled gradients (the fused SGD step's), ``decay`` its L2 factor input."""
-    b = GraphBuilder(sparse.dtype, prefix="sf_r_")
-    elem = b.elem
-    optimizer, penalty = sparse.optimizer, sparse.penalty
-    scalars = {s: Names.scalar(s) for s in optimizer.scalar_names}
-    inputs = [helper.make_tensor_value_info(n, elem, []) for n in scalars.values()]
-    if fold and decay:
-        inputs.append(helper.make_tensor_value_info(Names.decay, elem, []))
-    outputs, sums = [], []
-    for t in sparse.tables:
-        w, inv, k = _suffix(t.name, "rows"), _suffix(t.name, "inv"), f"k_{t.name}"
-        tail = list(t.shape[1:])
-        state = {slot: Names.slot(w, slot) for slot in sparse.state[t.name]}
-        shapes = {slot: [k, *v.shape[1:]] for slot, v in sparse.state[t.name].items()}
-        inputs += [helper.make_tensor_value_info(w, elem, [k, *tail]),
-                   helper.make_tensor_value_info(inv, onnx.TensorProto.INT64, [k])]
-        inputs += [helper.make_tensor_value_info(state[slot], elem, shapes[slot]) for slot in state]
-        grads = []
-        for j, _ in enumerate(t.uses):
-            g_in = _suffix(t.name, f"grad{j}")
-            inputs.append(helper.make_tensor_value_info(g_in, elem, None))
-            grads.append(b.op("Reshape", g_in, b.const([-1, *tail], np.int64)))
-        g_pos = grads[0] if len(grads) == 1 else b.op("Concat", *grads, axis=0)
-        zeros = b.op("ConstantOfShape", b.op("Shape", w), value=numpy_helper.from_array(np.zeros(1, sparse.dtype)))
-        g = b.op("ScatterND", zeros, b.op("Unsqueeze", inv, b.const([1], np.int64)), g_pos, reduction="add")
-        penalized = penalty is not None and t.name in sparse.penalized
-        if fold:
-            produced: dict[str, str] = {"": b.op("Sub", b.op("Mul", w, Names.decay) if decay and penalized else w, g)}
-        else:
-            if penalized:
-                g = penalty.gradient(b, w, g)  # type: ignore[union-attr]
-            kw = {"shape": (-1, *t.shape[1:])} if optimizer.shaped else {}
-            new, new_state = optimizer.update(b, w, g, state, scalars, **kw)
-            if penalized:
-                new = penalty.proximal(b, new, scalars["lr"])  # type: ignore[union-attr]
-            produced = {**new_state, "": new}
-        for slot, value in produced.items():
-            target = Names.new(state[slot] if slot else w)
-            rename_output(b, value, target, {w, *state.values(), *scalars.values()})
-            outputs.append(helper.make_tensor_value_info(target, elem, shapes[slot] if slot else [k, *tail]))
-            sums.append(b.op("ReduceSum", target, keepdims=0))
-    check = b.op("Sum", *sums, out=Names.check) if len(sums) > 1 else b.op("Identity", sums[0], out=Names.check)
-    outputs.append(helper.make_tensor_value_info(check, elem, []))
-    graph = helper.make_graph(b.nodes, "streamfit_rows_update", inputs, outputs, b.initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    return toposort(model)
 
 
 class _Staged:
@@ -303,7 +170,8 @@ class SparseTables:
         self.rows_names = [u.rows for t in tables for u in t.uses]
         self.grad_names: list[list[str]] = []  # their gradients' names, set by :meth:`set_grad_names`
         self.fold = folds_lr_into_gradients(optimizer, penalty)
-        self.model = rows_update_model(self, self.fold, penalty is not None and penalty.l2 > 0)
+        self.model = rows_update_model(tables, self.state, self.dtype, optimizer, penalty, self.penalized, fold=self.fold,
+                                       decay=penalty is not None and penalty.l2 > 0)
         self.session = make_session(self.model.SerializeToString(), options, device, pm.dtype)
         self.session_inputs = {i.name for i in self.session.get_inputs()}
         self._arange = np.zeros(0, np.int64)
