@@ -143,7 +143,8 @@ ROOMS: dict[str, tuple[tuple[str, ...], set[str]]] = {
     "stream": (("streamfit._stream",), _STREAM),
     "daemon": (("streamfit.daemon",), _DAEMON | {"top"}),
     "distributed": (("streamfit.distributed",), _DAEMON | {"distributed"}),
-    "top": (("streamfit.cli", "streamfit._sklearn", "streamfit._preflight", "streamfit.graph", "streamfit.testing"),
+    "top": (("streamfit.cli", "streamfit._sklearn", "streamfit._preflight", "streamfit.graph", "streamfit.testing",
+             "streamfit.river"),
             _DAEMON | {"distributed", "top"}),
 }
 
