@@ -1,4 +1,4 @@
-"""The public face: every exported name says where users import it from, README imports only public names,
+"""The public face: every exported name says where users import it from, README and docs/ import only public names,
 and the re-exports keep every docstring example collected exactly once."""
 
 from __future__ import annotations
@@ -54,10 +54,21 @@ def test_the_extension_api_event_types_and_daemon_helpers_are_public():
     assert linear_model(2).graph.input[0].name == "X" and two_input_model(3, 10).graph.input[1].name == "ids"
 
 
-def test_readme_examples_import_only_public_names():
-    code = "\n".join(re.findall(r"```python\n(.*?)```", README.read_text(), re.S))
-    assert "import mlp_model" in code  # the examples are there
-    private = sorted(set(re.findall(r"\bstreamfit(?:\.\w+)*\._\w+", code)))
+# pages whose examples show an engine-level function on purpose (no public name for it yet), and what they import
+PRIVATE_ON_PURPOSE = {"docs/concepts/chunked-steps.md": {"streamfit._engine"}}  # train_chunk of _engine.steps.scan
+
+
+def test_readme_and_docs_examples_import_only_public_names():
+    pages = [README, *sorted((ROOT.parent / "docs").rglob("*.md"))]
+    found, private = "", {}
+    for page in pages:
+        code = "\n".join(re.findall(r"```python\n(.*?)```", page.read_text(), re.S))
+        found += code
+        names = set(re.findall(r"\bstreamfit(?:\.\w+)*\._\w+", code))
+        names -= PRIVATE_ON_PURPOSE.get(page.relative_to(ROOT.parent).as_posix(), set())
+        if names:
+            private[page.relative_to(ROOT.parent).as_posix()] = sorted(names)
+    assert "import mlp_model" in found and "import two_input_model" in found  # the examples are there
     assert not private, private
 
 

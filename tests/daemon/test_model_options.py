@@ -106,12 +106,13 @@ def test_defaults_are_the_estimators_own():
     assert est.get_params()["n_factors"] == 8
 
 
-def test_the_readme_config_of_a_categorical_model_loads_and_builds(tmp_path):
+def test_the_documented_config_of_a_categorical_model_loads_and_builds(tmp_path):
+    """The TOML file of docs/tutorials/daemon.md (a categorical model in the daemon), as written."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```toml\n(.*?)```", readme, re.S) if "categorical" in b]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "daemon.md").read_text()
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if "categorical" in b]
     assert len(blocks) == 1
     (tmp_path / "ctr.toml").write_text(blocks[0])
     cfg = load_config(str(tmp_path / "ctr.toml"), {})
