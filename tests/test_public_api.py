@@ -104,3 +104,25 @@ def test_every_docstring_example_is_collected_exactly_once():
     missing = sorted(d[:60] for d in expected - set(collected))
     assert not missing, f"never collected: {missing}"
     assert len(expected) > 70
+
+
+def test_public_docstring_examples_import_only_public_names():
+    """help() teaches what users should write: no public name's example imports a private module (Trainer,
+    OnnxRegressor and OnnxClassifier imported streamfit._engine.testing)."""
+    import inspect
+
+    private = {}
+    for name in streamfit.__all__:
+        obj = getattr(streamfit, name)
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        docs = {name: obj.__doc__ or ""}
+        if inspect.isclass(obj):
+            docs.update({f"{name}.{m}": getattr(v, "__doc__", "") or "" for m, v in vars(obj).items()
+                         if not m.startswith("_") or m == "__init__"})
+        for where, doc in docs.items():
+            hits = [line.strip() for line in doc.splitlines()
+                    if line.strip().startswith((">>>", "...")) and re.search(r"\bstreamfit(?:\.\w+)*\._\w+", line)]
+            if hits:
+                private[where] = hits
+    assert not private, private

@@ -111,7 +111,7 @@ class Trainer:
     them from :attr:`host_arrays`, bound once, and :meth:`to_onnx` exports their current values.
 
     >>> import numpy as np
-    >>> from streamfit._engine.testing import linear_model
+    >>> from streamfit.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)
     >>> X = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32); y = np.array([2.0, -1.0], np.float32)
     >>> for _ in range(200):

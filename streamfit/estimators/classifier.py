@@ -35,7 +35,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     classifier's label output, first in skl2onnx's graphs, has no gradient).
 
     >>> import numpy as np
-    >>> from streamfit._engine.testing import linear_model
+    >>> from streamfit.testing import linear_model
     >>> X = np.random.default_rng(0).standard_normal((300, 2)).astype(np.float32)
     >>> y = np.where(X[:, 0] + X[:, 1] > 0, "pos", "neg")
     >>> clf = OnnxClassifier(linear_model(2), learning_rate="constant", eta0=0.5, max_iter=10).fit(X, y)

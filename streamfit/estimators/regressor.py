@@ -36,7 +36,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     ``freeze_batchnorm=True``; Dropout masks are seeded by ``random_state`` (an int, else 0).
 
     >>> import numpy as np
-    >>> from streamfit._engine.testing import linear_model
+    >>> from streamfit.testing import linear_model
     >>> X = np.random.default_rng(0).standard_normal((200, 3)).astype(np.float32)
     >>> y = X @ np.array([1.0, -2.0, 0.5], np.float32) + 1.0
     >>> reg = OnnxRegressor(linear_model(3), learning_rate="constant", eta0=0.05, batch_size=10, max_iter=20)
