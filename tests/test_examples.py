@@ -18,7 +18,8 @@ SCRIPTS = {"seed_forward_backward.py": "seed_forward_backward.png",
            "kafka_clicks.py": "kafka_clicks.png",          # starts its own local broker (tansu)
            "pytorch_parquet.py": "pytorch_parquet.png",
            "several_inputs.py": "several_inputs.png",
-           "operate_daemon.py": "operate_daemon.png"}
+           "operate_daemon.py": "operate_daemon.png",
+           "river_per_event.py": "river_per_event.png"}
 
 pytest.importorskip("matplotlib", reason="the examples plot with matplotlib (extra [test])")
 pytest.importorskip("sklearn", reason="the examples use scikit-learn (extra [sklearn])")
@@ -32,6 +33,8 @@ def test_every_example_is_smoke_tested():
 def test_example_runs_and_writes_its_plot(script, tmp_path):
     if script == "seed_forward_backward.py":
         pytest.importorskip("skl2onnx", reason="the seed example converts with skl2onnx (extra [sklearn])")
+    if script == "river_per_event.py":
+        pytest.importorskip("river", reason="the River example needs River (extra [test])")
     if script == "kafka_clicks.py":
         from streamfit.testing import tansu_binary
 

@@ -122,6 +122,16 @@ def _schedule(value: Any) -> Any:
     raise ValueError(value)
 
 
+def _eta0(value: Any) -> Any:
+    """A positive number, or "auto" (the optimizer's own starting rate)."""
+    if value == "auto":
+        return value
+    rate = _number(float, optional=False)(value)
+    if not rate > 0:
+        raise ValueError(value)
+    return rate
+
+
 def _loss(value: Any) -> Any:
     from streamfit.losses import get_loss
 
@@ -148,6 +158,7 @@ def _any_kinds() -> dict[str, _Kind]:
         "learning_rate": _Kind(f"a schedule ({', '.join(sorted(_by_name()))}) or a constant rate", _schedule,
                                metavar="SCHEDULE|RATE"),
         "random_state": _Kind("an int seed", _number(int, optional=True), metavar="SEED"),
+        "eta0": _Kind("a positive number or 'auto' (the optimizer's own starting rate)", _eta0, metavar="RATE|auto"),
         "hidden_layer_sizes": _Kind("a list of layer widths", _list_of(int, (int,)), metavar="N[,N...]"),
     }
 

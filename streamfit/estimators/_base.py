@@ -67,10 +67,30 @@ class OnnxEstimator(_SkBase):
             return copy.deepcopy(self.learning_rate)
         if isinstance(self.learning_rate, (int, float)):
             return as_schedule(float(self.learning_rate))
-        kwargs: dict[str, Any] = {"constant": {"eta0": self.eta0}, "invscaling": {"eta0": self.eta0, "power_t": self.power_t},
-                                  "optimal": {"alpha": self.alpha, "loss_dloss": loss.dloss},
-                                  "adaptive": {"eta0": self.eta0}}.get(self.learning_rate, {})
+        if self.learning_rate == "optimal":
+            return as_schedule("optimal", alpha=self.alpha, loss_dloss=loss.dloss)
+        kwargs: dict[str, Any] = {"invscaling": {"power_t": self.power_t}}.get(self.learning_rate, {})
+        if self.learning_rate in ("constant", "invscaling", "adaptive"):
+            kwargs["eta0"] = self._eta0()
         return as_schedule(self.learning_rate, **kwargs)
+
+    def _eta0(self) -> float:
+        """``eta0``, or for ``eta0="auto"`` the rate the optimizer starts from (:meth:`_auto_eta0`)."""
+        if isinstance(self.eta0, str):
+            if self.eta0 != "auto":
+                raise ValueError(f"eta0 must be a positive number or 'auto', got {self.eta0!r}")
+            return self._auto_eta0()
+        return self.eta0  # type: ignore[no-any-return]
+
+    def _auto_eta0(self) -> float:
+        """``eta0="auto"``: the optimizer's own starting rate (:meth:`~streamfit.optim.Optimizer.auto_eta0`)."""
+        return self._optimizer().auto_eta0()
+
+    def _optimizer(self) -> Any:
+        """The optimizer the parameters name (``momentum`` passed to the rules that take it)."""
+        opt_kwargs = {p: getattr(self, p) for p in _OPTIMIZER_PARAMS.get(self.optimizer, ())} \
+            if isinstance(self.optimizer, str) else {}
+        return get_optimizer(self.optimizer, **opt_kwargs)
 
     def _make_trainer(self, loss: "str | Loss", model: Any = None, weights: Any = None,
                       host: "tuple[str, ...]" = ()) -> Trainer:
@@ -81,15 +101,13 @@ class OnnxEstimator(_SkBase):
         if model is None:
             model, weights = self.model, self.weights
         loss_obj = get_loss(loss)
-        opt_kwargs = {p: getattr(self, p) for p in _OPTIMIZER_PARAMS.get(self.optimizer, ())} \
-            if isinstance(self.optimizer, str) else {}
         if not isinstance(self.batch_size, (int, np.integer)) or self.batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
         trainer = Trainer(model, weights=weights, input_name=getattr(self, "input_name", None),
                           output_name=self._trained_output(model), loss=loss_obj,
-                          optimizer=get_optimizer(self.optimizer, **opt_kwargs),
+                          optimizer=self._optimizer(),
                           learning_rate=self._schedule(loss_obj),
                           penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
                           step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads,

@@ -46,7 +46,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
 
     def __init__(self, model: Any = None, *, weights: Any = None, inputs: Any = None, input_name: str | None = None,
                  output_name: str | None = None, loss: Any = "squared_error",
-                 optimizer: Any = "sgd", learning_rate: Any = "invscaling", eta0: float = 0.01,
+                 optimizer: Any = "sgd", learning_rate: Any = "invscaling", eta0: float | str = 0.01,
                  power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 5, shuffle: bool = False,
                  random_state: Any = None, warm_start: bool = False, device: str = "cpu", step: str = "fused",

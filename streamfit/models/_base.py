@@ -232,7 +232,8 @@ class ReadyMade:
         (scikit-learn's one-vs-rest takes one per class).
         """
         trainer = self.trainer_  # type: ignore[attr-defined]
-        C = float(self.eta0)  # type: ignore[attr-defined]
+        eta0 = self.eta0  # type: ignore[attr-defined]
+        C = 1.0 if eta0 == "auto" else float(eta0)  # scikit-learn's default C
         if not C > 0:
             raise ValueError(f"eta0 is the passive-aggressive C and must be > 0, got {C!r}")
         total = 0.0

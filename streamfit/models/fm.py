@@ -28,6 +28,14 @@ class _Factorization(HashedModel):
     init_scale: float
     _sparse_tables = True  # lazy rules (Adam, penalties) on touched rows: a step never costs O(buckets)
 
+    def _auto_eta0(self) -> float:
+        """``eta0="auto"``: AdaGrad (the default) at 0.05 (factors take smaller steps than a linear weight's
+        0.1), other optimizers at their own rate (FTRL 0.1)."""
+        from streamfit.optim import AdaGrad
+
+        opt = self._optimizer()  # type: ignore[attr-defined]
+        return 0.05 if isinstance(opt, AdaGrad) else float(opt.auto_eta0())
+
     def _factors(self) -> tuple[int, float]:
         return self.n_factors, self.init_scale
 
@@ -74,7 +82,7 @@ _DOC_PARAMS = """
     init_scale, hash_seed
         Standard deviation of the initial factors; seed of the hashing (every column hashes with its own).
     loss, optimizer, learning_rate, eta0, alpha, penalty, ...
-        As for the other estimators; tables use lazy variants (a penalty and Adam's moments move a row only
+        As for the other estimators (``eta0="auto"``: 0.05 for AdaGrad, the default, 0.1 for FTRL); tables use lazy variants (a penalty and Adam's moments move a row only
         when its ids are in a batch).  ``optimizer="ftrl"`` is McMahan's FTRL-Proximal.
 """
 
@@ -98,7 +106,7 @@ class FMClassifier(_Factorization, OnnxClassifier):
 
     def __init__(self, categorical: Sequence[str] = (), *, dense: Sequence[str] = (), buckets: int = 2 ** 18,
                  n_factors: int = 8, init_scale: float = 0.01, hash_seed: int = 0, loss: Any = "auto",
-                 optimizer: Any = "adagrad", learning_rate: Any = "constant", eta0: float = 0.05,
+                 optimizer: Any = "adagrad", learning_rate: Any = "constant", eta0: float | str = "auto",
                  power_t: float = 0.25, alpha: float = 1e-6, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 1024, max_iter: int = 5, shuffle: bool = False,
                  random_state: Any = None, warm_start: bool = False, device: str = "cpu", step: str = "fused",
@@ -140,7 +148,7 @@ class FMRegressor(_Factorization, OnnxRegressor):
 
     def __init__(self, categorical: Sequence[str] = (), *, dense: Sequence[str] = (), buckets: int = 2 ** 18,
                  n_factors: int = 8, init_scale: float = 0.01, hash_seed: int = 0, loss: Any = "squared_error",
-                 optimizer: Any = "adagrad", learning_rate: Any = "constant", eta0: float = 0.05,
+                 optimizer: Any = "adagrad", learning_rate: Any = "constant", eta0: float | str = "auto",
                  power_t: float = 0.25, alpha: float = 1e-6, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 1024, max_iter: int = 5, shuffle: bool = False,
                  random_state: Any = None, warm_start: bool = False, device: str = "cpu", step: str = "fused",

@@ -28,6 +28,14 @@ class LinearRegressor(HashedLinear, ReadyRegressor):
     any units: River's TrumpApproval, Phishing and Bananas reach River's own progressive metric
     (``bench/river_defaults.py``).
 
+    ``eta0="auto"`` (the default) starts each optimizer from a rate that works for it, so naming the optimizer
+    is enough: ``"sgd"`` and ``"adam"``/``"adamw"`` 0.01 (River's SGD, on standardized features), ``"momentum"``
+    and ``"nesterov"`` ``0.01 * (1 - momentum)`` (the same steady step), ``"adagrad"``, ``"rowwise_adagrad"``
+    and ``"ftrl"`` 0.1 (per-coordinate rates: Vowpal Wabbit's progressive log loss on hashed string columns at
+    batch 1 and 1024, ``bench/perrow.py``); an optimizer instance says its own
+    (:meth:`~streamfit.optim.Optimizer.auto_eta0`).  ``get_params``/``clone`` keep ``"auto"``; the rate in
+    force is ``trainer_.schedule``'s.  For ``learning_rate="pa1"``/``"pa2"`` ``"auto"`` is ``C = 1``.
+
     Parameters
     ----------
     categorical, dense, buckets, hash_seed
@@ -82,7 +90,7 @@ class LinearRegressor(HashedLinear, ReadyRegressor):
 
     def __init__(self, *, categorical: Sequence[str] = (), dense: Sequence[str] = (), buckets: int = 2 ** 18,
                  hash_seed: int = 0, loss: Any = "squared_error", optimizer: Any = "adam", learning_rate: Any = "constant",
-                 eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
+                 eta0: float | str = "auto", power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
                  standardize: bool = True, standardize_target: bool = True, device: str = "cpu",

@@ -20,7 +20,8 @@ class LogisticRegression(HashedLinear, ReadyClassifier):
     ``n_features_in_`` and ``classes_`` (``partial_fit`` needs ``classes`` on its first call, as in
     scikit-learn).  ``loss="auto"`` picks ``"log_loss"`` or ``"softmax_cross_entropy"``; optimizers,
     schedules and penalties are the engine's, with the parameters of
-    :class:`~streamfit.models.linear.LinearRegressor`.
+    :class:`~streamfit.models.linear.LinearRegressor` (``eta0="auto"``: 0.01 for Adam and SGD, 0.1 for FTRL
+    and AdaGrad, the rule stated there).
 
     With ``categorical=[columns]`` it is a hashed (VW-style) logistic regression: each categorical column
     one-hot encoded through its hashed values (``buckets`` ids in one table, trained row-sparsely), the
@@ -46,7 +47,7 @@ class LogisticRegression(HashedLinear, ReadyClassifier):
     >>> from streamfit.testing import ClickStream
     >>> stream = ClickStream(seed=0, n_categorical=4, n_dense=2, cardinalities=(10, 50, 100, 1000))
     >>> ctr = LogisticRegression(categorical=stream.categorical, dense=stream.dense, buckets=2**12,
-    ...                          optimizer="ftrl", eta0=0.1, batch_size=256)
+    ...                          optimizer="ftrl", batch_size=256)
     >>> for k in range(20):
     ...     batch = stream.batch(k, 512)
     ...     _ = ctr.partial_fit(batch, batch.column("label").to_numpy(), classes=[0, 1])
@@ -57,7 +58,7 @@ class LogisticRegression(HashedLinear, ReadyClassifier):
 
     def __init__(self, *, categorical: Sequence[str] = (), dense: Sequence[str] = (), buckets: int = 2 ** 18,
                  hash_seed: int = 0, loss: Any = "auto", optimizer: Any = "adam", learning_rate: Any = "constant",
-                 eta0: float = 0.01, power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
+                 eta0: float | str = "auto", power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15,
                  penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32, max_iter: int = 20,
                  shuffle: bool = True, random_state: Any = None, warm_start: bool = False,
                  standardize: bool = True, device: str = "cpu", step: str = "fused", on_nonfinite: str = "raise",

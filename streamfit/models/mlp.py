@@ -47,6 +47,14 @@ class _MLP:
             raise ValueError(f"unknown activation {self.activation!r}; expected one of {sorted(ACTIVATIONS)}")
         return self.activation
 
+    def _auto_eta0(self) -> float:
+        """``eta0="auto"``: Adam (and AdamW) at 0.001 (scikit-learn's ``learning_rate_init``: hidden layers take
+        smaller steps than a linear model's 0.01); other optimizers at their own rate."""
+        from streamfit.optim import Adam
+
+        opt = self._optimizer()  # type: ignore[attr-defined]
+        return 0.001 if isinstance(opt, Adam) else float(opt.auto_eta0())
+
     def _initial_layers(self, n_in: int, n_out: int) -> list[tuple[np.ndarray, np.ndarray]]:
         return glorot_layers([n_in, *self._hidden_sizes(), n_out], self._activation(), self.random_state)
 
@@ -66,7 +74,8 @@ _PARAMS_DOC = """
     what they mean in scikit-learn; initial weights are Glorot-uniform from ``random_state``.  The other
     parameters are those of :class:`~streamfit.models.linear.LinearRegressor` (engine losses, optimizers,
     schedules, penalties, ``standardize`` and, for the regressor, ``standardize_target``); ``eta0`` is the
-    rate (scikit-learn's ``learning_rate_init``).  ``coefs_``/``intercepts_`` are the trained weights, which
+    rate (scikit-learn's ``learning_rate_init``), ``"auto"`` by default: 0.001 for Adam and AdamW (the default
+    optimizer), the optimizer's own starting rate for the others (see :class:`~streamfit.LinearRegressor`).  ``coefs_``/``intercepts_`` are the trained weights, which
     act on standardized features (and give standardized targets), as in a scikit-learn pipeline.
 """
 
@@ -87,7 +96,7 @@ class MLPRegressor(_MLP, ReadyRegressor):
     """
 
     def __init__(self, hidden_layer_sizes: Any = (100,), activation: str = "relu", *, loss: Any = "squared_error",
-                 optimizer: Any = "adam", learning_rate: Any = "constant", eta0: float = 0.001,
+                 optimizer: Any = "adam", learning_rate: Any = "constant", eta0: float | str = "auto",
                  power_t: float = 0.5, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 50, shuffle: bool = True,
                  random_state: Any = None, warm_start: bool = False, standardize: bool = True,
@@ -136,7 +145,7 @@ class MLPClassifier(_MLP, ReadyClassifier):
     """
 
     def __init__(self, hidden_layer_sizes: Any = (100,), activation: str = "relu", *, loss: Any = "auto",
-                 optimizer: Any = "adam", learning_rate: Any = "constant", eta0: float = 0.001,
+                 optimizer: Any = "adam", learning_rate: Any = "constant", eta0: float | str = "auto",
                  power_t: float = 0.5, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
                  momentum: float = 0.9, batch_size: int = 32, max_iter: int = 50, shuffle: bool = True,
                  random_state: Any = None, warm_start: bool = False, standardize: bool = True,

@@ -70,6 +70,11 @@ class Optimizer(Parameters, abc.ABC):
                      s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The same rule in numpy (reference for tests and documentation)."""
 
+    def auto_eta0(self) -> float:
+        """The learning rate ``eta0="auto"`` (the ready-made models' default) starts this rule from: 0.01 here
+        (River's SGD; Adam's on standardized features).  Rules that scale their steps say otherwise."""
+        return 0.01
+
     def init_state(self, w: np.ndarray) -> dict[str, np.ndarray]:
         """Initial value of each slot for weight ``w`` (zeros like ``w``)."""
         return {slot: np.zeros_like(w) for slot in self.slots}

@@ -27,6 +27,11 @@ class Nesterov(Optimizer):
     def __init__(self, momentum: float = 0.9) -> None:
         self.momentum = check_range("momentum", momentum, 0.0, 1.0)
 
+    def auto_eta0(self) -> float:
+        """``0.01 * (1 - momentum)``: the steady step of plain SGD at 0.01 (a velocity sums ``1 / (1 - momentum)``
+        steps)."""
+        return float(f"{0.01 * (1.0 - self.momentum):.12g}")
+
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:
         lr_g = b.op("Mul", g, s["lr"])

@@ -10,6 +10,7 @@ import inspect
 import pytest
 
 import streamfit
+from streamfit.exceptions import OptionError
 from streamfit.daemon.config import build_estimator, config_keys, load_config
 from streamfit.daemon.model_options import ESTIMATORS, OWNED, ModelOptions, _params, add_model_flags, model_option_names
 from streamfit.optim import _BY_NAME as OPTIMIZERS
@@ -41,7 +42,8 @@ def _example(name: str, p) -> tuple[object, str | list[str]]:
     special = {"loss": ("huber", "huber"), "learning_rate": ("optimal", "optimal"), "device": ("cpu", "cpu"),
                "step": ("forward_backward", "forward_backward"), "activation": ("tanh", "tanh"),
                "hidden_layer_sizes": ([8, 4], "8,4"), "random_state": (3, "3"), "input_name": ("X", "X"),
-               "output_name": ("Y", "Y"), "optimizer": ("nesterov", "nesterov"), "penalty": (None, "none")}
+               "output_name": ("Y", "Y"), "optimizer": ("nesterov", "nesterov"), "penalty": (None, "none"),
+               "eta0": (0.25, "0.25")}
     if name in special:
         return special[name]
     if p.kind.boolean:
@@ -99,11 +101,26 @@ def test_flag_and_config_key_agree_and_reach_the_estimator(tmp_path, name):
 
 def test_defaults_are_the_estimators_own():
     opts = ModelOptions("FMClassifier", {"categorical": ["a"]})
-    assert (opts.value("optimizer"), opts.value("eta0"), opts.value("buckets")) == ("adagrad", 0.05, 2 ** 18)
+    assert (opts.value("optimizer"), opts.value("eta0"), opts.value("buckets")) == ("adagrad", "auto", 2 ** 18)
     assert ModelOptions().value("optimizer", "regression") == "sgd"  # an ONNX file's OnnxRegressor
     est = opts.build(model=None, task="classification", batch_size=128, guard=True)
     assert isinstance(est, streamfit.FMClassifier) and est.batch_size == 128 and est.on_nonfinite == "skip"
     assert est.get_params()["n_factors"] == 8
+    assert est._eta0() == 0.05  # "auto": AdaGrad's rate for the factorization machines
+
+
+def test_eta0_auto_or_a_rate(tmp_path):
+    """--eta0 takes "auto" (the default of the ready-made models) or a positive number, nothing else."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    add_model_flags(parser)
+    for text, value in (("auto", "auto"), ("0.3", 0.3)):
+        cfg = load_config(None, vars(parser.parse_args(["--estimator=LogisticRegression", f"--eta0={text}"])))
+        assert cfg.estimator_options.params["eta0"] == value
+        assert build_estimator(cfg).get_params()["eta0"] == value
+    for bad in ("fast", "-1"):
+        with pytest.raises(OptionError, match="eta0"):
+            load_config(None, vars(parser.parse_args(["--estimator=LogisticRegression", f"--eta0={bad}"])))
 
 
 def test_the_documented_config_of_a_categorical_model_loads_and_builds(tmp_path):
