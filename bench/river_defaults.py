@@ -18,6 +18,7 @@ the table says met/MISSED per stream and model.  The "no scaling" rows are the f
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -103,7 +104,9 @@ def models(task: str) -> dict[str, Callable[[], Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the first 300 rows of each stream")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure here (bench/plots.py draws it)")
     args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
     limit = 300 if args.quick else None
     print(f"# CPU: {cpu_model()}, Python {sys.version.split()[0]}; batch 1, "
           f"predict then learn; target: within {TOLERANCE:.0%} of River's default pipeline")
@@ -117,8 +120,17 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             ours = streamfit_metric(make, stream)
             verdict = "met" if met(stream.task, ours, reference) else "MISSED"
+            seconds = time.perf_counter() - t0
             print(f"{name:<14} {len(stream.X):>5} {metric:<9} {label:<32} {ours:>9.4f} {reference:>8.4f} "
-                  f"{ours / reference:>6.3f}  {verdict:<7} {time.perf_counter() - t0:>5.1f}")
+                  f"{ours / reference:>6.3f}  {verdict:<7} {seconds:>5.1f}")
+            rows.append({"stream": name, "rows": len(stream.X), "metric": metric, "model": label,
+                         "streamfit": ours, "river": reference, "verdict": verdict, "seconds": seconds})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"env": {"cpu_model": cpu_model(), "python": sys.version.split()[0],
+                               "loadavg_end": list(os.getloadavg())},
+                       "config": {"quick": args.quick, "tolerance": TOLERANCE}, "results": rows}, f, indent=1)
+        print(f"wrote {args.json}")
     return 0
 
 

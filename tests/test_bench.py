@@ -143,7 +143,7 @@ def test_plots_of_the_committed_bench_json(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plots.py"), "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=dict(os.environ, MPLBACKEND="Agg"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("engine", "pipeline", "op_census"):
+    for name in ("engine", "pipeline", "op_census", "river_defaults"):
         assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert os.path.exists(os.path.join(docs, f"{name}.png")), f"docs/benchmarks/{name}.png is not committed"
     made = (tmp_path / "_figures.md").read_text()
