@@ -29,6 +29,7 @@ from streamfit._engine.runtime.predictor import Predictor
 from streamfit._engine.runtime.staging import Staging
 from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
+from streamfit._engine.steps.scan import ChunkResult, train_chunk
 from streamfit._engine.steps.sparse_tables import SparseTables
 from streamfit._engine.steps.tables import find_tables, training_model
 from streamfit._engine.steps.step_graphs import sample_weight_shape
@@ -451,6 +452,14 @@ class Trainer:
             self.schedule.step(loss)
             return loss
         return self._finish(loss, ok)
+
+    def step_chunk(self, X: Any, y: Any, sample_weight: Any = None, *, batch_size: int = 1,
+                   host_steps: Mapping[str, np.ndarray] | None = None) -> ChunkResult:
+        """Train ``ceil(n / batch_size)`` steps over the ``n`` rows of ``X`` in order, in one session run (a
+        ``Scan`` over the steps, :mod:`streamfit._engine.steps.scan`); the result is :meth:`step` on each step's
+        rows in turn.  Returns each row's output before its step and each step's loss (:class:`ChunkResult`).
+        ``host_steps`` gives host tensors one value per step ([steps, *shape])."""
+        return train_chunk(self, X, y, sample_weight, batch_size, host_steps)
 
     @property
     def last_output(self) -> np.ndarray:

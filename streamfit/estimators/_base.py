@@ -211,17 +211,30 @@ class OnnxEstimator(_SkBase):
             self.t_ = self.trainer_.n_steps
             self.loss_ = loss if math.isfinite(loss) else float("nan")
             return self.loss_
+        from streamfit._engine.steps.scan import train_chunk
+
+        # the steps in order, in one session run (a Scan over them): what one step per call gives
+        result = train_chunk(self.trainer_, X, T, sw, self.batch_size)
+        if outputs is not None:
+            outputs[...] = result.outputs.reshape(outputs.shape)
         total, rows = 0.0, 0
-        for sl in self._batches(len(X)):
-            loss = self.trainer_.step(X[sl], T[sl], None if sw is None else sw[sl])
-            if outputs is not None:
-                outputs[sl] = self.trainer_.last_output.reshape(outputs[sl].shape)
+        for loss, sl in zip(result.losses, self._batches(len(X))):
             if np.isfinite(loss):
-                total += loss * (sl.stop - sl.start)
+                total += float(loss) * (sl.stop - sl.start)
                 rows += sl.stop - sl.start
         self.t_ = self.trainer_.n_steps
         self.loss_ = total / rows if rows else float("nan")
         return self.loss_
+
+    def _partial_pass(self, X: Any, T: np.ndarray, sw: np.ndarray | None, first: bool,
+                      outputs: np.ndarray | None = None) -> float:
+        """``partial_fit``'s pass: the statistics of the inputs (and targets) updated by the call, then its steps
+        (a hook: the ready-made models update their statistics per step, see :mod:`streamfit.models._chunks`)."""
+        return self._one_pass(self._fit_inputs(X, sw, first), self._fit_targets(T, sw, first), sw, outputs)
+
+    def _fit_targets(self, T: np.ndarray, sample_weight: np.ndarray | None, reset: bool) -> np.ndarray:
+        """Targets as the trainer sees them when training (a hook: the identity here)."""
+        return T
 
     def _sample_weight(self, sample_weight: Any, n: int, all_zero_ok: bool = True) -> np.ndarray | None:
         """Sample weights of ``n`` rows, checked once at the public method (a hook: the ready-made

@@ -187,7 +187,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         sw = self._sample_weight(sample_weight, len(X))
         self._first_call(X, classes, first)
         T = self._encode(labels)  # before the feature statistics take the batch: an unknown label leaves no trace
-        self._one_pass(self._fit_inputs(X, sw, first), T, sw)
+        self._partial_pass(X, T, sw, first)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
@@ -200,7 +200,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         T = self._encode(labels)
         width = 1 if self.binary_ else len(self.classes_)
         scores = np.empty((len(X), width), self.trainer_.dtype)
-        self._one_pass(self._fit_inputs(X, sw, first), T, sw, scores)
+        self._partial_pass(X, T, sw, first, scores)
         return self._proba(scores.reshape(len(X)) if self.binary_ else scores)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxClassifier":

@@ -112,8 +112,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         """One pass over ``X`` in minibatches of ``batch_size``."""
         first = not hasattr(self, "trainer_")
         X, T, sw = self._checked(X, y, sample_weight, first)
-        X = self._fit_inputs(X, sw, first)
-        self._one_pass(X, self._fit_targets(T, sw, first), sw)
+        self._partial_pass(X, T, sw, first)
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, sample_weight: Any = None) -> np.ndarray:
@@ -124,8 +123,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         first = not hasattr(self, "trainer_")
         X, T, sw = self._checked(X, y, sample_weight, first)
         out = np.empty((len(X),) + T.shape[1:], self.trainer_.dtype)
-        X = self._fit_inputs(X, sw, first)
-        self._one_pass(X, self._fit_targets(T, sw, first), sw, out)
+        self._partial_pass(X, T, sw, first, out)
         return out
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":

@@ -221,6 +221,21 @@ class ReadyMade:
             return super()._one_pass(X, T, sw, outputs)  # type: ignore[misc]
         return self._passive_aggressive_pass(X, T, sw, outputs)
 
+    def _partial_pass(self, X: Any, T: np.ndarray, sw: np.ndarray | None, first: bool,
+                      outputs: np.ndarray | None = None) -> float:
+        """Many steps in one call: the input (and target) statistics updated per step, the steps in one session
+        run (:mod:`streamfit.models._chunks`); a regressor's outputs come back in target units."""
+        if len(X) <= self.batch_size or self.learning_rate in _PASSIVE_AGGRESSIVE:  # type: ignore[attr-defined]
+            target = self.__dict__.get("target_scaler_")
+            before = (target.mean_.copy(), target.scale_.copy()) if target is not None and outputs is not None else None
+            loss = super()._partial_pass(X, T, sw, first, outputs)  # type: ignore[misc]
+            if before is not None and outputs is not None:  # predicted before the batch's target statistics
+                outputs[...] = self._to_target_units(outputs, *before)  # type: ignore[attr-defined]
+            return float(loss)
+        from streamfit.models._chunks import chunk_pass
+
+        return chunk_pass(self, X, T, sw, outputs)
+
     def _passive_aggressive_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
                                  outputs: np.ndarray | None) -> float:
         """Crammer et al.'s passive-aggressive updates, row by row, as scikit-learn's ``learning_rate="pa1"``
@@ -354,15 +369,9 @@ class ReadyRegressor(ReadyMade, OnnxRegressor):
             out = rows.partial_fit_predict(self, X, y)
             if out is not None:
                 return out
-        scaler = getattr(self, "target_scaler_", None)
-        before = (scaler.mean_.copy(), scaler.scale_.copy()) if scaler is not None else None
-        out = super().partial_fit_predict(X, y, sample_weight)
+        out = super().partial_fit_predict(X, y, sample_weight)  # in target units (see _partial_pass)
         keep_row_path(self, X)
-        if getattr(self, "target_scaler_", None) is None:
-            return out
-        if before is None:  # the first batch: the model predicted from no statistics at all
-            before = (np.zeros(self.n_outputs_), np.ones(self.n_outputs_))
-        return self._to_target_units(out, *before)
+        return out
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted values as float64 (scikit-learn's convention; the float32 outputs convert exactly)."""

@@ -325,3 +325,13 @@ def test_an_id_outside_its_table_trains_the_steps_before_it_then_raises() -> Non
         _by_steps_named(b, X, y, 5)
     assert a.n_steps == b.n_steps == 5
     assert_same_state(a, b)
+
+
+def test_trainer_step_chunk_is_train_chunk() -> None:
+    X, y = _data("logistic", 30)
+    a, b = _trainer("logistic", "streamfit"), _trainer("logistic", "streamfit")
+    r = a.step_chunk(X, y, batch_size=4)
+    s = train_chunk(b, X, y, batch_size=4)
+    assert r.scanned and len(r.losses) == 8 and r.applied == 8
+    np.testing.assert_array_equal(r.outputs, s.outputs)
+    assert_same_state(a, b)

@@ -1,0 +1,110 @@
+"""A ready-made model's ``partial_fit`` pass over many rows as one chunk: statistics per step, steps in one run.
+
+The one-step-per-call semantics, kept for a call of many rows: each step of ``batch_size`` rows standardizes its
+rows with the running input statistics *after* its own rows (as a call of those rows alone would: statistics
+first, then the step) and never with rows after it; a regressor's targets likewise, and each prediction is mapped
+back to target units with the target statistics from before its step.  The statistics are the estimator's own
+scalers, updated step by step on the host (the same float64 operations as one call per step, so the same bits);
+their float32 values per step are scanned into the chunk's Scan (:func:`~streamfit._engine.steps.scan.train_chunk`
+``host_steps``), which trains all the steps in one session run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamfit._engine.common.names import Names
+from streamfit._engine.steps.scan import ChunkResult, train_chunk
+from streamfit.exceptions import NonFiniteError
+
+__all__ = ["chunk_pass"]
+
+
+def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, slices: list[slice], transform: bool = False,
+              before: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
+                                             np.ndarray | None]:
+    """The scaler updated by each step's rows in turn: float32 (mean, scale) after each step, (``before``)
+    float64 (mean, scale) before each step, and (``transform``) each step's rows standardized with the
+    statistics after its own rows."""
+    steps, width = len(slices), rows.shape[1]
+    mean32 = np.empty((steps, width), np.float32)
+    scale32 = np.empty((steps, width), np.float32)
+    before_mean = np.empty((steps, width)) if before else None
+    before_scale = np.empty((steps, width)) if before else None
+    scaled = np.empty(rows.shape, np.float32) if transform else None
+    one_row = sw is None and len(rows) == steps and width <= scaler.small and not before and not transform
+    if one_row and type(rows) is np.ndarray and rows.ndim == 2:  # Welford's update per row on Python floats
+        mean, scale = scaler.float32()
+        for k, row in enumerate(rows.tolist()):
+            scaler.update_row(row)  # writes the float32 mean and scale in place
+            mean32[k] = mean
+            scale32[k] = scale
+        return mean32, scale32, None, None, None
+    for k, sl in enumerate(slices):
+        if before_mean is not None and before_scale is not None:
+            before_mean[k], before_scale[k] = scaler.mean_, scaler.scale_
+        scaler.update(rows[sl], None if sw is None else sw[sl])
+        m, s = scaler.float32()
+        mean32[k], scale32[k] = m, s
+        if scaled is not None:
+            scaled[sl] = scaler.transform(rows[sl])
+    return mean32, scale32, before_mean, before_scale, scaled
+
+
+def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: np.ndarray | None) -> float:
+    """``partial_fit``'s pass over ``X`` (checked, not yet standardized) and ``T`` (encoded labels or raw
+    targets): updates the estimator's scalers per step, trains every step in one chunk, writes each row's
+    output before its step into ``outputs`` (a regressor's in target units).  Returns the mean loss as
+    ``_one_pass`` does (rows of finite steps)."""
+    trainer = est.trainer_
+    slices = est._batches(len(X))
+    scaler = est.__dict__.get("scaler_")
+    target = est.__dict__.get("target_scaler_")
+    saved = [(s, s.state_dict()) for s in (scaler, target) if s is not None]
+    raw = {id(scaler): X, id(target): T.reshape(len(T), -1)}
+    host = None
+    if scaler is not None:
+        in_graph = est._scaler_in_graph()
+        mean, scale, _, _, scaled = _per_step(scaler, X, sw, slices, transform=not in_graph)
+        if in_graph:
+            host = {Names.scaler_mean: mean, Names.scaler_scale: scale}
+        else:  # a model saved before the scaling moved into the graph: rows standardized here, per step
+            X = scaled
+    before = None
+    if target is not None:
+        T2 = T.reshape(len(T), -1)
+        _, _, b_mean, b_scale, scaled_t = _per_step(target, T2, sw, slices, transform=True, before=True)
+        assert scaled_t is not None and b_mean is not None and b_scale is not None
+        T = scaled_t.reshape(T.shape)
+        before = (b_mean, b_scale)
+    steps_before = trainer.n_steps
+    try:
+        result = train_chunk(trainer, X, T, sw, est.batch_size, host)
+    except NonFiniteError as exc:  # the scalers then hold the rows up to the failed step, as step by step
+        failed = exc.step - 1 - steps_before if exc.step is not None else len(slices) - 1
+        for obj, state in saved:
+            obj.load_state_dict(state)
+            for sl in slices[:failed + 1]:
+                obj.update(raw[id(obj)][sl], None if sw is None else sw[sl])
+        est.t_ = trainer.n_steps
+        raise
+    if outputs is not None:
+        out = result.outputs.reshape((len(X),) + outputs.shape[1:])
+        if before is not None:
+            for k, sl in enumerate(slices):
+                out[sl] = est._to_target_units(out[sl], before[0][k], before[1][k])
+        outputs[...] = out
+    est.t_ = trainer.n_steps
+    est.loss_ = _mean_loss(result, slices)
+    return float(est.loss_)
+
+
+def _mean_loss(result: ChunkResult, slices: list[slice]) -> float:
+    total, rows = 0.0, 0
+    for loss, sl in zip(result.losses, slices):
+        if np.isfinite(loss):
+            total += float(loss) * (sl.stop - sl.start)
+            rows += sl.stop - sl.start
+    return total / rows if rows else float("nan")

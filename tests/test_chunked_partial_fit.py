@@ -1,0 +1,83 @@
+"""A ready-made estimator's partial_fit / partial_fit_predict on many rows trains ceil(n / batch_size) steps in one
+session run (streamfit.models._chunks) and gives exactly what the same rows give one call per step: the
+predictions each step made before its update, weights, optimizer state, input and target statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamfit import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
+from streamfit.exceptions import NonFiniteError
+
+RTOL, ATOL = 1e-6, 1e-7
+
+
+def _data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((n, 4)) * [1, 5, 0.2, 3] + [3, -1, 10, 0]).astype(np.float32)
+    y = (X @ np.array([1, -0.5, 2, 0.1]) + 3 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+    labels = np.where(X[:, 0] > 3, "yes", "no")
+    multi = np.array(["a", "b", "c"])[np.digitize(X[:, 1], [-3, 1])]
+    return X, y, labels, multi
+
+
+def _same_state(a: Any, b: Any) -> None:
+    sa, sb = a.trainer_.state_dict(), b.trainer_.state_dict()
+    for part in ("weights", "optimizer"):
+        for k in sb[part]:
+            np.testing.assert_allclose(sa[part][k], sb[part][k], rtol=RTOL, atol=ATOL, err_msg=f"{part} {k}")
+    assert (a.t_, a.trainer_.n_steps, a.trainer_.schedule.t) == (b.t_, b.trainer_.n_steps, b.trainer_.schedule.t)
+    for name in ("scaler_", "target_scaler_"):
+        if getattr(b, name, None) is not None:
+            for k, v in getattr(b, name).state_dict().items():
+                np.testing.assert_array_equal(getattr(a, name).state_dict()[k], v, err_msg=f"{name} {k}")
+
+
+CASES = [(LinearRegressor, {}), (LinearRegressor, {"optimizer": "sgd", "learning_rate": "invscaling"}),
+         (MLPRegressor, {"hidden_layer_sizes": (8,)}), (LogisticRegression, {}),
+         (LogisticRegression, {"optimizer": "sgd", "learning_rate": "constant", "eta0": 0.05}),
+         (MLPClassifier, {"hidden_layer_sizes": (8,)})]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
+@pytest.mark.parametrize("cls, params", CASES, ids=lambda c: getattr(c, "__name__", str(c)))
+def test_many_rows_per_call_equal_one_call_per_step(cls: Any, params: dict[str, Any], batch_size: int) -> None:
+    X, y, labels, multi = _data(200 if batch_size == 32 else 91)
+    target = y if "Regressor" in cls.__name__ else (multi if cls is MLPClassifier else labels)
+    kw = {} if "Regressor" in cls.__name__ else {"classes": np.unique(target)}
+    a, b = cls(batch_size=batch_size, random_state=0, **params), cls(batch_size=batch_size, random_state=0, **params)
+    cut = 2 * batch_size + 1  # the second call starts inside a step's rows: its own steps, as a call would
+    got = np.concatenate([a.partial_fit_predict(X[:cut], target[:cut], **kw),
+                          a.partial_fit_predict(X[cut:], target[cut:])])
+    ref = []
+    for s in list(range(0, cut, batch_size)) + list(range(cut, len(X), batch_size)):
+        e = min(s + batch_size, cut if s < cut else len(X))
+        ref.append(b.partial_fit_predict(X[s:e], target[s:e], **(kw if s == 0 else {})))
+    np.testing.assert_allclose(got, np.concatenate(ref), rtol=RTOL, atol=ATOL)
+    _same_state(a, b)
+    chunks = a.trainer_.__dict__.get("_chunk_steps")
+    assert chunks is not None and chunks.models  # the steps ran as a Scan, not one call each
+
+
+def test_partial_fit_many_rows_equals_partial_fit_predict() -> None:
+    X, y, _, _ = _data(64)
+    a, b = LinearRegressor(batch_size=1), LinearRegressor(batch_size=1)
+    a.partial_fit(X, y)
+    b.partial_fit_predict(X, y)
+    _same_state(a, b)
+
+
+def test_a_nonfinite_step_inside_a_call_stops_there_with_the_statistics_of_step_by_step() -> None:
+    X, y, _, _ = _data(40)
+    y[22] = 3e38  # its squared error overflows float32
+    a, b = LinearRegressor(batch_size=2, standardize_target=False), LinearRegressor(batch_size=2,
+                                                                                   standardize_target=False)
+    with pytest.raises(NonFiniteError):
+        a.partial_fit(X, y)
+    with pytest.raises(NonFiniteError):
+        for s in range(0, 40, 2):
+            b.partial_fit(X[s:s + 2], y[s:s + 2])
+    _same_state(a, b)
