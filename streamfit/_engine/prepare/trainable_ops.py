@@ -11,6 +11,10 @@ training copy of the model only; ``predict`` and ``to_onnx()`` keep the author's
 - ``Elu``, ``Selu``, ``Celu``, ``Softplus``, ``Mish``: no gradient registered; written with Relu/Exp/Log/Tanh.
 - ``ReduceMax``/``ReduceMin`` over given axes (PyTorch's ``AdaptiveMaxPool1d(1)`` via dynamo): no gradient
   registered; ``TopK(k=1)`` along each axis has one.
+- ``HardSigmoid``, ``HardSwish``: no gradient registered; Mul/Add/Clip
+  (:mod:`streamfit._engine.prepare.hard_activations`).
+- Bidirectional (and reverse) ``LSTM``/``GRU``: the training kernels run forward only; two forward nodes, one
+  over the reversed sequence (:mod:`streamfit._engine.prepare.recurrent`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import onnx
 from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 from streamfit._engine.common.onnx_helpers import ShapedRewriter, attrs
+from streamfit._engine.prepare.hard_activations import hard_activations
+from streamfit._engine.prepare.recurrent import bidirectional_rnn
 from streamfit._engine.prepare.running_stats import rewrite_batchnorm, training_dropout
 from streamfit.exceptions import ModelError
 
@@ -159,7 +165,7 @@ def _reduce_extreme(rw: ShapedRewriter, node: NodeProto) -> list[NodeProto] | No
 
 
 _REWRITES: list[Callable[[ShapedRewriter, NodeProto], "list[NodeProto] | None"]] = [
-    _layernorm, _activations, _average_pool, _reduce_extreme]
+    _layernorm, _activations, hard_activations, _average_pool, _reduce_extreme, bidirectional_rnn]
 
 
 def make_trainable(model: ModelProto, notes: list[str], *, freeze_batchnorm: bool = False, seed: int = 0,
