@@ -211,7 +211,24 @@ def _check(ns: argparse.Namespace) -> int:
     print(result.message() + (" (cached)" if result.cached else ""))
     for note in result.notes:
         print(f"  {note}")
+    for line in _weight_report(ns.model):
+        print(f"  {line}")
     return 0 if result.ok else 2  # a refused model is bad input, as train/serve report it (ModelError)
+
+
+def _weight_report(model: str) -> list[str]:
+    """Which initializers train, which are constants and why, what the exporter made (none for a model that
+    cannot be prepared: the preflight said why)."""
+    from streamfit._engine.prepare.constants import weight_report
+    from streamfit._engine.prepare.model import prepare_model
+    from streamfit.exceptions import StreamfitError
+
+    try:
+        pm = prepare_model(model)
+    except StreamfitError:
+        return []
+    source = pm.inference if pm.inference is not None else pm.model
+    return weight_report(source.graph.initializer, pm.weights, pm.constants)
 
 
 def _compile(ns: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from streamfit._columns.mapping import check_inputs
 from streamfit._columns.memory import ColumnInputs
 from streamfit._engine.artifact import Artifact, check_compiled, is_artifact, read_artifact, unavailable_kernels_hint
 from streamfit._engine.common.names import Names
+from streamfit._engine.common.ort_errors import as_model_error
 from streamfit._engine.common.ort_private import has_ort_training
 from streamfit._engine.gradient.builders import build_gradient_graphs
 from streamfit._engine.gradient.portable import make_portable
@@ -129,7 +130,7 @@ class Trainer:
                  spinning: bool = True, freeze_batchnorm: bool = False, seed: int = 0,
                  sparse: "bool | Literal['auto']" = "auto", inputs: Mapping[str, Any] | None = None,
                  gradient: Literal["auto", "onnxruntime", "streamfit"] = "auto",
-                 portable: bool = False, host: Sequence[str] = ()) -> None:
+                 portable: bool = False, host: Sequence[str] = (), freeze: Sequence[str] = ()) -> None:
         _check_options(step, on_nonfinite)
         self.device = parse_device(device)
         source = _source(model)  # the caller's proto is not changed here
@@ -145,7 +146,7 @@ class Trainer:
             freeze_batchnorm, seed, sparse = info.freeze_batchnorm, info.seed, False
             source, owned = self.artifact.model, True
         self.prepared = prepare_model(source, weights, input_name, output_name, freeze_batchnorm=freeze_batchnorm,
-                                      seed=seed, owned=owned, host=host)
+                                      seed=seed, owned=owned, host=host, freeze=freeze)
         self.loss = get_loss("squared_error" if loss is None else loss)
         self.optimizer = get_optimizer("sgd" if optimizer is None else optimizer)
         self.penalty = penalty
@@ -317,12 +318,22 @@ class Trainer:
             strategy = cls(self._train_pm, self.graphs, self.loss, self.optimizer, self.penalty, self.device,
                            self.options, y_rank, self.params, self.scalars, **extra)
         except Exception as exc:
-            if cls is not FusedStep or isinstance(exc, BadInputError):
+            if isinstance(exc, BadInputError):
                 raise
+            if cls is not FusedStep:
+                raise self._model_error(exc, "building the forward/backward step") from exc
             self._fall_back(exc, "built")
             return self._make_strategy(y_rank)
         self._lr_in_grad_weights = strategy.lr_in_grad_weights
         return strategy
+
+    def _model_error(self, exc: Exception, what: str) -> StreamfitError:
+        """An error of the forward/backward step as a ModelError naming the node (and the fused step's failure
+        that led here, if one did): no raw onnxruntime error reaches the user."""
+        err = as_model_error(exc, what, self._train_pm.model)
+        if self.fallback and not isinstance(exc, StreamfitError):
+            err = ModelError(f"{err}; neither strategy trains this model ({self.fallback})")
+        return err
 
     def _fall_back(self, exc: Exception, what: str) -> None:
         """The fused graph failed: switch to the forward/backward step once, loudly (weights are kept)."""
@@ -380,8 +391,10 @@ class Trainer:
             staging = self._strategy.cache.get(tuple(a.shape for a in arrays), tuple(i.dtype for i in self.model_inputs),
                                                T.shape, t_dtype, sw_shape, y_shape, self.dtype)
         except Exception as exc:  # the large-batch graph is built on the first large batch
-            if self.step_kind != "fused" or isinstance(exc, StreamfitError) and not isinstance(exc, ModelError):
+            if isinstance(exc, StreamfitError) and not isinstance(exc, ModelError):
                 raise
+            if self.step_kind != "fused":
+                raise self._model_error(exc, "building the forward/backward step") from exc
             self._fall_back(exc, "built")
             return self._staging_for(arrays, y, key)
         if len(self._staged) >= self._strategy.cache.size:
@@ -442,7 +455,7 @@ class Trainer:
             loss, ok = self._strategy.run(staging)  # type: ignore[union-attr]
         except Exception as exc:
             if self.step_kind != "fused":
-                raise
+                raise self._model_error(exc, "running the forward/backward step") from exc
             self._fall_back(exc, "run")
             return self.step(X, y, sample_weight)
         self._last_staging = staging

@@ -160,6 +160,7 @@ def _any_kinds() -> dict[str, _Kind]:
         "random_state": _Kind("an int seed", _number(int, optional=True), metavar="SEED"),
         "eta0": _Kind("a positive number or 'auto' (the optimizer's own starting rate)", _eta0, metavar="RATE|auto"),
         "hidden_layer_sizes": _Kind("a list of layer widths", _list_of(int, (int,)), metavar="N[,N...]"),
+        "freeze": _Kind("a list of initializer names", _list_of(str, (str,)), metavar="NAME[,NAME...]"),
     }
 
 

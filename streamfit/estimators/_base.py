@@ -112,7 +112,8 @@ class OnnxEstimator(_SkBase):
                           penalty=get_penalty(self.penalty, self.alpha, self.l1_ratio), device=self.device,
                           step=self.step, on_nonfinite=self.on_nonfinite, threads=self.threads,
                           freeze_batchnorm=bool(getattr(self, "freeze_batchnorm", False)),
-                          seed=self._dropout_seed(), sparse=self._sparse_tables, host=host)
+                          seed=self._dropout_seed(), sparse=self._sparse_tables, host=host,
+                          freeze=tuple(getattr(self, "freeze", None) or ()))
         inputs = getattr(self, "inputs", None)
         check_mapping(inputs, trainer.model_inputs)
         if inputs is not None:  # widths, lengths, encoders against the declared inputs, before any data

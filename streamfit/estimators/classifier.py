@@ -34,6 +34,9 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     ``output_name`` picks the output to train through; by default the first float output (a
     classifier's label output, first in skl2onnx's graphs, has no gradient).
 
+    ``weights`` names the initializers to train (default: every float parameter, not the exporter's scalar
+    constants: see ``streamfit._engine.prepare.constants.RULE``); ``freeze`` names more to keep out.
+
     >>> import numpy as np
     >>> from streamfit.testing import linear_model
     >>> X = np.random.default_rng(0).standard_normal((300, 2)).astype(np.float32)
@@ -43,7 +46,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
     (['neg', 'pos'], True)
     """
 
-    def __init__(self, model: Any = None, *, weights: Any = None, inputs: Any = None, input_name: str | None = None,
+    def __init__(self, model: Any = None, *, weights: Any = None, freeze: Any = None, inputs: Any = None,
+                 input_name: str | None = None,
                  output_name: str | None = None, loss: Any = "auto", optimizer: Any = "sgd",
                  learning_rate: Any = "invscaling", eta0: float | str = 0.01, power_t: float = 0.25, alpha: float = 1e-4,
                  l1_ratio: float = 0.15, penalty: Any = "l2", momentum: float = 0.9, batch_size: int = 32,
@@ -52,6 +56,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
                  threads: int | None = None, freeze_batchnorm: bool = False) -> None:
         self.model = model
         self.weights = weights
+        self.freeze = freeze
         self.inputs = inputs
         self.input_name = input_name
         self.output_name = output_name

@@ -35,6 +35,9 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     PyTorch's semantics (batch statistics, running ones updated and used to predict) unless
     ``freeze_batchnorm=True``; Dropout masks are seeded by ``random_state`` (an int, else 0).
 
+    ``weights`` names the initializers to train (default: every float parameter, not the exporter's scalar
+    constants: see ``streamfit._engine.prepare.constants.RULE``); ``freeze`` names more to keep out.
+
     >>> import numpy as np
     >>> from streamfit.testing import linear_model
     >>> X = np.random.default_rng(0).standard_normal((200, 3)).astype(np.float32)
@@ -44,7 +47,8 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     1.0
     """
 
-    def __init__(self, model: Any = None, *, weights: Any = None, inputs: Any = None, input_name: str | None = None,
+    def __init__(self, model: Any = None, *, weights: Any = None, freeze: Any = None, inputs: Any = None,
+                 input_name: str | None = None,
                  output_name: str | None = None, loss: Any = "squared_error",
                  optimizer: Any = "sgd", learning_rate: Any = "invscaling", eta0: float | str = 0.01,
                  power_t: float = 0.25, alpha: float = 1e-4, l1_ratio: float = 0.15, penalty: Any = "l2",
@@ -54,6 +58,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
                  freeze_batchnorm: bool = False) -> None:
         self.model = model
         self.weights = weights
+        self.freeze = freeze
         self.inputs = inputs
         self.input_name = input_name
         self.output_name = output_name

@@ -43,7 +43,7 @@ def _example(name: str, p) -> tuple[object, str | list[str]]:
                "step": ("forward_backward", "forward_backward"), "activation": ("tanh", "tanh"),
                "hidden_layer_sizes": ([8, 4], "8,4"), "random_state": (3, "3"), "input_name": ("X", "X"),
                "output_name": ("Y", "Y"), "optimizer": ("nesterov", "nesterov"), "penalty": (None, "none"),
-               "eta0": (0.25, "0.25")}
+               "eta0": (0.25, "0.25"), "freeze": (["head.bias", "head.weight"], "head.bias,head.weight")}
     if name in special:
         return special[name]
     if p.kind.boolean:

@@ -16,6 +16,7 @@ import onnx
 from streamfit._engine.common.ort_private import has_ort_training, ort_gradient
 from streamfit._engine.gradient.autodiff import build_own_gradient
 from streamfit._engine.gradient.graphs import GradientGraphs
+from streamfit._engine.gradient.weight_shapes import reduce_to_weight_shapes
 from streamfit._engine.gradient.rewrites import (decompose_fused_matmul, float64_activation_grads,
                                                 propagate_matmul_shapes, remove_noop_reshapes, replace_relu_grad,
                                                 shape_table, simplify_broadcast_gradients)
@@ -59,6 +60,7 @@ def build_gradient_graphs(pm: PreparedModel, input_grads: Sequence[str] = (), bu
         float64_activation_grads(gradient, pm.dtype)
     order = list(info.initializer_names_to_train)
     grads = dict(zip(order, info.initializer_grad_names_to_train))
+    reduce_to_weight_shapes(gradient, grads, {w: pm.initial[w].shape for w in pm.weights})
     return GradientGraphs(onnx.load_from_string(built.forward), gradient,
                           [grads[w] for w in pm.weights], info, shapes,
                           [info.user_input_grad_names[name] for name in input_grads])

@@ -32,8 +32,10 @@ import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from streamfit._engine.common.onnx_helpers import copy_fields, default_opset
+from streamfit._engine.prepare.constants import constant_reason
 from streamfit._engine.prepare.embedding_bag import rewrite_embedding_bags
 from streamfit._engine.prepare.large_initializers import attach, load_holding
+from streamfit._engine.prepare.randomness import eval_random_ops, random_nodes, seed_random_ops
 from streamfit._engine.prepare.running_stats import RunningStats, eval_semantics
 from streamfit._engine.prepare.sklearn_ops import ML, rewrite_ml_ops
 from streamfit._engine.prepare.trainable_ops import make_trainable
@@ -168,6 +170,9 @@ class PreparedModel:
     #: trained weights held out of ``model`` and ``inference`` (data-less stubs there; the data is in
     #: ``initial``, see :mod:`streamfit._engine.prepare.large_initializers`)
     held: frozenset[str] = frozenset()
+    #: float initializers left out of training and why: the constants rule
+    #: (:mod:`streamfit._engine.prepare.constants`) or ``freeze=``
+    constants: dict[str, str] = field(default_factory=dict)
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
         """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns);
@@ -284,12 +289,13 @@ def _is_trainable_use(use: tuple[str, int]) -> bool:
 def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights: Sequence[str] | None = None,
                   input_name: str | None = None, output_name: str | None = None, *,
                   freeze_batchnorm: bool = False, seed: int = 0, owned: bool = False,
-                  host: Sequence[str] = ()) -> PreparedModel:
+                  host: Sequence[str] = (), freeze: Sequence[str] = ()) -> PreparedModel:
     """Load ``model`` and decide what to train.
 
     ``weights=None`` trains every float initializer that feeds computation (not ones used as shapes,
-    axes, indices, bounds or normalization statistics, nor inputs of non-differentiable ML-domain ops);
-    an explicit list is taken in the caller's order.  Other initializers stay frozen, except the ``host``
+    axes, indices, bounds or normalization statistics, nor inputs of non-differentiable ML-domain ops), except
+    the constants of :data:`streamfit._engine.prepare.constants.RULE` (exporter-made scalars) and the names in
+    ``freeze``; an explicit list is taken in the caller's order (less ``freeze``).  Other initializers stay frozen, except the ``host``
     tensors: float initializers, never trained, whose values the caller sets between steps.  ``owned``:
     ``model`` is a ModelProto nobody else holds, used (and changed) in place instead of copied.
     """
@@ -320,7 +326,8 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     model_inputs = _drop_initializer_inputs(graph, init_names)
     uses = _uses(proto)
     reaching = _reaching(proto, output_name)
-    weights = _chosen_weights(weights, inits, uses, reaching, output_name)
+    constants: dict[str, str] = {}
+    weights = _chosen_weights(weights, inits, uses, reaching, output_name, freeze, constants)
     host = _checked_host(host, inits, weights)
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
     frozen = set(held) - set(weights)
@@ -331,15 +338,21 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     initial = {w: held[w] if w in held else numpy_helper.to_array(inits[w]).copy() for w in weights}
     stats: list[RunningStats] = []
     proto = make_trainable(proto, notes, freeze_batchnorm=freeze_batchnorm, seed=seed, running_stats=stats)
+    random_ops = len(random_nodes(proto))
+    if random_ops:  # stochastic depth or dropout spelled out by a training-mode export
+        seed_random_ops(proto, seed + 1000)
+        eval_random_ops(inference)
+        notes.append(f"{random_ops} random op(s) (stochastic depth or dropout spelled out): seeded in training, "
+                     "their expectation in predict and to_onnx()")
     if eval_semantics(inference):
         notes.append("BatchNormalization/Dropout exported in training mode: predicted and exported in eval mode")
     buffers = {name: numpy_helper.to_array(inits[name]).astype(_FLOATS.get(inits[name].data_type, np.float32))
                for s in stats for name in (s.mean, s.var)}
-    differs = bool(stats) or any(n.op_type == "Dropout" for n in proto.graph.node)
+    differs = bool(stats) or bool(random_ops) or any(n.op_type == "Dropout" for n in proto.graph.node)
     host_values = {name: numpy_helper.to_array(inits[name]).copy() for name in host}
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[inits[weights[0]].data_type],
                          initial, notes, model_inputs, inference, tuple(stats), buffers, differs, host_values,
-                         held=frozenset(w for w in weights if w in held))
+                         held=frozenset(w for w in weights if w in held), constants=constants)
 
 
 def _chosen(names: list[str], given: str | None, what: str) -> str:
@@ -351,13 +364,27 @@ def _chosen(names: list[str], given: str | None, what: str) -> str:
 
 
 def _chosen_weights(weights: Sequence[str] | None, inits: dict[str, TensorProto], uses: dict[str, set[tuple[str, int]]],
-                    reaching: set[str], output_name: str) -> list[str]:
-    """The weights to train: those given (checked), or every float initializer that feeds computation; all
-    float32 or all float64, each reaching the trained output."""
+                    reaching: set[str], output_name: str, freeze: Sequence[str] = (),
+                    constants: dict[str, str] | None = None) -> list[str]:
+    """The weights to train: those given (checked), or every float initializer that feeds computation and is no
+    constant under the rule; less ``freeze``; all float32 or all float64, each reaching the trained output.
+    ``constants`` gets each float initializer left out and why."""
+    constants = {} if constants is None else constants
+    unknown = [name for name in freeze if name not in inits]
+    if unknown:
+        raise ModelError(f"freeze names unknown initializers {unknown}; the model's initializers are {sorted(inits)}")
+    frozen = set(freeze)
     if weights is None:
-        weights = [name for name, init in inits.items()
-                   if init.data_type in _ANY_FLOAT and name in uses and name in reaching
-                   and all(map(_is_trainable_use, uses[name]))]
+        weights = []
+        for name, init in inits.items():
+            if not (init.data_type in _ANY_FLOAT and name in uses and name in reaching
+                    and all(map(_is_trainable_use, uses[name]))):
+                continue
+            why = "freeze=" if name in frozen else constant_reason(init, uses[name])
+            if why is None:
+                weights.append(name)
+            else:
+                constants[name] = why
         if not weights:
             raise ModelError("the model has nothing to train: no float initializer feeds computation "
                              f"(initializers: {sorted(inits) or 'none'})")
@@ -373,6 +400,10 @@ def _chosen_weights(weights: Sequence[str] | None, inits: dict[str, TensorProto]
                 raise ModelError(f"weight {name!r} is {kind}; only float32 and float64 weights can be trained")
         if len(set(weights)) != len(weights):
             raise ModelError(f"weights lists a name twice: {weights}")
+        constants.update({name: "freeze=" for name in weights if name in frozen})
+        weights = [name for name in weights if name not in frozen]
+        if not weights:
+            raise ModelError("freeze= leaves none of weights= to train")
     dtypes = {inits[w].data_type for w in weights}
     if len(dtypes) > 1 or not dtypes <= set(_FLOATS):
         kinds = sorted(TensorProto.DataType.Name(d).lower() for d in dtypes)
