@@ -240,3 +240,19 @@ def test_the_two_forward_nodes_compute_what_the_bidirectional_node_does(op):
         target = np.zeros((N, 1), np.float32)
         losses = [trainer.step(X, target) for _ in range(20)]
         assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize("step", ["fused", "forward_backward"])
+def test_a_kernel_failing_on_a_batch_is_a_model_error_naming_the_node(step):
+    """A Reshape to [-1, 4] of a [N, 2] tensor fails for odd N inside onnxruntime (before: its raw
+    RuntimeError from predict and from the step)."""
+    W = np.ones((3, 2), np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("Reshape", ["h", "shape"], ["y"], name="bad_reshape")]
+    model = _model(nodes, [("x", TensorProto.FLOAT, ["N", 3])], {"W": W, "shape": np.array([-1, 4], np.int64)},
+                   out=("y", ["M", 4]))
+    trainer = Trainer(model, step=step)
+    with pytest.raises(ModelError, match="onnxruntime failed predicting at node 'bad_reshape': .*cannot be reshaped"):
+        trainer.step(np.ones((3, 3), np.float32), np.zeros((1, 4), np.float32))
+    with pytest.raises(ModelError, match="at node 'bad_reshape'"):
+        trainer.predict(np.ones((1, 3), np.float32))

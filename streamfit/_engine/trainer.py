@@ -561,14 +561,24 @@ class Trainer:
             if len(self._predict_checked) >= 64:
                 self._predict_checked.clear()
             self._predict_checked.add(key)
-        return self._predictor.run(arrays, key, copy)
+        try:
+            return self._predictor.run(arrays, key, copy)
+        except StreamfitError:
+            raise
+        except Exception as exc:  # a kernel's refusal (a shape the graph cannot take): named, not raw
+            raise as_model_error(exc, "predicting", self.prepared.inference) from exc
 
     def _as_declared(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         return tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.model_inputs, arrays))
 
     def _predict_arrays(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
         """The model's output for checked arrays (model order), without binding them for later calls."""
-        return self._predictor.run(arrays)
+        try:
+            return self._predictor.run(arrays)
+        except StreamfitError:
+            raise
+        except Exception as exc:
+            raise as_model_error(exc, "predicting", self.prepared.inference) from exc
 
     def step_graphs(self) -> dict[str, ModelProto]:
         """Every graph this trainer trains with, by role: ``fused`` / ``fused_large`` (step="fused"),
