@@ -292,12 +292,11 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
                   host: Sequence[str] = (), freeze: Sequence[str] = ()) -> PreparedModel:
     """Load ``model`` and decide what to train.
 
-    ``weights=None`` trains every float initializer that feeds computation (not ones used as shapes,
-    axes, indices, bounds or normalization statistics, nor inputs of non-differentiable ML-domain ops), except
-    the constants of :data:`streamfit._engine.prepare.constants.RULE` (exporter-made scalars) and the names in
-    ``freeze``; an explicit list is taken in the caller's order (less ``freeze``).  Other initializers stay frozen, except the ``host``
-    tensors: float initializers, never trained, whose values the caller sets between steps.  ``owned``:
-    ``model`` is a ModelProto nobody else holds, used (and changed) in place instead of copied.
+    ``weights=None`` trains every float initializer that feeds computation (not shapes, axes, indices, bounds,
+    statistics, inputs of non-differentiable ML-domain ops, constants by ``prepare.constants.RULE``); a list is
+    taken in the caller's order; ``freeze`` names more to keep out.  The rest stays frozen, except the ``host``
+    tensors (float initializers the caller sets between steps, never trained).  ``owned``: ``model`` is a
+    ModelProto nobody else holds, used (and changed) in place instead of copied.
     """
     notes: list[str] = []
     if not isinstance(model, (bytes, bytearray, str, os.PathLike, ModelProto)):
@@ -326,8 +325,7 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     model_inputs = _drop_initializer_inputs(graph, init_names)
     uses = _uses(proto)
     reaching = _reaching(proto, output_name)
-    constants: dict[str, str] = {}
-    weights = _chosen_weights(weights, inits, uses, reaching, output_name, freeze, constants)
+    weights, constants = _chosen_weights(weights, inits, uses, reaching, output_name, freeze)
     host = _checked_host(host, inits, weights)
     penalized = {w for w in weights if uses.get(w, set()) & _MULTIPLICATIVE}
     frozen = set(held) - set(weights)
@@ -338,21 +336,28 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
     initial = {w: held[w] if w in held else numpy_helper.to_array(inits[w]).copy() for w in weights}
     stats: list[RunningStats] = []
     proto = make_trainable(proto, notes, freeze_batchnorm=freeze_batchnorm, seed=seed, running_stats=stats)
-    random_ops = len(random_nodes(proto))
-    if random_ops:  # stochastic depth or dropout spelled out by a training-mode export
-        seed_random_ops(proto, seed + 1000)
-        eval_random_ops(inference)
-        notes.append(f"{random_ops} random op(s) (stochastic depth or dropout spelled out): seeded in training, "
-                     "their expectation in predict and to_onnx()")
     if eval_semantics(inference):
         notes.append("BatchNormalization/Dropout exported in training mode: predicted and exported in eval mode")
     buffers = {name: numpy_helper.to_array(inits[name]).astype(_FLOATS.get(inits[name].data_type, np.float32))
                for s in stats for name in (s.mean, s.var)}
+    random_ops = _random_ops(proto, inference, seed, notes)  # stochastic depth: random in training only
     differs = bool(stats) or bool(random_ops) or any(n.op_type == "Dropout" for n in proto.graph.node)
     host_values = {name: numpy_helper.to_array(inits[name]).copy() for name in host}
     return PreparedModel(proto, input_name, output_name, list(weights), penalized, _FLOATS[inits[weights[0]].data_type],
                          initial, notes, model_inputs, inference, tuple(stats), buffers, differs, host_values,
                          held=frozenset(w for w in weights if w in held), constants=constants)
+
+
+def _random_ops(training: ModelProto, inference: ModelProto, seed: int, notes: list[str]) -> int:
+    """Random ops a training-mode export spelled out (stochastic depth, dropout by hand): seeded in the training
+    copy, their expectation in the inference copy (:mod:`streamfit._engine.prepare.randomness`); how many."""
+    count = len(random_nodes(training))
+    if count:
+        seed_random_ops(training, seed + 1000)
+        eval_random_ops(inference)
+        notes.append(f"{count} random op(s) (stochastic depth or dropout spelled out): seeded in training, "
+                     "their expectation in predict and to_onnx()")
+    return count
 
 
 def _chosen(names: list[str], given: str | None, what: str) -> str:
@@ -364,12 +369,12 @@ def _chosen(names: list[str], given: str | None, what: str) -> str:
 
 
 def _chosen_weights(weights: Sequence[str] | None, inits: dict[str, TensorProto], uses: dict[str, set[tuple[str, int]]],
-                    reaching: set[str], output_name: str, freeze: Sequence[str] = (),
-                    constants: dict[str, str] | None = None) -> list[str]:
+                    reaching: set[str], output_name: str, freeze: Sequence[str] = ()
+                    ) -> tuple[list[str], dict[str, str]]:
     """The weights to train: those given (checked), or every float initializer that feeds computation and is no
     constant under the rule; less ``freeze``; all float32 or all float64, each reaching the trained output.
-    ``constants`` gets each float initializer left out and why."""
-    constants = {} if constants is None else constants
+    With them, each float initializer left out by the rule or ``freeze``, and why."""
+    constants: dict[str, str] = {}
     unknown = [name for name in freeze if name not in inits]
     if unknown:
         raise ModelError(f"freeze names unknown initializers {unknown}; the model's initializers are {sorted(inits)}")
@@ -411,7 +416,7 @@ def _chosen_weights(weights: Sequence[str] | None, inits: dict[str, TensorProto]
     unreachable = [w for w in weights if w not in reaching]
     if unreachable:
         raise ModelError(f"weights {unreachable} do not affect output {output_name!r}: no gradient reaches them")
-    return list(weights)
+    return list(weights), constants
 
 
 def _checked_host(host: Sequence[str], inits: dict[str, TensorProto], weights: list[str]) -> list[str]:
