@@ -72,3 +72,18 @@ if Sybil is not None:
         patterns=["docs/*.md", "docs/*/*.md"],
         setup=_setup, teardown=_teardown,
     ).pytest()
+
+
+if Sybil is not None:
+    import pytest
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+        """A skipped block is reported at its page and line (``docs/x.md:12: reason``), not inside unittest."""
+        outcome = yield
+        report = outcome.get_result()
+        example = getattr(item, "example", None)
+        if example is not None and report.skipped and isinstance(report.longrepr, tuple):
+            path = Path(example.path)
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            report.longrepr = (str(where), example.line, report.longrepr[2])
