@@ -1,18 +1,19 @@
 """Row-sparse tables in a chunk of steps: the chunk's distinct rows as one small block the Scan carries.
 
 A table of a million rows cannot be loop state (a Scan copies its state every iteration).  So the host
-gathers the rows the chunk's ids touch (and their optimizer state) once into a block of ``U`` rows, and the step
-body works on the block:
+gathers the rows the chunk's ids touch (and their optimizer state) once into a block of ``U`` rows, plus ``P``
+scratch rows (``P``: a step's id positions), and the step body works on the block:
 
 * the rows of the step's id positions are ``Gather(block, local ids)`` (what the step path copies on the host);
-* after the fused step, the rows update graph of :mod:`~streamfit._engine.steps.sparse_tables` (the same nodes
-  the step path runs) updates the whole block from the positions' gradients (``ScatterND`` adds them per row);
-* a per-step mask of the rows this step touched keeps every other row (and its state) as it was
-  (``Where``), so untouched rows follow the step path's lazy rules exactly (Adam's moments do not decay,
-  penalties apply to touched rows only).
+* the step's distinct rows, padded to ``P`` with the scratch rows, are gathered from the block (and its state),
+  and the rows update graph of :mod:`~streamfit._engine.steps.sparse_tables` -- the nodes the step path runs on
+  its distinct rows -- updates them from the positions' gradients (``ScatterND`` sums a row's positions);
+* ``ScatterND`` writes them back into the block.  A row the step did not touch is not read or written (the lazy
+  rules of the step path: Adam's moments of untouched rows do not decay, penalties apply to touched rows), and a
+  step costs O(its ids) plus a copy of the block.
 
-After a finite chunk the block and its state are written back into the tables once, with the touched-rows
-and copy-on-write snapshot bookkeeping of the step path.
+After a finite chunk the block and its state (without the scratch rows) are written back into the tables once,
+with the touched-rows and copy-on-write snapshot bookkeeping of the step path.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ _PREFIX = "sfr_"  # the spliced rows update's own names
 
 
 def _block(table: str) -> str:
+    """The carried block of a table's rows (the rows update's own input ``<table>__rows`` is the step's rows)."""
+    return f"sfc_block_{table}"
+
+
+def _rows(table: str) -> str:
     return Names.table(table, "rows")
 
 
@@ -40,24 +46,29 @@ def _pos(table: str, use: int) -> str:
     return f"sfc_pos_{table}_{use}"
 
 
-def _mask(table: str) -> str:
-    return f"sfc_mask_{table}"
+def _uniq(table: str) -> str:
+    return f"sfc_uniq_{table}"
+
+
+def _carried(sparse: Any, t: Any) -> list[tuple[str, str]]:
+    """(the carried block name, the rows update's name) of a table's rows and of each state slot."""
+    return [(_block(t.name), _rows(t.name))] + [(Names.slot(_block(t.name), slot), Names.slot(_rows(t.name), slot))
+                                               for slot in sparse.state[t.name]]
 
 
 def table_names(sparse: Any) -> tuple[list[str], list[str]]:
     """(the carried names: each table's block and its state blocks; the scanned names: each use's local ids,
-    each table's flat local ids (``<table>__inv``) and its touched-rows mask)."""
+    each table's step-local ids of the positions (``<table>__inv``) and the step's distinct rows, padded)."""
     state, scanned = [], []
     for t in sparse.tables:
-        w = _block(t.name)
-        state += [w] + [Names.slot(w, slot) for slot in sparse.state[t.name]]
-        scanned += [_pos(t.name, j) for j in range(len(t.uses))] + [Names.table(t.name, "inv"), _mask(t.name)]
+        state += [block for block, _ in _carried(sparse, t)]
+        scanned += [_pos(t.name, j) for j in range(len(t.uses))] + [Names.table(t.name, "inv"), _uniq(t.name)]
     return state, scanned
 
 
 def with_tables(step: ModelProto, sparse: Any) -> ModelProto:
     """``step`` (a fused step graph whose table rows are inputs) with the tables' block update in it: inputs
-    gain the blocks, their state, the local ids and masks (:func:`table_names`); outputs the new blocks."""
+    gain the blocks, their state and the local ids (:func:`table_names`); outputs the new blocks."""
     model = ModelProto()
     model.CopyFrom(step)
     graph = model.graph
@@ -68,24 +79,37 @@ def with_tables(step: ModelProto, sparse: Any) -> ModelProto:
     kept_inputs = [i for i in graph.input if i.name not in produced_rows]
     del graph.input[:]
     graph.input.extend(kept_inputs)
-    have = {i.name for i in graph.input}
     front: list[onnx.NodeProto] = []
+    back: list[onnx.NodeProto] = []
     rename: dict[str, str] = {}
+    one = "sfc_axes_1"
+    graph.initializer.append(onnx.numpy_helper.from_array(np.array([1], np.int64), one))
     for t, grads in zip(sparse.tables, sparse.grad_names):
-        w = _block(t.name)
+        block = _block(t.name)
         for j, use in enumerate(t.uses):
-            front.append(helper.make_node("Gather", [w, _pos(t.name, j)], [use.rows], axis=0,
+            front.append(helper.make_node("Gather", [block, _pos(t.name, j)], [use.rows], axis=0,
                                           name=f"sfc_gather_{t.name}_{j}"))
             graph.input.append(helper.make_tensor_value_info(_pos(t.name, j), onnx.TensorProto.INT64, None))
             rename[Names.table(t.name, f"grad{j}")] = grads[j]
         graph.input.append(rows_inputs[Names.table(t.name, "inv")])
-        graph.input.append(helper.make_tensor_value_info(_mask(t.name), onnx.TensorProto.BOOL, None))
-        for name in [w] + [Names.slot(w, slot) for slot in sparse.state[t.name]]:
-            graph.input.append(rows_inputs[name])
+        graph.input.append(helper.make_tensor_value_info(_uniq(t.name), onnx.TensorProto.INT64, None))
+        where = f"sfc_where_{t.name}"
+        back.append(helper.make_node("Unsqueeze", [_uniq(t.name), one], [where]))
+        for carried, rows in _carried(sparse, t):
+            like = rows_inputs[rows]
+            graph.input.append(helper.make_tensor_value_info(carried, elem, _dims(like)))
+            # the step's distinct rows (and their state), read from the block; written back after the update
+            front.append(helper.make_node("Gather", [carried, _uniq(t.name)], [rows], axis=0))
+            back.append(helper.make_node("ScatterND", [carried, where, _PREFIX + Names.new(rows)],
+                                         [Names.new(carried)], name=f"sfc_put_{carried}"))
+            graph.output.append(helper.make_tensor_value_info(Names.new(carried), elem, _dims(like)))
+    scalars = {i.name for i in graph.input}
     for name, vi in rows_inputs.items():  # the optimizer scalars the rows update reads and the step may not
-        if name not in have and name not in rename and not any(i.name == name for i in graph.input):
+        if name not in scalars and name not in rename and name not in {r for t in sparse.tables
+                                                                         for _, r in _carried(sparse, t)} \
+                and not name.endswith("__inv"):
             graph.input.append(vi)
-    rows_outputs = {o.name for o in rows_model.graph.output}
+            scalars.add(name)
     keep_names = set(rows_inputs) - set(rename)
 
     def local(name: str) -> str:
@@ -93,52 +117,37 @@ def with_tables(step: ModelProto, sparse: Any) -> ModelProto:
             return name
         return rename.get(name, _PREFIX + name)
 
-    back: list[onnx.NodeProto] = []
     for init in rows_model.graph.initializer:
         copy = onnx.TensorProto()
         copy.CopyFrom(init)
         copy.name = local(init.name)
         graph.initializer.append(copy)
-    for node in rows_model.graph.node:
+    spliced = []
+    for k, node in enumerate(rows_model.graph.node):
         copy_node = onnx.NodeProto()
         copy_node.CopyFrom(node)
         copy_node.input[:] = [local(n) for n in node.input]
         copy_node.output[:] = [local(n) for n in node.output]
-        copy_node.name = _PREFIX + (node.name or f"n{len(back)}")
-        back.append(copy_node)
-    masks: dict[tuple[str, int], str] = {}
-    for t in sparse.tables:
-        w = _block(t.name)
-        named = [(w, len(t.shape))] + [(Names.slot(w, slot), arr.ndim) for slot, arr in sparse.state[t.name].items()]
-        for name, rank in named:
-            new = Names.new(name)
-            assert new in rows_outputs
-            key = (t.name, rank)
-            if key not in masks:
-                if rank == 1:
-                    masks[key] = _mask(t.name)
-                else:
-                    axes = f"sfc_axes_{rank}"
-                    if not any(i.name == axes for i in graph.initializer):
-                        graph.initializer.append(onnx.numpy_helper.from_array(np.arange(1, rank, dtype=np.int64), axes))
-                    masks[key] = f"sfc_mask_{t.name}_r{rank}"
-                    back.append(helper.make_node("Unsqueeze", [_mask(t.name), axes], [masks[key]]))
-            back.append(helper.make_node("Where", [masks[key], local(new), name], [new], name=f"sfc_keep_{name}"))
-            graph.output.append(helper.make_tensor_value_info(new, elem, None))
-    nodes = front + list(graph.node) + back
+        copy_node.name = _PREFIX + (node.name or f"n{k}")
+        spliced.append(copy_node)
+    nodes = front + list(graph.node) + spliced + back
     del graph.node[:]
     graph.node.extend(nodes)
     versions = {o.domain: o.version for o in model.opset_import}
-    versions[""] = max(versions.get("", 0), 16)  # ScatterND with reduction
+    versions[""] = max(versions.get("", 0), 16)  # ScatterND with reduction (the rows update)
     del model.opset_import[:]
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in versions.items())
     return model
 
 
+def _dims(vi: onnx.ValueInfoProto) -> list[Any]:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+
 @dataclass
 class TableBlocks:
-    """One chunk's blocks: per table the distinct rows its ids touch, the block of those rows and their state,
-    and the Scan's per-step inputs (local ids per use, flat local ids, the touched mask)."""
+    """One chunk's blocks: per table the distinct rows its ids touch, the block of those rows and their state
+    (plus scratch rows), and the Scan's per-step inputs (local ids per use, step-local ids, the step's rows)."""
 
     uniq: list[np.ndarray]
     carried: dict[str, np.ndarray]
@@ -165,32 +174,50 @@ class TableBlocks:
             uniq, inv = np.unique(flat, return_inverse=True)
             inv = inv.reshape(flat.shape).astype(np.int64)
             uniqs.append(uniq)
-            w = _block(t.name)
-            carried[w] = np.ascontiguousarray(sparse.arrays[t.name][uniq])
-            for slot, arr in sparse.state[t.name].items():
-                carried[Names.slot(w, slot)] = np.ascontiguousarray(arr[uniq])
+            u, p = len(uniq), flat.shape[1]
+            step_rows, step_inv = _step_rows(inv, u)
+            table = sparse.arrays[t.name]
+            scratch_rows = np.zeros((p,) + table.shape[1:], table.dtype)  # p rows that start as the optimizer starts
+            scratch = [scratch_rows] + [sparse.optimizer.init_state(scratch_rows)[slot] for slot in sparse.state[t.name]]
+            sources = [table] + list(sparse.state[t.name].values())
+            for (block, _), source, extra in zip(_carried(sparse, t), sources, scratch):
+                carried[block] = np.concatenate([source[uniq], extra.astype(source.dtype, copy=False)])
             at = 0
             for j, (i, _) in enumerate(slots):
                 width = parts[j].shape[1]
                 scanned[_pos(t.name, j)] = np.ascontiguousarray(inv[:, at:at + width]).reshape(
                     (steps, batch_size) + arrays[i].shape[1:])
                 at += width
-            scanned[Names.table(t.name, "inv")] = inv
-            mask = np.zeros((steps, len(uniq)), np.bool_)
-            np.put_along_axis(mask, inv, True, axis=1)
-            scanned[_mask(t.name)] = mask
+            scanned[Names.table(t.name, "inv")] = step_inv
+            scanned[_uniq(t.name)] = step_rows
         return cls(uniqs, carried, scanned)
 
     def write_back(self, sparse: Any, new: dict[str, np.ndarray]) -> None:
         """The chunk's final blocks (by block name) into the tables and their state, as the step path writes a
         step's rows (snapshots saved aside first, rows marked touched)."""
         for t, uniq in zip(sparse.tables, self.uniq):
-            w = _block(t.name)
-            items = [(w, t.name)] + [(Names.slot(w, slot), Names.slot(t.name, slot)) for slot in sparse.state[t.name]]
+            targets = [t.name] + [Names.slot(t.name, slot) for slot in sparse.state[t.name]]
+            arrays = [sparse.arrays[t.name]] + list(sparse.state[t.name].values())
             for snap in tuple(sparse._snapshots):
-                for _, target in items:
+                for target in targets:
                     snap.before_write(target, uniq)
-            sparse.arrays[t.name][uniq] = new[w]
-            for slot, arr in sparse.state[t.name].items():
-                arr[uniq] = new[Names.slot(w, slot)]
+            for (block, _), array in zip(_carried(sparse, t), arrays):
+                array[uniq] = new[block][:len(uniq)]
             sparse._touched[t.name][uniq] = True
+
+
+def _step_rows(inv: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per step (a row of ``inv``: each position's block row): its distinct block rows in order, padded to the
+    positions' count with the scratch rows ``u, u+1, ...``, and each position's index among them."""
+    steps, p = inv.shape
+    order = np.argsort(inv, axis=1, kind="stable")
+    ordered = np.take_along_axis(inv, order, axis=1)
+    first = np.ones((steps, p), bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    rank = np.cumsum(first, axis=1) - 1
+    step_inv = np.empty_like(inv)
+    np.put_along_axis(step_inv, order, rank, axis=1)
+    step_rows = np.broadcast_to(np.arange(u, u + p, dtype=np.int64), (steps, p)).copy()
+    s_idx = np.broadcast_to(np.arange(steps)[:, None], (steps, p))
+    step_rows[s_idx[first], rank[first]] = ordered[first]
+    return step_rows, step_inv
