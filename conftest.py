@@ -69,7 +69,7 @@ def run_bash(example: Any) -> None:
 if Sybil is not None:
     pytest_collect_file = Sybil(
         parsers=[PythonCodeBlockParser(), CodeBlockParser(language="bash", evaluator=run_bash), SkipParser()],
-        patterns=["docs/*.md", "docs/*/*.md"],
+        patterns=["README.md", "docs/*.md", "docs/*/*.md"],
         setup=_setup, teardown=_teardown,
     ).pytest()
 

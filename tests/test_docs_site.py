@@ -130,3 +130,17 @@ def test_pages_open_in_chromium_with_no_console_error_and_every_image(site, tmp_
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_readme_is_short_starts_with_the_two_setup_commands_and_links_existing_pages():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 160, "the README is the newcomer's page: details go into docs/"
+    blocks = re.findall(r"```(\w*)\n(.*?)```", readme, re.S)
+    assert blocks[0] == ("bash", "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && "
+                                 "streamfit train --demo\n")
+    assert blocks[1] == ("bash", 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[test]" && '
+                                 "python -m pytest -q\n")
+    links = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", readme)
+    assert any(link.startswith("docs/") for link in links)
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
