@@ -499,6 +499,10 @@ def _inspect(ns: argparse.Namespace) -> int:
     quarantined = (meta.get("poison") or {}).get("quarantined")
     if quarantined:
         print(f"  poison messages quarantined: {', '.join(quarantined)}")
+    rows = (meta.get("poison") or {}).get("quarantined_rows")
+    if rows:
+        shown = "; ".join(f"row {json.dumps(r.get('row'))} of message {r.get('message')}" for r in rows[:10])
+        print(f"  poison rows quarantined ({len(rows)}): {shown}{' ...' if len(rows) > 10 else ''}")
     if meta.get("rollbacks"):
         print(f"  divergence rollbacks so far: {meta['rollbacks']}")
     arrays = sorted(ckpt.arrays)

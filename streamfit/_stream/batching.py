@@ -40,6 +40,7 @@ from streamfit._columns.memory import ModelInputs
 from streamfit._columns.plan import ColumnPlan, Extracted, SchemaPlan
 from streamfit._columns.schema import ColumnProblem
 from streamfit._columns.values import BLOCK, Check
+from streamfit._stream.row_quarantine import MessageCuts, pieces
 from streamfit._stream.skips import SkipLedger, Skipped
 
 __all__ = ["TrainingBatch", "Rebatcher", "Span", "Quarantine", "IN_FLIGHT_EXTRA", "ROW_REASONS",
@@ -75,10 +76,13 @@ class Span(NamedTuple):
 @dataclass
 class Quarantine:
     """Messages (unit keys) the rebatcher treats apart: ``isolate``d ones are trained in batches of their
-    own (so that a diverging batch names one message), ``skip``ped ones are dropped as ``poison``."""
+    own (so that a diverging batch names one message), ``skip``ped ones are dropped as ``poison``; those in
+    ``rows`` (isolated too) are cut into pieces trained apart, their poison rows dropped
+    (:mod:`streamfit._stream.row_quarantine`)."""
 
     isolate: set[str] = field(default_factory=set)
     skip: set[str] = field(default_factory=set)
+    rows: dict[str, MessageCuts] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.isolate or self.skip)
@@ -324,11 +328,35 @@ class Rebatcher:
         isolate = unit.key in q.isolate
         if isolate and self._fill:
             yield self._emit()  # the rows before it, in a batch without it
+        cuts = q.rows.get(unit.key)
+        if cuts is not None:
+            yield from self._push_pieces(sb, unit, cuts)
+            return
         seg = self._segment(sb, None)
         if seg is not None:
             yield from self._take(seg)
         if isolate and self._fill and not self.done:
             yield self._emit()
+
+    def _push_pieces(self, sb: SourceBatch, unit: Unit, cuts: MessageCuts) -> Iterator[TrainingBatch]:
+        """A poison message under bisection: each piece trained in batches of its own, its poison rows dropped."""
+        for i, piece in enumerate(pieces(sb, unit, cuts)):
+            if i:
+                self._seq += 1
+            if piece.dropped:
+                self.rows_in += 1
+                text = f"poison row of message {unit.key!r} quarantined: training on it diverged repeatedly"
+                self._bad(sb, "poison", None, text, row=piece.start, rows=1)
+                self._ledger.read("poison", 1, message=False)
+                self._ledger.add_rows(self._seq, sb, "poison", None, text, np.array([piece.start], dtype=np.int64))
+                continue
+            seg = self._segment(piece.sb, None)
+            if seg is not None:
+                yield from self._take(seg)
+            if self.done:
+                return
+            if self._fill:
+                yield self._emit()
 
     @property
     def pending_rows(self) -> int:

@@ -26,9 +26,11 @@ class DivergenceGuard:
 
     On a rollback the run multiplies the learning-rate scale by ``lr_factor``; after ``recover_after``
     good batches in a row it multiplies it by ``recover_factor`` again, back up to 1.  A message (source
-    position) that made training roll back ``max_rollbacks`` times is a *poison message*: it is
-    quarantined (skipped as ``poison``, sent to the dead-letter sink) and the scale goes back to what it
-    was before that message's first rollback.  The run stops with ``DivergenceError`` when the scale
+    position) that made training roll back ``max_rollbacks`` times is a *poison message*: the scale goes
+    back to what it was before that message's first rollback and the rows of it that make training diverge
+    are found by bisection and quarantined (skipped as ``poison``, sent to the dead-letter sink; see
+    :mod:`streamfit.daemon.poison`); a message with more than ``poison_rows`` of them (``0``: at once) is
+    quarantined whole.  The run stops with ``DivergenceError`` when the scale
     would fall below ``min_lr_scale``, or after ``max_poison_in_a_row`` quarantines with no good batch in
     between (then the model diverges, not the data).
     """
@@ -42,6 +44,7 @@ class DivergenceGuard:
     recover_after: int = 100
     recover_factor: float = 2.0
     max_poison_in_a_row: int = 3
+    poison_rows: int = 64
 
     def __post_init__(self) -> None:
         if not self.factor > 1:
@@ -56,6 +59,8 @@ class DivergenceGuard:
             raise ValueError(f"recover_after must be >= 1, got {self.recover_after!r}")
         if not self.recover_factor > 1:
             raise ValueError(f"recover_factor must be > 1, got {self.recover_factor!r}")
+        if self.poison_rows < 0:
+            raise ValueError(f"poison_rows must be >= 0, got {self.poison_rows!r}")
         if self.max_poison_in_a_row < 1:
             raise ValueError(f"max_poison_in_a_row must be >= 1, got {self.max_poison_in_a_row!r}")
         self.reset()

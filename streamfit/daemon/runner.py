@@ -32,9 +32,11 @@ from streamfit._stream.options import StreamOptions
 from streamfit._stream.events import BatchEvent, IdleEvent
 from streamfit.checkpoint import AsyncCheckpointWriter, BackgroundPublisher, CheckpointStore, TableArrays
 from streamfit.checkpoint._format import dir_name
+from streamfit.checkpoint._fs import pause_point
 from streamfit.daemon.commit_ledger import RunCommitLedger
 from streamfit.daemon.guard import DivergenceGuard, guard_of
 from streamfit.daemon.health import HealthFile, Metrics, log_event
+from streamfit.daemon.poison import PoisonTracker
 from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot_estimator, snapshot_tables
 from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
 from streamfit.history import HistoryOptions, Progress, RunHistory
@@ -68,6 +70,8 @@ class RunSummary:
     skipped_this_run: dict[str, int] = field(default_factory=dict)
     skipped_messages: dict[str, int] = field(default_factory=dict)
     quarantined: list[str] = field(default_factory=list)
+    #: the poison rows quarantined, by message and row (``{"message", "row": its position, "from_end"}``)
+    quarantined_rows: list[dict[str, Any]] = field(default_factory=list)
     #: rows this run skipped as it read them, input read ahead of the final position included (``skipped_rows``
     #: counts only the input before it: a resume reads the rest again)
     skipped_read: dict[str, int] = field(default_factory=dict)
@@ -248,10 +252,10 @@ class Runner:
         #: the one count of skipped input: passed (the resumed checkpoint's, then every loop's, which counts
         #: into it) and as read by this process (read-ahead included)
         self._skips = SkipLedger()
-        # poison messages: rollbacks per message (unit key), never reset by checkpoints
-        self._strikes: dict[str, int] = {}
-        self._scale_before: dict[str, float] = {}  # lr scale before a message's first rollback
         self._quarantine = Quarantine()
+        # poison input: rollbacks per message (unit key), never reset by checkpoints; poison messages' rows
+        self._poison = PoisonTracker(guard.max_rollbacks if guard is not None else 3, self._quarantine.rows,
+                                     guard.poison_rows if guard is not None else 64)
         self._rollback_units: list[str] = []
         self._good_run = 0  # good batches since the last rollback or lr recovery
         self._poison_in_a_row = 0  # quarantines with no good batch in between
@@ -367,16 +371,13 @@ class Runner:
         self._layout = layout
 
     def _poison_state(self) -> dict[str, Any]:
-        """Rollbacks per message and the quarantined messages (the newest 1024 of each)."""
-        strikes = dict(list(self._strikes.items())[-1024:])
-        scales = {k: self._scale_before[k] for k in strikes if k in self._scale_before}
-        return {"strikes": strikes, "scale_before": scales, "quarantined": sorted(self._quarantine.skip)[-1024:]}
+        """Rollbacks per message, the poison messages' bisection, the quarantined rows and messages (the newest
+        1024 of each)."""
+        return self._poison.state(self._quarantine.skip)
 
     def _load_poison(self, state: Mapping[str, Any]) -> None:
-        self._strikes = {str(k): int(v) for k, v in (state.get("strikes") or {}).items()}
-        self._scale_before = {str(k): float(v) for k, v in (state.get("scale_before") or {}).items()}
-        self._quarantine.skip = {str(k) for k in state.get("quarantined") or ()}
-        self._quarantine.isolate = set(self._strikes) - self._quarantine.skip
+        self._quarantine.skip = self._poison.load(state)
+        self._quarantine.isolate = set(self._poison.strikes) - self._quarantine.skip
 
     def _restore(self, snap: _Snapshot) -> None:
         arrays = snap.arrays
@@ -544,7 +545,7 @@ class Runner:
             reason = self.guard.check(event.loss, refused)
             if reason is not None:
                 self._rollback_reason = reason
-                self._rollback_units = list(dict.fromkeys(u.key for span in event.spans for u in span.units()))
+                self._rollback_units = self._poison.diverged(event.spans)
                 self._diverged_at = self.batches
                 self._loop.stop()
                 return
@@ -696,7 +697,8 @@ class Runner:
                             self.rows - self._rows_at_start,
                             {k: n - skipped_at_start.get(k, 0) for k, n in self._skips.rows.items()
                              if n > skipped_at_start.get(k, 0)},
-                            self._skipped_messages(), sorted(self._quarantine.skip), dict(self._skips.read_rows),
+                            self._skipped_messages(), sorted(self._quarantine.skip),
+                            self._poison.message_rows(), dict(self._skips.read_rows),
                             dict(self._skips.read_messages))
         log_event("shutdown", f"stopped ({ended_by}): {self.rows} rows, {self.batches} batches, "
                   f"{self.checkpoints} checkpoint(s)", rows=self.rows, batches=self.batches, ended_by=ended_by,
@@ -891,20 +893,25 @@ class Runner:
             raise DivergenceError(f"training diverged ({reason}) before any good state was saved")
         trainer = self.estimator.trainer_
         scale = trainer.lr_scale * guard.lr_factor
-        poison = self._strike(trainer.lr_scale)
-        if poison:
+        verdict = self._poison.strike(trainer.lr_scale)
+        self._quarantine.isolate.update(self._rollback_units)  # trained apart from now on: a divergence names it
+        self._quarantine.isolate.intersection_update(self._poison.strikes)  # forgotten ones: long behind
+        poison = verdict.whole + [f"row {json.dumps(r.position, sort_keys=True)} of message {r.message}"
+                                  for r in verdict.rows]
+        if verdict.poison and self.options.on_bad == "raise":
+            raise DivergenceError(f"poison message {', '.join(verdict.poison)}: training on it diverged "
+                                  f"{guard.max_rollbacks} times ({reason}); with on_bad='skip' its poison rows "
+                                  "would be quarantined")
+        if verdict.quarantines:
             self._poison_in_a_row += 1
-            where = ", ".join(poison)
-            if self.options.on_bad == "raise":
-                raise DivergenceError(f"poison message {where}: training on it diverged {guard.max_rollbacks} "
-                                      f"times ({reason}); with on_bad='skip' it would be quarantined")
             if self._poison_in_a_row > guard.max_poison_in_a_row:
-                raise DivergenceError(f"{self._poison_in_a_row} messages in a row made training diverge "
-                                      f"{guard.max_rollbacks} times each ({reason}; the last: {where}): the model "
-                                      "diverges, not the data; lower the learning rate")
-            scale = min(self._scale_before.get(k, 1.0) for k in poison)
-            self._quarantine.skip.update(poison)
-            self._quarantine.isolate.difference_update(poison)
+                raise DivergenceError(f"{self._poison_in_a_row} rows or messages in a row made training diverge "
+                                      f"{guard.max_rollbacks} times each ({reason}; the last: {poison[-1]}): the "
+                                      "model diverges, not the data; lower the learning rate")
+        if verdict.finds:  # poison input, not the learning rate: the scale before the message's first rollback
+            scale = min((self._poison.scale_before.get(k, 1.0) for k in verdict.poison), default=trainer.lr_scale)
+            self._quarantine.skip.update(verdict.whole)
+            self._quarantine.isolate.difference_update(verdict.whole)
         elif scale < guard.min_lr_scale:
             raise DivergenceError(f"training diverged ({reason}) after {self.rollbacks} rollback(s): the "
                                   f"learning-rate scale would fall to {scale:g}, below the floor "
@@ -925,11 +932,17 @@ class Runner:
             self.history.rollback(at_rows=at_rows, to_step=good.step, to_rows=good.rows, reason=str(reason),
                                   lr_scale=scale, quarantined=tuple(poison))
         if poison:
-            log_event("quarantine", f"poison message {', '.join(poison)}: {guard.max_rollbacks} rollbacks "
-                      f"({reason}); quarantined (skipped as 'poison'), rolled back to batch {good.step} "
-                      f"(row {good.rows}), learning-rate scale restored to x{scale:g}",
-                      reason=reason, messages=poison, step=good.step, rows=good.rows, lr_scale=scale,
+            log_event("quarantine", f"poison {', '.join(poison)}: training on it diverged ({reason}); quarantined "
+                      f"(skipped as 'poison'), rolled back to batch {good.step} (row {good.rows}), learning-rate "
+                      f"scale x{scale:g}", reason=reason, messages=poison, step=good.step, rows=good.rows,
+                      lr_scale=scale, rollbacks=self.rollbacks,
+                      rows_quarantined=[r.to_json() for r in verdict.rows])
+        elif verdict.bisected:
+            log_event("bisect", f"poison message {', '.join(verdict.bisected)}: its rows in the batch that diverged "
+                      f"({reason}) are cut in two, trained apart from batch {good.step} (row {good.rows}) on",
+                      reason=reason, messages=verdict.bisected, step=good.step, rows=good.rows,
                       rollbacks=self.rollbacks)
+            pause_point(f"bisect{self.rollbacks}")  # a test kills the process here (during a bisection)
         else:
             log_event("rollback", f"divergence: {reason}; rolled back to batch {good.step} "
                       f"(row {good.rows}) and lowered the learning rate to x{scale:g}",
@@ -937,24 +950,6 @@ class Runner:
                       messages=self._rollback_units)
         self._good = self._snapshot()  # same weights, new rate
         self._good.dead_letter = good.dead_letter
-
-    def _strike(self, scale: float) -> list[str]:
-        """Count a rollback against each message of the diverged batch; the ones that reach the limit."""
-        assert self.guard is not None
-        poison = []
-        for key in self._rollback_units:
-            if key not in self._strikes:
-                self._scale_before[key] = scale
-            self._strikes[key] = self._strikes.get(key, 0) + 1
-            self._quarantine.isolate.add(key)  # trained apart from now on: a divergence then names it alone
-            if self._strikes[key] >= self.guard.max_rollbacks:
-                poison.append(key)
-        if len(self._strikes) > 4096:  # the oldest are long behind the position
-            for key in list(self._strikes)[:-1024]:
-                del self._strikes[key]
-                self._scale_before.pop(key, None)
-                self._quarantine.isolate.discard(key)
-        return poison
 
 
 def _position_parts(position: Any, prefix: str = "") -> list[tuple[str, float]]:

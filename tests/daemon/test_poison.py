@@ -66,7 +66,74 @@ def _runner(est, data, **kw):
                   **kw)
 
 
+def _reference(model, tables, poison_row: int):
+    """The batches the poisoned run trains, fed to ``partial_fit``: the poison record batch in the pieces its
+    bisection cuts it into (the rule written out in tests/daemon/test_poison_rows.py), without the poison row."""
+    from tests.daemon.test_poison_rows import _expected_pieces
+
+    ref = _estimator(model)
+    f, start = POISON
+
+    def fit(t):
+        X = np.column_stack([t.column(f"x{j}").to_numpy() for j in range(N_FEATURES)]).astype(np.float32)
+        ref.partial_fit(X, t.column("y").to_numpy())
+
+    for i, t in enumerate(tables):
+        if i != f:
+            for s in range(0, ROWS, 64):
+                fit(t.slice(s, 64))
+            continue
+        for s in range(0, start, 64):
+            fit(t.slice(s, 64))
+        for a, b in _expected_pieces(MESSAGE, [poison_row], 64):
+            fit(t.slice(start + a, b - a))
+        for s in range(start + MESSAGE, ROWS, 64):
+            fit(t.slice(s, 64))
+    return ref
+
+
 def test_poison_message_is_quarantined_and_training_goes_on(tmp_path, caplog):
+    model = write_model(tmp_path)
+    tables = _poisoned(_tables())
+    est = _estimator(model)
+    dead = tmp_path / "dead.jsonl"
+    runner = _runner(est, _write(tmp_path / "poisoned", tables), checkpoint_dir=tmp_path / "ck",
+                     every_batches=1, dead_letter=str(dead),  # a rollback point after every batch it can
+                     guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1))
+    with caplog.at_level(logging.INFO, logger="streamfit.daemon"):
+        summary = anyio.run(runner.run)
+
+    # progress past the poison message: every other row trained, the poison row counted under its reason
+    assert summary.rows == 2 * ROWS - 1
+    # 2 rollbacks lowering the rate, 6 halving the 64 rows of the batch that diverged, 1 quarantining the row
+    assert summary.rollbacks == 9 and summary.ended_by == "end"
+    assert summary.skipped_rows == {"poison": 1} and summary.skipped_messages == {}
+    key = '{"file": "part-000.parquet", "row": 640}'
+    row = {"message": key, "row": {"file": "part-000.parquet", "row": POISON[1] + 18}, "from_end": MESSAGE - 19}
+    assert summary.quarantined == [] and summary.quarantined_rows == [row]
+    assert sum(getattr(r, "event", None) == "quarantine" for r in caplog.records) == 1
+    assert sum(getattr(r, "event", None) == "bisect" for r in caplog.records) == 6
+    # ... exactly once: the same weights as the same batches without that row
+    ref = _reference(model, tables, 18)
+    for name, w in ref.trainer_.get_weights().items():
+        np.testing.assert_allclose(est.trainer_.get_weights()[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+    # the learning rate is back to normal, and so it is in the checkpoint
+    assert est.trainer_.lr_scale == 1.0
+    ckpt = CheckpointStore(tmp_path / "ck").load_latest()
+    assert ckpt.meta["estimator"]["state"]["trainer"]["lr_scale"] == 1.0
+    assert ckpt.meta["skipped_rows"] == {"poison": 1}
+    assert ckpt.meta["poison"]["quarantined_rows"] == [row]
+    # the row is in the dead-letter file, its values and all
+    [letter] = read_dead_letters(dead)
+    assert (letter.reason, letter.rows, letter.message) == ("poison", 1, False)
+    assert letter.position == {"file": "part-000.parquet", "row": POISON[1] + 18}
+    rows = letter.table()
+    assert rows.num_rows == 1 and rows.column("y").to_numpy()[0] == np.float32(1e30)
+
+
+def test_poison_rows_zero_quarantines_the_whole_message(tmp_path, caplog):
+    """``DivergenceGuard(poison_rows=0)``: no bisection, the message is quarantined whole (the behaviour before
+    row-level quarantine), and the run equals one on the stream without that message."""
     model = write_model(tmp_path)
     tables = _tables()
     ref = _estimator(model)
@@ -75,27 +142,21 @@ def test_poison_message_is_quarantined_and_training_goes_on(tmp_path, caplog):
     est = _estimator(model)
     dead = tmp_path / "dead.jsonl"
     runner = _runner(est, _write(tmp_path / "poisoned", _poisoned(tables)), checkpoint_dir=tmp_path / "ck",
-                     every_batches=1, dead_letter=str(dead),  # a rollback point after every batch it can
-                     guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1))
+                     every_batches=1, dead_letter=str(dead),
+                     guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1, poison_rows=0))
     with caplog.at_level(logging.INFO, logger="streamfit.daemon"):
         summary = anyio.run(runner.run)
-
-    # progress past the poison message: every other row trained, the poison one counted under its reason
     assert summary.rows == ref_summary.rows == 2 * ROWS - MESSAGE
     assert summary.rollbacks == 3 and summary.ended_by == "end"
     assert summary.skipped_rows == {"poison": MESSAGE} and summary.skipped_messages == {"poison": 1}
-    assert summary.quarantined == ['{"file": "part-000.parquet", "row": 640}']
+    assert summary.quarantined == ['{"file": "part-000.parquet", "row": 640}'] and summary.quarantined_rows == []
     assert sum(getattr(r, "event", None) == "quarantine" for r in caplog.records) == 1
-    # ... exactly once: the same weights as a run on the stream without that message
     for name, w in ref.trainer_.get_weights().items():
         np.testing.assert_allclose(est.trainer_.get_weights()[name], w, rtol=1e-6, atol=1e-7, err_msg=name)
-    # the learning rate is back to normal, and so it is in the checkpoint
     assert est.trainer_.lr_scale == 1.0
     ckpt = CheckpointStore(tmp_path / "ck").load_latest()
-    assert ckpt.meta["estimator"]["state"]["trainer"]["lr_scale"] == 1.0
     assert ckpt.meta["skipped_messages"] == {"poison": 1}
     assert ckpt.meta["poison"]["quarantined"] == summary.quarantined
-    # the message is in the dead-letter file, rows and all
     [letter] = read_dead_letters(dead)
     assert (letter.reason, letter.rows, letter.message) == ("poison", MESSAGE, True)
     assert letter.position == {"file": "part-000.parquet", "row": POISON[1]}

@@ -134,8 +134,8 @@ def test_divergence_that_never_ends_stops_with_a_clear_error(tmp_path):
     est = _estimator(model, optimizer="sgd", learning_rate="constant", eta0=1e30)
     runner = Runner(est, f"parquet:{data}", checkpoint_dir=tmp_path / "ck", every_batches=4, batch_size=64,
                     guard=DivergenceGuard(factor=10, warmup=1, lr_factor=0.5, max_rollbacks=2), on_bad="skip")
-    # every message diverges: quarantining them one after the other would skip the whole stream
-    with pytest.raises(DivergenceError, match="4 messages in a row .* the model diverges, not the data"):
+    # every row diverges: quarantining them one after the other would skip the whole stream
+    with pytest.raises(DivergenceError, match="4 rows or messages in a row .* the model diverges, not the data"):
         _run(runner)
 
 

@@ -248,7 +248,7 @@ def test_a_poison_message_rolls_a_table_model_back_from_its_chain_on_disk(tmp_pa
 
     monkeypatch.setattr(CheckpointStore, "load", counting_load)
     runner = run(write(tmp_path / "poisoned", poisoned), checkpoint_dir=tmp_path / "ck", every_batches=1,
-                 full_every=4, keep=3, guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1))
+                 full_every=4, keep=3, guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1, poison_rows=0))
     assert runner.rollbacks == 3 and runner._quarantine.skip == {'{"file": "part-001.parquet", "row": 256}'}
     assert runner.rows == ref.rows == 1024 - BATCH
     assert restored, "no rollback read its tables back from the chain"

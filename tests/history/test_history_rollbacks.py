@@ -4,6 +4,8 @@ rows count where they fell."""
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 
@@ -22,22 +24,24 @@ def test_rollbacks_and_the_quarantine_are_in_the_history_without_gap(tmp_path):
                     every_batches=4, guard=DivergenceGuard(max_rollbacks=3, lr_factor=0.1),
                     history=HistoryOptions(every_rows=256, every_seconds=None))
     summary = anyio.run(runner.run)
-    assert summary.rollbacks == 3 and summary.quarantined
+    assert summary.rollbacks == 9 and summary.quarantined_rows  # 2 lowering the rate, 6 halvings, 1 quarantine
 
     h = read_history(tmp_path / "ck")
     ivs = h.intervals
     assert not h.gaps() and [i.seq for i in ivs] == list(range(len(ivs)))
-    assert ivs[0].rows_start == 0 and ivs[-1].rows_end == summary.rows == 2048 - MESSAGE
+    assert ivs[0].rows_start == 0 and ivs[-1].rows_end == summary.rows == 2048 - 1
     assert sum(i.rows_end - i.rows_start for i in ivs) == summary.rows  # the diverged intervals are gone
     marks = [r for i in ivs for r in i.rollbacks]
-    assert len(marks) == 3
+    assert len(marks) == 9
     assert all(r.to_rows < r.at_rows and r.reason for r in marks)
-    assert [r.quarantined for r in marks][-1] == tuple(summary.quarantined)
-    # lowered twice, then the quarantine restores the scale from before the message's first rollback
-    assert [r.lr_scale for r in marks] == pytest.approx([0.1, 0.01, 1.0])
-    assert [bool(r.quarantined) for r in marks] == [False, False, True]
+    [row] = summary.quarantined_rows
+    assert [r.quarantined for r in marks][-1] == (f"row {json.dumps(row['row'], sort_keys=True)} of message "
+                                                  f"{row['message']}",)
+    # lowered twice, then the message is poison: the scale from before its first rollback, while it is bisected
+    assert [r.lr_scale for r in marks] == pytest.approx([0.1, 0.01] + [1.0] * 7)
+    assert [bool(r.quarantined) for r in marks] == [False] * 8 + [True]
     skipped = {}
     for i in ivs:
         for k, n in i.skipped_rows.items():
             skipped[k] = skipped.get(k, 0) + n
-    assert skipped == summary.skipped_rows  # the quarantined message's rows, as 'poison'
+    assert skipped == summary.skipped_rows == {"poison": 1}  # the quarantined row, as 'poison'
