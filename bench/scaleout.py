@@ -74,6 +74,38 @@ def distributed(kind: str, data: str, workers: int, sync_every: int, optimizer: 
             "bytes": statistics.median(s.synced_bytes for s in full) if full else 0, "rounds": len(stats)}
 
 
+def sweep(data: str, batch: int, periods: list[int]) -> None:
+    """The default synchronization period: rows/s of 2 learners and their progressive loss (against one process,
+    same rows, same batch size) for each ``sync_every_batches`` in ``periods``, the linear model."""
+    from streamfit import train_stream_sync
+    from streamfit.distributed import DistributedTrainer
+
+    single = train_stream_sync(C.make_estimator("linear", batch), f"parquet:{data}", batch_size=batch,
+                               features=["x"], evaluate=True)
+    ref = single.stream_metrics["loss"]
+    print(f"\nsynchronization period, linear d=100, batch {batch}: one process {single.rows / single.elapsed / 1e3:,.0f}K "
+          f"rows/s, progressive loss {ref:.4g}")
+    for k in periods:
+        marks: list[tuple[float, int]] = []
+        stats: list = []
+
+        def on_round(trainer, s) -> None:
+            marks.append((time.perf_counter(), s.rows))
+            stats.append(s)
+
+        summary = DistributedTrainer(C.make_estimator("linear", batch), f"parquet:{data}", workers=2,
+                                     sync_every_batches=k, batch_size=batch, features=["x"], evaluate=True,
+                                     on_round=on_round).run()
+        (t1, r1), (t2, r2) = marks[0], marks[-1]
+        full = [s for s in stats if not s.ended]
+        sync = statistics.median(s.sync_seconds for s in full) * 1e3 if full else float("nan")
+        wait = sum(s.wait_seconds for s in full)
+        loss = summary.metrics["stream"]["loss"]
+        print(f"  every {k:>4} batches: {(r2 - r1) / (t2 - t1) / 1e3:>7,.0f}K rows/s, {len(stats):>5} rounds, sync "
+              f"{sync:5.2f} ms/round ({sum(s.sync_seconds for s in full) / max(wait + sum(s.sync_seconds for s in full), 1e-9):4.0%}"
+              f" of the rounds' time), progressive loss {loss:.4g} ({loss / ref:.3f}x one process)")
+
+
 def project(c_row: float, a0: float, a1: float, state_bytes: float, k_rows: int, bandwidth: float) -> list[str]:
     """Rows/s of M learners: M*K*B rows per round of K*B*c compute + sync(M) (see the printed assumptions)."""
     lines = []
@@ -93,8 +125,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small data, one model: a smoke run")
     parser.add_argument("--sync-every", type=int, default=8, help="batches between synchronizations")
     parser.add_argument("--bandwidth", type=float, default=1.25e9, help="bytes/s per machine link (projection)")
+    parser.add_argument("--sweep", action="store_true", help="only the sweep of synchronization periods (the "
+                        "default --sync-every-batches), at the CLI's default batch of 256 rows")
     args = parser.parse_args()
     from streamfit.distributed import LocalRayCluster
+
+    if args.sweep:
+        print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        with tempfile.TemporaryDirectory(prefix="sf-scaleout-") as tmp:
+            with LocalRayCluster(os.path.join(tmp, "ray"), nodes=2, cpus=1) as cluster:
+                cluster.connect()
+                data = str(C.write_parquet_dir(os.path.join(tmp, "data"), "vec", 131072, 4))
+                sweep(data, 256, [1, 4, 16, 64, 256])
+                import ray
+
+                ray.shutdown()
+        return
 
     kinds = ["linear"] if args.quick else ["linear", "mlp"]
     files = 4 if args.quick else 8

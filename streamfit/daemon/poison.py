@@ -11,13 +11,19 @@ is quarantined whole after that.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from streamfit._stream.row_quarantine import MessageCuts, tail_range
+from streamfit.exceptions import DivergenceError
 from streamfit.sources._base import Position
 
-__all__ = ["PoisonTracker", "Verdict", "QuarantinedRow"]
+if TYPE_CHECKING:
+    from streamfit._stream.batching import Quarantine
+    from streamfit.daemon.guard import DivergenceGuard
+
+__all__ = ["PoisonTracker", "Verdict", "QuarantinedRow", "Rollback"]
 
 #: messages whose rollbacks are remembered (the oldest are long behind the position)
 _KEEP = 4096
@@ -56,6 +62,15 @@ class Verdict:
         return bool(self.poison or self.bisected or self.rows or self.whole)
 
 
+@dataclass(frozen=True)
+class Rollback:
+    """What a rollback does: train on at learning-rate ``scale``; ``names`` the input it quarantined."""
+
+    verdict: Verdict
+    scale: float
+    names: list[str]
+
+
 class PoisonTracker:
     """Rollbacks per message, the poison messages' bisection (``cuts``: what the rebatcher reads) and the
     quarantined rows and messages; its state goes in every checkpoint."""
@@ -70,6 +85,8 @@ class PoisonTracker:
         self.rows: dict[tuple[str, int], QuarantinedRow] = {}
         #: the diverged batch's rows by message: tails [lo, hi) and the position of its first row
         self._diverged: dict[str, tuple[int, int, Position | None]] = {}
+        #: quarantines with no good batch in between (the trainer resets it after a good batch)
+        self.in_a_row = 0
 
     def diverged(self, spans: Iterable[Any]) -> list[str]:
         """Note the rows of the batch that diverged (its spans), by message; the messages' keys."""
@@ -126,6 +143,37 @@ class PoisonTracker:
                 del self.strikes[key]
                 self.scale_before.pop(key, None)
         return verdict
+
+    def rollback(self, guard: "DivergenceGuard", quarantine: "Quarantine", units: list[str], lr_scale: float,
+                 on_bad: str, reason: str, rollbacks: int) -> Rollback:
+        """Decide a rollback after a divergence (``units``: the diverged batch's messages, as :meth:`diverged`
+        named them): the learning-rate scale to go on with, what the rebatcher now trains apart, cuts or
+        drops; :class:`DivergenceError` when the run cannot go on (see :class:`DivergenceGuard`)."""
+        scale = lr_scale * guard.lr_factor
+        verdict = self.strike(lr_scale)
+        quarantine.isolate.update(units)  # trained apart from now on: a divergence names it alone
+        quarantine.isolate.intersection_update(self.strikes)  # forgotten ones: long behind the position
+        names = verdict.whole + [f"row {json.dumps(r.position, sort_keys=True)} of message {r.message}"
+                                 for r in verdict.rows]
+        if verdict.poison and on_bad == "raise":
+            raise DivergenceError(f"poison message {', '.join(verdict.poison)}: training on it diverged "
+                                  f"{guard.max_rollbacks} times ({reason}); with on_bad='skip' its poison rows "
+                                  "would be quarantined")
+        if verdict.quarantines:
+            self.in_a_row += 1
+            if self.in_a_row > guard.max_poison_in_a_row:
+                raise DivergenceError(f"{self.in_a_row} rows or messages in a row made training diverge "
+                                      f"{guard.max_rollbacks} times each ({reason}; the last: {names[-1]}): the "
+                                      "model diverges, not the data; lower the learning rate")
+        if verdict.finds:  # poison input, not the learning rate: the scale before the message's first rollback
+            scale = min((self.scale_before.get(k, 1.0) for k in verdict.poison), default=lr_scale)
+            quarantine.skip.update(verdict.whole)
+            quarantine.isolate.difference_update(verdict.whole)
+        elif scale < guard.min_lr_scale:
+            raise DivergenceError(f"training diverged ({reason}) after {rollbacks} rollback(s): the "
+                                  f"learning-rate scale would fall to {scale:g}, below the floor "
+                                  f"{guard.min_lr_scale:g}; lower the learning rate or check the data")
+        return Rollback(verdict, scale, names)
 
     def message_rows(self) -> list[dict[str, Any]]:
         """The quarantined rows, by message and row (what the checkpoint's manifest and the summary show)."""

@@ -258,7 +258,6 @@ class Runner:
                                      guard.poison_rows if guard is not None else 64)
         self._rollback_units: list[str] = []
         self._good_run = 0  # good batches since the last rollback or lr recovery
-        self._poison_in_a_row = 0  # quarantines with no good batch in between
         self._dead_letter_state: dict[str, Any] | None = None
         # messages of a diverged batch not yet trained alone since: no new rollback point until they are (or
         # are quarantined), so that a quarantine returns to the state before their first rollback
@@ -615,7 +614,7 @@ class Runner:
                                              if span.stop >= u.stop)
             if self.batches > self._suspect_until:  # the replay went past where they were: they are not coming
                 self._suspects.clear()
-        self._poison_in_a_row = 0
+        self._poison.in_a_row = 0
         self._good_run += 1
         trainer = getattr(self.estimator, "trainer_", None)
         if trainer is None or self._good_run < self.guard.recover_after or not trainer.lr_scale < 1:
@@ -892,30 +891,9 @@ class Runner:
         if good is None:
             raise DivergenceError(f"training diverged ({reason}) before any good state was saved")
         trainer = self.estimator.trainer_
-        scale = trainer.lr_scale * guard.lr_factor
-        verdict = self._poison.strike(trainer.lr_scale)
-        self._quarantine.isolate.update(self._rollback_units)  # trained apart from now on: a divergence names it
-        self._quarantine.isolate.intersection_update(self._poison.strikes)  # forgotten ones: long behind
-        poison = verdict.whole + [f"row {json.dumps(r.position, sort_keys=True)} of message {r.message}"
-                                  for r in verdict.rows]
-        if verdict.poison and self.options.on_bad == "raise":
-            raise DivergenceError(f"poison message {', '.join(verdict.poison)}: training on it diverged "
-                                  f"{guard.max_rollbacks} times ({reason}); with on_bad='skip' its poison rows "
-                                  "would be quarantined")
-        if verdict.quarantines:
-            self._poison_in_a_row += 1
-            if self._poison_in_a_row > guard.max_poison_in_a_row:
-                raise DivergenceError(f"{self._poison_in_a_row} rows or messages in a row made training diverge "
-                                      f"{guard.max_rollbacks} times each ({reason}; the last: {poison[-1]}): the "
-                                      "model diverges, not the data; lower the learning rate")
-        if verdict.finds:  # poison input, not the learning rate: the scale before the message's first rollback
-            scale = min((self._poison.scale_before.get(k, 1.0) for k in verdict.poison), default=trainer.lr_scale)
-            self._quarantine.skip.update(verdict.whole)
-            self._quarantine.isolate.difference_update(verdict.whole)
-        elif scale < guard.min_lr_scale:
-            raise DivergenceError(f"training diverged ({reason}) after {self.rollbacks} rollback(s): the "
-                                  f"learning-rate scale would fall to {scale:g}, below the floor "
-                                  f"{guard.min_lr_scale:g}; lower the learning rate or check the data")
+        decision = self._poison.rollback(guard, self._quarantine, self._rollback_units, trainer.lr_scale,
+                                         self.options.on_bad, str(reason), self.rollbacks)
+        verdict, scale, poison = decision.verdict, decision.scale, decision.names
         self._suspects.update(k for k in self._rollback_units if k not in self._quarantine.skip)
         self._suspect_until = self._diverged_at + 8 + 2 * len(self._suspects)
         self._pending.clear()

@@ -28,8 +28,6 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
     opts = cfg.stream
     if opts.max_rows is not None:
         raise ConfigError("--workers: --max-rows is not supported (each learner trains its whole share)")
-    if opts.dead_letter is not None:
-        raise ConfigError("--workers: --dead-letter is not supported yet (learners would share one sink)")
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
     # every loop option goes to the learners' loops as given (the estimator holds the inputs mapping; the
     # learners draw no progress bar); the task resolved as the estimator was built
@@ -41,7 +39,8 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
         checkpoint_dir=cfg.checkpoint_dir, checkpoint_every_rounds=opts.checkpoint_every_rounds,
         checkpoint_every_seconds=cfg.checkpoint_every_seconds, keep=cfg.keep, resume=cfg.resume,
         ray_address=opts.ray_address, health_path=cfg.health_file, metrics=metrics,
-        source_options=dict(cfg.source_options), **loop)
+        source_options=dict(cfg.source_options), guard=opts.divergence_guard() or False,
+        dead_letter=opts.dead_letter if isinstance(opts.dead_letter, str) else None, **loop)
 
 
 def run_distributed(cfg: Any, serve: bool, preflight: Any = None) -> DistributedSummary:

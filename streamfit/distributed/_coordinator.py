@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from streamfit.checkpoint import AsyncCheckpointWriter, CheckpointStore
+from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import restore_estimator
 from streamfit.distributed._averaging import mix
@@ -84,6 +85,25 @@ class DistributedSummary:
     metrics: dict[str, Any] = field(default_factory=dict)
     sync_seconds: float = 0.0   # summed over rounds
     synced_bytes: int = 0
+    skipped_messages: dict[str, int] = field(default_factory=dict)
+    rollbacks: int = 0          # divergence rollbacks, summed over learners
+    learner_rollbacks: list[int] = field(default_factory=list)
+    #: the poison rows the learners quarantined (``{"learner", "message", "row", "from_end"}``)
+    quarantined_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _RunState:
+    """What one :meth:`DistributedTrainer.run` carries from round to round."""
+
+    t0: float
+    round: int = 0
+    mixed: Mapping[str, np.ndarray] | None = None
+    reports: list[RoundReport] = field(default_factory=list)
+    rows_at_start: int = 0
+    ended_by: str = "end"
+    sync_seconds: float = 0.0
+    synced_bytes: int = 0
 
 
 class DistributedTrainer:
@@ -97,6 +117,12 @@ class DistributedTrainer:
     ``checkpoint_every_seconds`` seconds, and always at the end.  ``ray_address``: an existing cluster;
     ``None`` uses the Ray instance this process is connected to, or starts a local one on 127.0.0.1.
     ``loop_options`` go to each learner's stream loop (features, label, batch_size, on_bad, ...).
+
+    ``guard`` (on by default: ``True``, or a :class:`~streamfit.daemon.guard.DivergenceGuard`; ``False``: none)
+    gives every learner the single learner's divergence guard: a learner whose batch diverges rolls back to
+    its state at the last round and trains on, the others are not held up; its poison rows are quarantined
+    (:mod:`streamfit.daemon.poison`).  ``dead_letter``: a JSON-lines path (each learner writes its own file,
+    ``NAME.learner-I.jsonl``, exactly once as for one learner) or a ``kafka://`` topic (shared, at least once).
     """
 
     def __init__(self, estimator: Any, source: str, *, workers: int = 2, sync_every_batches: int | None = None,
@@ -107,6 +133,7 @@ class DistributedTrainer:
                  health_path: "str | Path | None" = None, metrics: Metrics | None = None,
                  source_options: Mapping[str, Any] | None = None,
                  on_round: Callable[["DistributedTrainer", RoundStats], None] | None = None,
+                 guard: "DivergenceGuard | bool" = True, dead_letter: str | None = None,
                  **loop_options: Any) -> None:
         if (sync_every_batches is None) == (sync_every_seconds is None):
             raise ValueError("give exactly one of sync_every_batches and sync_every_seconds")
@@ -145,6 +172,8 @@ class DistributedTrainer:
         self.source_options = dict(source_options or {})
         self.on_round = on_round
         self.loop_options = loop_options
+        self.guard = guard if isinstance(guard, DivergenceGuard) else DivergenceGuard() if guard else None
+        self.dead_letter = dead_letter
         self.learners: list[Any] = []
         self.shares: list[Share] = []
         self.restarts = 0
@@ -205,7 +234,9 @@ class DistributedTrainer:
             actor.options(num_cpus=self.learner_cpus, max_restarts=self.max_restarts, max_task_retries=0,
                           scheduling_strategy="SPREAD", name=None).remote(
                 share, model, self.loop_options, self.sync_every_batches, self.sync_every_seconds,
-                self.sync_optimizer, self.finite)
+                self.sync_optimizer, self.finite, self.guard,
+                None if self.dead_letter is None else learner_dead_letter(self.dead_letter, share.index),
+                self.store is not None)
             for share in self.shares]
 
     # -- checkpoints -----------------------------------------------------------------------------------------
@@ -247,7 +278,8 @@ class DistributedTrainer:
                                      {r: ckpt.arrays[r] for r in refs})
             starts.append(StartFrom(state, entry.get("position"), int(entry["rows"]), int(entry["batches"]),
                                     int(entry["evaluated_rows"]), float(entry["loss_sum"]),
-                                    dict(entry.get("skipped_rows", {}))))
+                                    dict(entry.get("skipped_rows", {})), dict(entry.get("skipped_messages", {})),
+                                    int(entry.get("rollbacks", 0)), entry.get("poison"), entry.get("dead_letter")))
         mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
         self._resumed_from: str | None = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
@@ -273,7 +305,9 @@ class DistributedTrainer:
             entry: dict[str, Any] = {"share": self.shares[rep.learner].describe(), "rows": rep.rows,
                                      "batches": rep.batches, "position": rep.position, "ended": rep.ended,
                                      "evaluated_rows": rep.evaluated_rows, "loss_sum": rep.loss_sum,
-                                     "skipped_rows": dict(rep.skipped_rows), "state": None}
+                                     "skipped_rows": dict(rep.skipped_rows),
+                                     "skipped_messages": dict(rep.skipped_messages), "rollbacks": rep.rollbacks,
+                                     "poison": rep.poison, "dead_letter": rep.dead_letter, "state": None}
             if rep.state is not None:
                 own = {k: v for k, v in rep.state.arrays.items() if k not in arrays}
                 rename = {k: f"learners/{rep.learner}/{k}" for k in own}
@@ -292,6 +326,10 @@ class DistributedTrainer:
         meta = {"rows": rows, "batches": sum(r.batches for r in reports),
                 "position": {"learners": [r.position for r in reports]}, "estimator": top,
                 "source": self.source, "skipped_rows": skipped,
+                "skipped_messages": _sum_counts(r.skipped_messages for r in reports),
+                "rollbacks": sum(r.rollbacks for r in reports),
+                "poison": {"quarantined_rows": _quarantined_rows(reports),
+                           "quarantined": sorted({q for r in reports for q in (r.poison or {}).get("quarantined", ())})},
                 "metrics": {"stream": {"rows": evaluated,
                                        "loss": sum(r.loss_sum for r in reports) / evaluated if evaluated else None}},
                 "distributed": {"round": round_, "workers": self.workers, "learners": learners,
@@ -300,8 +338,9 @@ class DistributedTrainer:
                                          "optimizer": self.sync_optimizer}}}
         return model, arrays, meta
 
-    def _settle(self) -> list[Any] | None:
-        """Positions of the newest durable checkpoint not yet committed (their rounds are then forgotten)."""
+    def _durable_positions(self) -> list[Any] | None:
+        """The learners' positions in the newest global checkpoint that became durable since the last call (to
+        commit now); that checkpoint is logged and counted, its round and the earlier ones forgotten."""
         assert self._writer is not None
         result = self._writer.last_result
         if result is None or result.step not in self._pending:
@@ -325,113 +364,139 @@ class DistributedTrainer:
     def run(self, stop_event: threading.Event | None = None) -> DistributedSummary:
         """Train until every share ends (``finite``) or ``stop_event`` is set; final checkpoint; a summary."""
         ray = self._connect()
+        self._resumed_from = None
+        run = _RunState(time.perf_counter())
+        try:
+            self._begin(ray, run)
+            while not self._round(ray, run, stop_event):
+                pass
+            self._finish(ray)
+        finally:
+            self._teardown(ray)
+        return self._summary(run)
+
+    def _begin(self, ray: Any, run: _RunState) -> None:
+        """Start points (a resume's or fresh), the history, the writer, the learner actors started."""
+        starts, run.round, run.mixed = self._initial()
+        run.rows_at_start = sum(s.rows for s in starts)
+        self._initial_starts = list(starts)
+        self._initial_round, self._initial_mixed = run.round, run.mixed
+        self._progress = _progress(run.round, starts)
+        if self.history is not None:
+            self.history.start(lambda: self._progress, resumed_from=self._resumed_from, source=self.source,
+                               config=self._history_config())
+        if self.store is not None:
+            self._writer = AsyncCheckpointWriter(self.store)
+        self._spawn(ray)
+        ray.get([a.start.remote(s) for a, s in zip(self.learners, starts)])
+        log_event("start", f"{self.workers} learners on {self.source}",
+                  shares=[s.describe() for s in self.shares], round=run.round)
+
+    def _round(self, ray: Any, run: _RunState, stop_event: threading.Event | None) -> bool:
+        """One synchronization round: the reports, the mix, the learners released, a global checkpoint when due;
+        True once it was the last.  A learner lost restarts the group (the round is not counted)."""
         from ray.exceptions import RayActorError
 
-        self._resumed_from = None
-        t0 = time.perf_counter()
+        round_ = run.round + 1
+        ckpt = self._checkpoint_due(round_) or (stop_event is not None and stop_event.is_set())
+        t_req = time.perf_counter()
         try:
-            starts, round_, mixed = self._initial()
-            rows_at_start = sum(s.rows for s in starts)
-            self._initial_starts = [StartFrom(s.state, s.position, s.rows, s.batches, s.evaluated_rows,
-                                              s.loss_sum, s.skipped_rows) for s in starts]
-            self._initial_round, self._initial_mixed = round_, mixed
-            self._progress = _progress(round_, starts)
-            if self.history is not None:
-                self.history.start(lambda: self._progress, resumed_from=self._resumed_from, source=self.source,
-                                   config=self._history_config())
-            if self.store is not None:
-                self._writer = AsyncCheckpointWriter(self.store)
-            self._spawn(ray)
-            ray.get([a.start.remote(s) for a, s in zip(self.learners, starts)])
-            log_event("start", f"{self.workers} learners on {self.source}",
-                      shares=[s.describe() for s in self.shares], round=round_)
-            reports: list[RoundReport] = []
-            ended_by = "end"
-            sync_total, bytes_total = 0.0, 0
-            while True:
-                round_ += 1
-                stopping = stop_event is not None and stop_event.is_set()
-                ckpt = self._checkpoint_due(round_) or stopping
-                t_req = time.perf_counter()
-                try:
-                    reports = self._gather(ray, [a.next_round.remote(round_, ckpt) for a in self.learners],
-                                           stop_event)
-                except RayActorError as exc:
-                    round_, mixed = self._recover(ray, exc)
-                    continue
-                t_rep = time.perf_counter()
-                ended = all(r.ended for r in reports)
-                final = ended or (stop_event is not None and stop_event.is_set())
-                if final and not ckpt:  # the last state is always kept (and checkpointed when there is a store)
-                    ckpt = self.store is not None
-                    reports = ray.get([a.next_round.remote(round_, True) for a in self.learners])
-                new = mix([r.synced for r in reports], [r.round_rows for r in reports], mixed)
-                if new is not None:  # None: nobody trained this round, every learner holds the last mix
-                    mixed = new
-                ref = ray.put(new) if new is not None else None
-                commits = self._settle() if self._writer is not None else None
-                try:
-                    ray.get([a.apply.remote(round_, ref, None if commits is None else commits[i])
-                             for i, a in enumerate(self.learners)])
-                except RayActorError as exc:
-                    round_, mixed = self._recover(ray, exc)
-                    continue
-                t_done = time.perf_counter()
-                up = sum(r.synced_bytes for r in reports)
-                down = 0 if new is None else sum(int(a.nbytes) for a in new.values()) * len(self.learners)
-                sync_total += t_done - t_rep
-                bytes_total += up + down
-                if not final and not any(r.round_rows for r in reports):
-                    ckpt = False  # an idle round (sync_every_seconds, no input): nothing new to save
-                self._progress = _progress(round_, reports)
-                if ckpt and self._writer is not None:
-                    if self.history is not None:  # on disk before the checkpoint past it
-                        self.history.boundary(sync=True)
-                    model, arrays, meta = self._contents(round_, reports, mixed)
-                    self._writer.submit(round_, model, arrays, meta, wait=True)
-                    self._pending[round_] = [r.position for r in reports]
-                    self._last_ckpt_time = time.monotonic()
-                elif final:
-                    self._contents(round_, reports, mixed)  # leaves the mixed model in self.estimator
-                stats = RoundStats(round_, sum(r.rows for r in reports), sum(r.round_rows for r in reports),
-                                   t_done - t_rep, t_rep - t_req, up + down, ended, ckpt)
-                self._observe(stats, reports, time.perf_counter() - t0, rows_at_start)
-                if self.history is not None:
-                    self.history.batch(stats.rows)
-                if self.on_round is not None:
-                    self.on_round(self, stats)
-                if final:
-                    ended_by = "end" if ended else "stop"
-                    break
-            if self._writer is not None:
-                self._writer.flush()
-                commits = self._settle()
-                if commits is not None:
-                    ray.get([a.commit.remote(p) for a, p in zip(self.learners, commits) if p is not None])
-            ray.get([a.close.remote() for a in self.learners])
-        finally:
-            if self.history is not None:
-                self.history.close()
-            if self._writer is not None:
-                self._writer.close()
-            for a in self.learners:
-                ray.kill(a, no_restart=True)
-            self.learners = []
-            self._template_ref = None
-            if self._cluster is not None:
-                ray.shutdown()
-                self._cluster.stop()
-                self._cluster = None
-        elapsed = time.perf_counter() - t0
+            reports = self._gather(ray, [a.next_round.remote(round_, ckpt) for a in self.learners], stop_event)
+            ended = all(r.ended for r in reports)
+            final = ended or (stop_event is not None and stop_event.is_set())
+            if final and not ckpt:  # the last state is always kept (and checkpointed when there is a store)
+                ckpt = self.store is not None
+                reports = ray.get([a.next_round.remote(round_, True) for a in self.learners])
+            t_rep = time.perf_counter()
+            new = self._release(ray, round_, reports, run.mixed)
+        except RayActorError as exc:
+            run.round, run.mixed = self._recover(ray, exc)
+            return False
+        t_done = time.perf_counter()
+        run.round, run.reports = round_, reports
+        if new is not None:  # None: nobody trained this round, every learner holds the last mix
+            run.mixed = new
+        up = sum(r.synced_bytes for r in reports)
+        down = 0 if new is None else sum(int(a.nbytes) for a in new.values()) * len(self.learners)
+        run.sync_seconds += t_done - t_rep
+        run.synced_bytes += up + down
+        if not final and not any(r.round_rows for r in reports):
+            ckpt = False  # an idle round (sync_every_seconds, no input): nothing new to save
+        self._progress = _progress(round_, reports)
+        if ckpt and self._writer is not None:
+            self._submit_checkpoint(round_, reports, run.mixed)
+        elif final:
+            self._contents(round_, reports, run.mixed)  # leaves the mixed model in self.estimator
+        stats = RoundStats(round_, sum(r.rows for r in reports), sum(r.round_rows for r in reports),
+                           t_done - t_rep, t_rep - t_req, up + down, ended, ckpt)
+        self._observe(stats, reports, time.perf_counter() - run.t0, run.rows_at_start)
+        if self.history is not None:
+            self.history.batch(stats.rows)
+        if self.on_round is not None:
+            self.on_round(self, stats)
+        if final:
+            run.ended_by = "end" if ended else "stop"
+        return final
+
+    def _release(self, ray: Any, round_: int, reports: list[RoundReport], mixed: Mapping[str, np.ndarray] | None
+                 ) -> Mapping[str, np.ndarray] | None:
+        """Mix the reports, send the mix (and the positions a durable checkpoint lets them commit) to every
+        learner, which then trains its next round; the new mix (None: nobody trained)."""
+        new = mix([r.synced for r in reports], [r.round_rows for r in reports], mixed)
+        ref = ray.put(new) if new is not None else None
+        commits = self._durable_positions() if self._writer is not None else None
+        ray.get([a.apply.remote(round_, ref, None if commits is None else commits[i])
+                 for i, a in enumerate(self.learners)])
+        return new
+
+    def _submit_checkpoint(self, round_: int, reports: list[RoundReport],
+                           mixed: Mapping[str, np.ndarray] | None) -> None:
+        """The global checkpoint of this barrier, handed to the writer (its history interval on disk first)."""
+        assert self._writer is not None
+        if self.history is not None:
+            self.history.boundary(sync=True)
+        model, arrays, meta = self._contents(round_, reports, mixed)
+        self._writer.submit(round_, model, arrays, meta, wait=True)
+        self._pending[round_] = [r.position for r in reports]
+        self._last_ckpt_time = time.monotonic()
+
+    def _finish(self, ray: Any) -> None:
+        """The last checkpoint durable, its offsets committed, the learners closed."""
+        if self._writer is not None:
+            self._writer.flush()
+            commits = self._durable_positions()
+            if commits is not None:
+                ray.get([a.commit.remote(p) for a, p in zip(self.learners, commits) if p is not None])
+        ray.get([a.close.remote() for a in self.learners])
+
+    def _teardown(self, ray: Any) -> None:
+        """Whatever happened: history and writer closed, the actors killed, a local Ray instance stopped."""
+        if self.history is not None:
+            self.history.close()
+        if self._writer is not None:
+            self._writer.close()
+        for a in self.learners:
+            ray.kill(a, no_restart=True)
+        self.learners = []
+        self._template_ref = None
+        if self._cluster is not None:
+            ray.shutdown()
+            self._cluster.stop()
+            self._cluster = None
+
+    def _summary(self, run: _RunState) -> DistributedSummary:
+        reports, round_, ended_by = run.reports, run.round, run.ended_by
+        elapsed = time.perf_counter() - run.t0
         rows = sum(r.rows for r in reports)
         evaluated = sum(r.evaluated_rows for r in reports)
         summary = DistributedSummary(
             rows, sum(r.batches for r in reports), round_, [r.position for r in reports], self.checkpoints,
             self.last_checkpoint, self.restarts, self._resumed_from, ended_by,
-            (rows - rows_at_start) / elapsed if elapsed > 0 else 0.0, [r.rows for r in reports],
+            (rows - run.rows_at_start) / elapsed if elapsed > 0 else 0.0, [r.rows for r in reports],
             _sum_counts(r.skipped_rows for r in reports),
             {"stream": {"rows": evaluated, "loss": sum(r.loss_sum for r in reports) / evaluated if evaluated else None}},
-            sync_total, bytes_total)
+            run.sync_seconds, run.synced_bytes, _sum_counts(r.skipped_messages for r in reports),
+            sum(r.rollbacks for r in reports), [r.rollbacks for r in reports], _quarantined_rows(reports))
         log_event("shutdown", f"stopped ({ended_by}): {rows} rows in {round_} rounds, {self.checkpoints} global "
                   f"checkpoint(s), {self.restarts} restart(s)", rows=rows, rounds=round_, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
@@ -459,7 +524,7 @@ class DistributedTrainer:
                                    f"{exc}") from exc
         if self._writer is not None:
             self._writer.flush()  # an in-flight write becomes durable (or raises) first
-            self._settle()  # its offsets are committed with the next checkpoint's, which covers them
+            self._durable_positions()  # its offsets are committed with the next checkpoint's, which covers them
         resumed_from = self._resumed_from
         loaded = self._load() if self.store is not None else None
         self._resumed_from = resumed_from
@@ -502,10 +567,17 @@ class DistributedTrainer:
                   level=logging.DEBUG, round=stats.round, rows=stats.rows, sync_seconds=stats.sync_seconds,
                   synced_bytes=stats.synced_bytes)
         learners = [{"rows": r.rows, "batches": r.batches, "position": r.position, "ended": r.ended,
-                     "loss": r.loss_sum / r.evaluated_rows if r.evaluated_rows else None} for r in reports]
+                     "loss": r.loss_sum / r.evaluated_rows if r.evaluated_rows else None,
+                     "skipped_rows": dict(r.skipped_rows), "skipped_messages": dict(r.skipped_messages),
+                     "rollbacks": r.rollbacks, "lr_scale": r.lr_scale, "quarantined_rows": len(r.quarantined_rows)}
+                    for r in reports]
+        skipped = _sum_counts(r.skipped_rows for r in reports)
+        skipped_messages = _sum_counts(r.skipped_messages for r in reports)
+        rollbacks = sum(r.rollbacks for r in reports)
         if self.health is not None:
-            self.health.update(last_batch_at=time.time(), rows=stats.rows, round=stats.round, rows_per_s=rate,
-                               last_checkpoint=self.last_checkpoint, learners=learners)
+            self.health.update(stats.ended, last_batch_at=time.time(), rows=stats.rows, round=stats.round, rows_per_s=rate,
+                               last_checkpoint=self.last_checkpoint, learners=learners, skipped_rows=skipped,
+                               skipped_messages=skipped_messages, rollbacks=rollbacks)
         if self.metrics is not None:
             m = self.metrics
             m.rows.set(stats.rows)
@@ -513,13 +585,27 @@ class DistributedTrainer:
             m.rows_per_s.set(rate)
             m.last_batch.set(time.time())
             m.ckpt_age.set(time.monotonic() - self._last_ckpt_time)
+            m.rollbacks.set(rollbacks)
+            for reason, count in skipped.items():
+                m.skipped.labels(reason).set(count)
+            for reason, count in skipped_messages.items():
+                m.skipped_messages.labels(reason).set(count)
             if self._learner_gauge is None:
                 import prometheus_client as prom
 
-                self._learner_gauge = prom.Gauge("streamfit_learner_rows_trained", "rows trained by each learner",
-                                                 ["learner"], registry=m.registry)
+                self._learner_gauge = {
+                    "rows": prom.Gauge("streamfit_learner_rows_trained", "rows trained by each learner",
+                                       ["learner"], registry=m.registry),
+                    "rollbacks": prom.Gauge("streamfit_learner_rollbacks", "divergence rollbacks of each learner",
+                                            ["learner"], registry=m.registry),
+                    "skipped": prom.Gauge("streamfit_learner_rows_skipped", "rows each learner skipped, by reason",
+                                          ["learner", "reason"], registry=m.registry)}
+            gauges = self._learner_gauge
             for i, r in enumerate(reports):
-                self._learner_gauge.labels(str(i)).set(r.rows)
+                gauges["rows"].labels(str(i)).set(r.rows)
+                gauges["rollbacks"].labels(str(i)).set(r.rollbacks)
+                for reason, count in r.skipped_rows.items():
+                    gauges["skipped"].labels(str(i), reason).set(count)
 
 
 def _progress(round_: int, learners: Any) -> Progress:
@@ -530,6 +616,20 @@ def _progress(round_: int, learners: Any) -> Progress:
     loss = sum(r.loss_sum for r in learners) / evaluated if evaluated else None
     return Progress(round_, sum(r.rows for r in learners), _sum_counts(r.skipped_rows for r in learners), {},
                     {"rows": evaluated, "loss": loss} if evaluated else {})
+
+
+def _quarantined_rows(reports: list[RoundReport]) -> list[dict[str, Any]]:
+    """The learners' quarantined poison rows, each with its learner."""
+    return [{"learner": r.learner, **row} for r in reports for row in r.quarantined_rows]
+
+
+def learner_dead_letter(spec: str, learner: int) -> str:
+    """Learner ``learner``'s dead-letter sink: its own file beside the path given (``NAME.learner-I.jsonl``), or
+    the one Kafka topic (``kafka://``) every learner writes to."""
+    if "://" in spec:
+        return spec
+    path = Path(spec)
+    return str(path.with_name(f"{path.stem}.learner-{learner}{path.suffix}"))
 
 
 def _shippable(estimator: Any) -> Any:

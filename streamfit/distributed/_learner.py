@@ -5,6 +5,10 @@ Runs as a Ray actor (an asyncio actor: its methods and the loop share one event 
 ``sync_every_seconds`` seconds, since the last synchronization) the hook waits there until the coordinator
 has mixed the learners' states and sent the result back.  So every report is taken at a batch boundary,
 with the exact source position after that batch, and nothing trains while the learner waits.
+
+With a divergence guard, a batch that diverges makes the learner roll back to its state at the last round
+and train again from there (:mod:`streamfit.distributed._guard`): the bad input's cost stays on this learner.
+Skipped input goes to this learner's dead-letter sink, synced at every global checkpoint.
 """
 
 from __future__ import annotations
@@ -18,9 +22,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from streamfit._stream import StreamLoop
+from streamfit._stream.deadletter import DeadLetterSink, open_dead_letter
 from streamfit._stream.events import BatchEvent
+from streamfit._stream.skips import SkipLedger
+from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.state import flatten_state, restore_estimator
 from streamfit.distributed._averaging import synced_names
+from streamfit.distributed._guard import LearnerGuard, RollbackPoint
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
 from streamfit.distributed._shares import Share
 from streamfit.sources import Position, Source, SourceBatch
@@ -66,7 +74,11 @@ class Learner:
 
     def __init__(self, share: Share, estimator: Any, loop_options: Mapping[str, Any],
                  sync_every_batches: int | None, sync_every_seconds: float | None, sync_optimizer: bool,
-                 finite: bool) -> None:
+                 finite: bool, guard: DivergenceGuard | None = None, dead_letter: str | None = None,
+                 hold_dead_letters: bool = False) -> None:
+        self.guard_options = guard
+        self.dead_letter_path = dead_letter
+        self.hold_dead_letters = hold_dead_letters
         self.share = share
         self.template = estimator
         self.loop_options = dict(loop_options)
@@ -88,6 +100,10 @@ class Learner:
         self._watcher: asyncio.Task[Any] | None = None
         self._asked = False      # the coordinator wants the round to end now (stop)
         self._at_barrier = False
+        self._guard: LearnerGuard | None = None
+        self._skips = SkipLedger()  # this learner's skipped input (as passed), over its loops
+        self._sink: DeadLetterSink | None = None
+        self._sink_state: dict[str, Any] | None = None
 
     def pid(self) -> int:
         """The worker process id (what a test kills)."""
@@ -104,23 +120,108 @@ class Learner:
         if start.state is not None:
             restore_estimator(self.estimator, {"class": start.state.cls, "state": start.state.tree},
                               start.state.arrays)
-        self._base = start
+        self._open_sink(start.dead_letter)
+        self._guard = None
+        if self.guard_options is not None:
+            self._guard = LearnerGuard(copy.deepcopy(self.guard_options), self.loop_options.get("on_bad", "raise"),
+                                       self.share.index)
+            self._guard.load(start.poison, start.rollbacks)
         self._rows, self._batches, self._position = start.rows, start.batches, start.position
+        self._point = RollbackPoint(None if start.state is None else start.state.tree,
+                                    {} if start.state is None else dict(start.state.arrays), start.position,
+                                    start.rows, start.batches, start.evaluated_rows, start.loss_sum,
+                                    dict(start.skipped_rows), dict(start.skipped_messages),
+                                    dead_letter=self._sink.mark() if self._sink is not None else 0)
         self._round_rows = self._round_batches = 0
         self._round_t0 = time.monotonic()
         self._round_train = 0.0
         self._asked = self._at_barrier = False
-        self._source = self.share.open(start.position, self.finite)
-        self._gate = _Gate(self._source)
-        self._loop = StreamLoop(self.estimator, self._gate, on_batch=self._on_batch, **self.loop_options)
-        self._task = asyncio.ensure_future(self._run(self._loop, self._epoch))
-        self._watcher = asyncio.ensure_future(self._watch_idle(self._loop, self._gate, self._epoch))
+        self._new_loop()
+        self._task = asyncio.ensure_future(self._run(self._epoch))
+        self._watcher = asyncio.ensure_future(self._watch_idle(self._epoch))
 
-    async def _run(self, loop: StreamLoop, epoch: int) -> None:
+    def _open_sink(self, state: Mapping[str, Any] | None) -> None:
+        """This learner's dead-letter sink, at the state of the checkpoint it starts from (exactly once: a file
+        is cut back to what that checkpoint covers)."""
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+        if self.dead_letter_path is None:
+            return
+        self._sink = open_dead_letter(self.dead_letter_path)
+        self._sink.hold = self.hold_dead_letters
+        self._sink.restore(state)
+        self._sink_state = dict(state) if state else None
+
+    def _new_loop(self) -> None:
+        """A stream loop from the rollback point (the start, or the last round's barrier after a rollback)."""
+        point = self._point
+        self._base = point
+        self._skips.restore(point.skipped_rows, point.skipped_messages)
+        self._source = self.share.open(point.position, self.finite)
+        self._gate = _Gate(self._source)
+        guard = self._guard
+        self._loop = StreamLoop(self.estimator, self._gate, on_batch=self._on_batch,
+                                quarantine=None if guard is None else guard.quarantine,
+                                skips=SkipLedger(parent=self._skips), dead_letter=self._sink, **self.loop_options)
+        if guard is not None:
+            guard.loop_started(getattr(self.estimator, "trainer_", None))
+
+    async def _roll_back(self) -> None:
+        """The batch just trained diverged: back to the rollback point, train the share again from there."""
+        guard, point = self._guard, self._point
+        assert guard is not None
+        trainer = getattr(self.estimator, "trainer_", None)
+        decision = guard.roll_back(1.0 if trainer is None else float(trainer.lr_scale), point)
+        if point.tree is None:
+            self.estimator = copy.deepcopy(self.template)
+        else:
+            restore_estimator(self.estimator, {"class": type(self.estimator).__name__, "state": point.tree},
+                              point.arrays)
+        trainer = getattr(self.estimator, "trainer_", None)
+        if trainer is not None:
+            trainer.lr_scale = decision.scale
+            trainer.n_skipped = 0
+        if self._sink is not None:
+            self._sink.rewind(point.dead_letter)  # the replayed skips are written again
+        self._rows, self._batches, self._position = point.rows, point.batches, point.position
+        self._round_rows, self._round_batches = point.round_rows, point.round_batches
+        source, self._source = self._source, None
+        if source is not None:
+            await source.aclose()
+        self._new_loop()
+
+    def _take_point(self, round_rows: int = 0, round_batches: int = 0) -> None:
+        """The state now is the rollback point (a barrier, or the first trained batch of a fresh learner)."""
+        tree, arrays = flatten_state(self.estimator.state_dict()) if hasattr(self.estimator, "trainer_") else (None, {})
+        assert self._loop is not None
+        stream = self._loop.summary()
+        evaluated, loss_sum = self._evaluated(stream)
+        self._point = RollbackPoint(tree, arrays, self._position, self._rows, self._batches, evaluated, loss_sum,
+                                    dict(self._skips.rows), dict(self._skips.messages), round_rows, round_batches,
+                                    self._sink.mark() if self._sink is not None else 0)
+
+    def _evaluated(self, stream: Any) -> tuple[int, float]:
+        """Progressive-loss rows and loss sum, over restarts and rollbacks."""
+        evaluated = int(stream.stream_metrics.get("rows", 0) or 0)
+        loss = stream.stream_metrics.get("loss")
+        loss_sum = float(loss) * evaluated if loss is not None and evaluated else 0.0
+        return self._base.evaluated_rows + evaluated, self._base.loss_sum + loss_sum
+
+    async def _run(self, epoch: int) -> None:
         try:
-            summary = await loop.run()
-            if epoch == self._epoch and summary.position is not None:
-                self._position = summary.position  # may move past trailing skipped input
+            while True:
+                loop = self._loop
+                assert loop is not None
+                summary = await loop.run()
+                if epoch != self._epoch:
+                    return
+                if self._guard is not None and self._guard.reason is not None:
+                    await self._roll_back()
+                    continue
+                if summary.position is not None:
+                    self._position = summary.position  # may move past trailing skipped input
+                break
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # handed to the coordinator by the next report
@@ -132,12 +233,13 @@ class Learner:
                 self._round_train += time.monotonic() - self._round_t0
                 self._ready.set()
 
-    async def _watch_idle(self, loop: StreamLoop, gate: _Gate, epoch: int) -> None:
+    async def _watch_idle(self, epoch: int) -> None:
         """An idle learner (no input) ends its round at the last trained batch when the round's time is up or
         the coordinator asks: the reader holds no batch, nothing is queued or training, and the gate keeps it so."""
         while epoch == self._epoch and not self._ended:
             await asyncio.sleep(_IDLE_POLL)
-            if self._at_barrier or not (gate.waiting and loop.idle):
+            loop, gate = self._loop, self._gate
+            if loop is None or gate is None or self._at_barrier or not (gate.waiting and loop.idle):
                 continue
             if self._asked or (self.every_seconds is not None
                                and time.monotonic() - self._round_t0 >= self.every_seconds):
@@ -163,16 +265,26 @@ class Learner:
             await source.aclose()
 
     async def close(self) -> None:
-        """Stop training and close the source (after the final commit)."""
+        """Stop training and close the source (after the final commit) and the dead-letter sink."""
         await self._abandon()
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
 
     # -- the barrier ----------------------------------------------------------------------------------------
     async def _on_batch(self, event: BatchEvent) -> None:
+        guard = self._guard
+        if guard is not None and guard.check(event, getattr(self.estimator, "trainer_", None)):
+            assert self._loop is not None
+            self._loop.stop()  # rolled back by _run: nothing of this batch counts
+            return
         self._rows = self._base.rows + event.rows
         self._batches = self._base.batches + event.batch
         self._position = event.position
         self._round_rows += event.n_rows
         self._round_batches += 1
+        if guard is not None and self._point.tree is None:  # a fresh learner: its first batch is the first point
+            self._take_point(self._round_rows, self._round_batches)
         due = self._asked or (self.every_batches is not None and self._round_batches >= self.every_batches) or (
             self.every_seconds is not None and time.monotonic() - self._round_t0 >= self.every_seconds)
         if due:
@@ -200,16 +312,19 @@ class Learner:
                 synced = {k: arrays[k] for k in synced_names(arrays, self.sync_optimizer)}
             if want_state:
                 state = LearnerState(type(self.estimator).__name__, tree, arrays)
-        stream = self._loop.summary()
-        evaluated = int(stream.stream_metrics.get("rows", 0) or 0)
-        loss = stream.stream_metrics.get("loss")
-        loss_sum = float(loss) * evaluated if loss is not None and evaluated else 0.0
-        skipped = dict(self._base.skipped_rows)
-        for reason, n in stream.skipped_rows.items():
-            skipped[reason] = skipped.get(reason, 0) + n
+        evaluated, loss_sum = self._evaluated(self._loop.summary())
+        guard = self._guard
+        if want_state and self._sink is not None:  # durable before the checkpoint that moves past them
+            self._sink_state = self._sink.sync()
+        trainer = getattr(self.estimator, "trainer_", None)
         return RoundReport(self.share.index, round_, self._rows, self._batches, self._round_rows, self._position,
-                           synced, state, self._ended, self._base.evaluated_rows + evaluated,
-                           self._base.loss_sum + loss_sum, skipped, self._round_train)
+                           synced, state, self._ended, evaluated, loss_sum, dict(self._skips.rows),
+                           self._round_train, dict(self._skips.messages),
+                           0 if guard is None else guard.rollbacks,
+                           None if guard is None or not want_state else guard.state(),
+                           [] if guard is None else guard.poison.message_rows(),
+                           1.0 if trainer is None else float(trainer.lr_scale),
+                           self._sink_state if want_state else None)
 
     async def apply(self, round_: int, mixed: Mapping[str, np.ndarray] | None,
                     commit: Position | None) -> None:
@@ -219,6 +334,8 @@ class Learner:
             restore_estimator(self.estimator, {"class": type(self.estimator).__name__, "state": tree},
                               {**arrays, **mixed})
         self._snapshot = None
+        if self._guard is not None and not self._ended:
+            self._take_point()  # the mixed state at this barrier: where a divergence in the next round goes back
         if commit is not None:
             await self.commit(commit)
         self._round_rows = self._round_batches = 0

@@ -32,6 +32,10 @@ class StartFrom:
     evaluated_rows: int = 0
     loss_sum: float = 0.0
     skipped_rows: Mapping[str, int] = field(default_factory=dict)
+    skipped_messages: Mapping[str, int] = field(default_factory=dict)
+    rollbacks: int = 0
+    poison: Mapping[str, Any] | None = None       # the learner's poison state (strikes, bisections, quarantines)
+    dead_letter: Mapping[str, Any] | None = None  # its dead-letter sink's state
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,12 @@ class RoundReport:
     loss_sum: float           # progressive loss summed over evaluated rows
     skipped_rows: Mapping[str, int]
     train_seconds: float      # wall time of the round on this learner, barrier wait excluded
+    skipped_messages: Mapping[str, int] = field(default_factory=dict)
+    rollbacks: int = 0        # divergence rollbacks of this learner, since the job started
+    poison: Mapping[str, Any] | None = None   # its poison state (with ``state``: a checkpoint round)
+    quarantined_rows: list[dict[str, Any]] = field(default_factory=list)
+    lr_scale: float = 1.0
+    dead_letter: Mapping[str, Any] | None = None  # its sink's state, synced (a checkpoint round)
 
     @property
     def synced_bytes(self) -> int:

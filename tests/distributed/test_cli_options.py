@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import onnx
-import pytest
 
 from streamfit._engine.testing import linear_model
 from streamfit._stream.options import StreamOptions
 from streamfit.daemon.config import load_config
 from streamfit.distributed._cli import _trainer
-from streamfit.exceptions import ConfigError
 
 
 def test_the_learners_get_every_loop_option_and_the_ray_options(tmp_path):
@@ -24,5 +22,9 @@ def test_the_learners_get_every_loop_option_and_the_ray_options(tmp_path):
     for name in ("features", "cast", "dtype", "window", "queue_size", "drop_last", "evaluate", "batch_size", "on_bad"):
         assert getattr(loop, name) == getattr(given, name) != getattr(StreamOptions(), name), name
     assert (trainer.workers, trainer.sync_every_seconds, trainer.sync_optimizer) == (3, 0.5, False)
-    with pytest.raises(ConfigError, match="--dead-letter is not supported"):
-        _trainer(load_config(None, {**flags, "dead_letter": str(tmp_path / "d.jsonl")}), serve=False)
+    # the divergence guard of one learner, for each learner; a dead-letter file each
+    assert trainer.guard is not None and trainer.guard.max_rollbacks == 3
+    trainer = _trainer(load_config(None, {**flags, "dead_letter": str(tmp_path / "d.jsonl"), "poison_after": 2}),
+                       serve=False)
+    assert trainer.dead_letter == str(tmp_path / "d.jsonl") and trainer.guard.max_rollbacks == 2
+    assert _trainer(load_config(None, {**flags, "guard": False}), serve=False).guard is None

@@ -262,3 +262,52 @@ def test_cli_serve_workers_on_kafka_stops_on_sigterm_with_offsets_committed(clus
     ckpt = CheckpointStore(tmp_path / "ckpt").load_latest()
     assert ckpt.meta["rows"] == FILES * ROWS_PER_FILE
     assert _committed(kafka_broker, topic, "serve") == counts
+
+
+def test_cli_train_workers_quarantines_the_poison_rows_of_one_learner(cluster, tmp_path) -> None:
+    """One cell of 1e30 in a 65,536-row record batch, through `streamfit train --workers 2`: the learner that
+    reads it rolls back to its state at the last round, bisects the message and quarantines the same row one
+    learner does (tests/daemon/test_poison_rows.py); the other learner is not held up; every other row is
+    trained once, the model is finite; the rows, skips and quarantine are in the checkpoint's manifest, the
+    health file and the learner's dead-letter file."""
+    import json
+
+    from streamfit._stream.deadletter import read_dead_letters
+    from streamfit.checkpoint import CheckpointStore
+    from tests.daemon.helpers import write_model
+    from tests.daemon.test_poison_rows import BIG, _table
+
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(_table(8192, 0), data / "part-000.parquet", row_group_size=8192)
+    big = _table(BIG, 1)
+    y = big.column("y").to_numpy().copy()
+    y[40_077] = 1e30
+    pq.write_table(big.set_column(big.schema.get_field_index("y"), "y", pa.array(y, pa.float32())),
+                   data / "part-001.parquet", row_group_size=BIG)
+    model = write_model(tmp_path)
+    proc = _cli(["train", "--workers", "2", "--ray-address", cluster.address, "--source", f"parquet:{data}",
+                 "--model", str(model), "--sync-every-batches", "16", "--batch-size", "256", "--optimizer", "adam",
+                 "--learning-rate", "constant", "--eta0", "0.01", "--penalty", "none", "--threads", "1",
+                 "--on-bad", "skip", "--checkpoint-dir", str(tmp_path / "ckpt"), "--dead-letter",
+                 str(tmp_path / "dead.jsonl"), "--health-file", str(tmp_path / "health.json")], cluster)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"trained {8192 + BIG - 1} rows with 2 learners" in out
+    ckpt = CheckpointStore(tmp_path / "ckpt").load_latest()
+    meta = ckpt.meta
+    assert meta["rows"] == 8192 + BIG - 1 and meta["skipped_rows"] == {"poison": 1}
+    row = {"message": '{"file": "part-001.parquet", "row": 65536}', "row": {"file": "part-001.parquet", "row": 40_077},
+           "from_end": BIG - 1 - 40_077}
+    assert meta["poison"]["quarantined_rows"] == [{"learner": 1, **row}]
+    learners = meta["distributed"]["learners"]
+    assert [e["rows"] for e in learners] == [8192, BIG - 1]
+    assert learners[0]["rollbacks"] == 0 and learners[1]["rollbacks"] == 3 + 8  # 2 lowering, 8 halvings, 1 drop
+    assert learners[1]["poison"]["quarantined_rows"] == [row]
+    assert all(np.isfinite(a).all() for k, a in ckpt.arrays.items() if k.startswith("trainer/weights/"))
+    health = json.loads((tmp_path / "health.json").read_text())
+    assert health["skipped_rows"] == {"poison": 1} and health["rollbacks"] == 11
+    assert [h["skipped_rows"] for h in health["learners"]] == [{}, {"poison": 1}]
+    assert not (tmp_path / "dead.learner-0.jsonl").exists() or not read_dead_letters(tmp_path / "dead.learner-0.jsonl")
+    [letter] = read_dead_letters(tmp_path / "dead.learner-1.jsonl")
+    assert (letter.reason, letter.rows, letter.position) == ("poison", 1, {"file": "part-001.parquet", "row": 40_077})
