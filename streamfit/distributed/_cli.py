@@ -21,8 +21,6 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
 
     if cfg.source is None:
         raise ConfigError("no source given: --source URI (or 'source = ...' in the config file)")
-    if cfg.sync_every_batches is None and cfg.sync_every_seconds is None:
-        raise ConfigError("--workers needs --sync-every-batches K or --sync-every-seconds T")
     if cfg.follow:
         raise ConfigError("--workers: a followed Parquet directory cannot be shared among learners (drop --follow)")
     opts = cfg.stream

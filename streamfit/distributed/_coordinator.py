@@ -47,6 +47,15 @@ __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
 
 _REF = "__array__"
 
+#: the synchronization period when none is given: rounds of this many batches (deterministic, so a restart from
+#: a global checkpoint trains the same rounds).  bench/scaleout.py --sweep (2 learners, batch 256, linear d=100):
+#: synchronizing is 68 % of a round's time at 1 batch, 28 % at 16, 20 % at 64, 7 % at 256; 64 batches keep a
+#: divergence's replay short (it goes back to the last round) and mix often
+DEFAULT_SYNC_EVERY_BATCHES = 64
+#: with rounds of batches, a learner without input this long (s) ends its round at its last trained batch (its
+#: weight in the mix is the rows it trained in the round), so a quiet partition does not hold the others up
+IDLE_ROUND_SECONDS = 1.0
+
 
 class LearnerLostError(StreamfitError):
     """A learner died more often than ``max_restarts`` allows."""
@@ -111,7 +120,9 @@ class DistributedTrainer:
 
     ``source`` is a Kafka URI (partitions dealt to learners) or a Parquet directory/file list (files dealt
     round-robin).  Learners synchronize every ``sync_every_batches`` batches or ``sync_every_seconds``
-    seconds (exactly one of them); ``sync_optimizer`` mixes optimizer state too.  ``finite=True`` (train)
+    seconds (at most one of them; neither: every :data:`DEFAULT_SYNC_EVERY_BATCHES` batches, and a learner
+    without input for ``idle_round_seconds`` on a live stream, ``finite=False``, ends its round where it is);
+    ``sync_optimizer`` mixes optimizer state too.  ``finite=True`` (train)
     stops at the end of every share (Kafka: the partitions' ends when the run reaches them), ``False``
     (serve) runs until ``stop_event`` is set.  Checkpoints every ``checkpoint_every_rounds`` rounds or
     ``checkpoint_every_seconds`` seconds, and always at the end.  ``ray_address``: an existing cluster;
@@ -134,9 +145,11 @@ class DistributedTrainer:
                  source_options: Mapping[str, Any] | None = None,
                  on_round: Callable[["DistributedTrainer", RoundStats], None] | None = None,
                  guard: "DivergenceGuard | bool" = True, dead_letter: str | None = None,
-                 **loop_options: Any) -> None:
-        if (sync_every_batches is None) == (sync_every_seconds is None):
-            raise ValueError("give exactly one of sync_every_batches and sync_every_seconds")
+                 idle_round_seconds: float | None = IDLE_ROUND_SECONDS, **loop_options: Any) -> None:
+        if sync_every_batches is not None and sync_every_seconds is not None:
+            raise ValueError("give one of sync_every_batches and sync_every_seconds, not both")
+        if sync_every_batches is None and sync_every_seconds is None:
+            sync_every_batches = DEFAULT_SYNC_EVERY_BATCHES
         if sync_every_batches is not None and (isinstance(sync_every_batches, bool) or sync_every_batches < 1):
             raise ValueError(f"Invalid sync_every_batches: {sync_every_batches!r}, expected an int >= 1")
         if sync_every_seconds is not None and not sync_every_seconds > 0:
@@ -173,6 +186,10 @@ class DistributedTrainer:
         self.on_round = on_round
         self.loop_options = loop_options
         self.guard = guard if isinstance(guard, DivergenceGuard) else DivergenceGuard() if guard else None
+        if idle_round_seconds is not None and not idle_round_seconds > 0:
+            raise ValueError(f"Invalid idle_round_seconds: {idle_round_seconds!r}, expected seconds > 0 or None")
+        # a finite run's learner without input has ended its share (it reports so): only a live stream waits
+        self.idle_round_seconds = idle_round_seconds if sync_every_batches is not None and not finite else None
         self.dead_letter = dead_letter
         self.learners: list[Any] = []
         self.shares: list[Share] = []
@@ -236,7 +253,7 @@ class DistributedTrainer:
                 share, model, self.loop_options, self.sync_every_batches, self.sync_every_seconds,
                 self.sync_optimizer, self.finite, self.guard,
                 None if self.dead_letter is None else learner_dead_letter(self.dead_letter, share.index),
-                self.store is not None)
+                self.store is not None, self.idle_round_seconds)
             for share in self.shares]
 
     # -- checkpoints -----------------------------------------------------------------------------------------
@@ -262,13 +279,46 @@ class DistributedTrainer:
         dist = ckpt.meta.get("distributed")
         if not isinstance(dist, Mapping):
             raise ResumeError(f"{ckpt.path} is not a distributed (global) checkpoint")
-        if dist.get("workers") != self.workers:
-            raise ResumeError(f"{ckpt.path} was written by {dist.get('workers')} learners; resume with the same "
-                                  f"number of workers (not {self.workers})")
         saved = [entry["share"] for entry in dist["learners"]]
-        if saved != [s.describe() for s in self.shares]:
-            raise ResumeError(f"{ckpt.path}: the source is shared differently now ({saved} in the checkpoint, "
-                                  f"{[s.describe() for s in self.shares]} now): resume on the same partitions/files")
+        if saved != [s.describe() for s in self.shares]:  # another number of learners, or the source changed
+            redealt = self._redeal(ckpt, dist)
+            self.shares, starts = redealt.shares, redealt.starts
+        else:
+            starts = self._starts(ckpt, dist)
+        mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
+        self._resumed_from: str | None = str(ckpt.path)
+        self.last_checkpoint = str(ckpt.path)
+        self._committed_round = int(dist["round"])
+        log_event("resume", f"resumed from {ckpt.path.name}: round {dist['round']}, {ckpt.meta['rows']} rows",
+                  checkpoint=str(ckpt.path), rows=ckpt.meta["rows"], positions=ckpt.meta.get("position"))
+        return starts, int(dist["round"]), mixed or None
+
+    def _redeal(self, ckpt: Any, dist: Mapping[str, Any]) -> Any:
+        """The checkpoint's learners re-dealt to this run's (elastic resume); the dead-letter files of learners
+        that are no more cut back to what the checkpoint covers."""
+        from streamfit.distributed._elastic import redeal
+
+        entries = list(dist["learners"])
+        try:
+            redealt = redeal(entries, ckpt.arrays, self.shares)
+        except KeyError as exc:
+            raise ResumeError(f"{ckpt.path}: a learner entry lacks {exc} (written by an older streamfit?)") from exc
+        if self.dead_letter is not None:
+            from streamfit._stream.deadletter import open_dead_letter
+
+            for j, entry in enumerate(entries[len(self.shares):], start=len(self.shares)):
+                if entry.get("dead_letter") and "://" not in self.dead_letter:
+                    sink = open_dead_letter(learner_dead_letter(self.dead_letter, j))
+                    sink.restore(entry["dead_letter"])
+                    sink.close()
+        log_event("resume", f"{ckpt.path.name} was written by {len(entries)} learner(s): its source re-dealt to "
+                  f"{len(self.shares)} with every partition's and file's position",
+                  checkpoint=str(ckpt.path), was=len(entries), now=len(self.shares),
+                  shares=[s.describe() for s in redealt.shares])
+        return redealt
+
+    def _starts(self, ckpt: Any, dist: Mapping[str, Any]) -> list[StartFrom]:
+        """Each learner's start point, as the checkpoint holds it (the same shares)."""
         starts = []
         for entry in dist["learners"]:
             state = None
@@ -280,13 +330,7 @@ class DistributedTrainer:
                                     int(entry["evaluated_rows"]), float(entry["loss_sum"]),
                                     dict(entry.get("skipped_rows", {})), dict(entry.get("skipped_messages", {})),
                                     int(entry.get("rollbacks", 0)), entry.get("poison"), entry.get("dead_letter")))
-        mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
-        self._resumed_from: str | None = str(ckpt.path)
-        self.last_checkpoint = str(ckpt.path)
-        self._committed_round = int(dist["round"])
-        log_event("resume", f"resumed from {ckpt.path.name}: round {dist['round']}, {ckpt.meta['rows']} rows",
-                  checkpoint=str(ckpt.path), rows=ckpt.meta["rows"], positions=ckpt.meta.get("position"))
-        return starts, int(dist["round"]), mixed or None
+        return starts
 
     def _checkpoint_due(self, round_: int) -> bool:
         if self.store is None:

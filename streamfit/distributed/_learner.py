@@ -75,7 +75,9 @@ class Learner:
     def __init__(self, share: Share, estimator: Any, loop_options: Mapping[str, Any],
                  sync_every_batches: int | None, sync_every_seconds: float | None, sync_optimizer: bool,
                  finite: bool, guard: DivergenceGuard | None = None, dead_letter: str | None = None,
-                 hold_dead_letters: bool = False) -> None:
+                 hold_dead_letters: bool = False, idle_round_seconds: float | None = None) -> None:
+        #: with rounds of batches: a learner without input this long ends its round at its last trained batch
+        self.idle_round_seconds = idle_round_seconds
         self.guard_options = guard
         self.dead_letter_path = dead_letter
         self.hold_dead_letters = hold_dead_letters
@@ -236,13 +238,18 @@ class Learner:
     async def _watch_idle(self, epoch: int) -> None:
         """An idle learner (no input) ends its round at the last trained batch when the round's time is up or
         the coordinator asks: the reader holds no batch, nothing is queued or training, and the gate keeps it so."""
+        idle_since: float | None = None
         while epoch == self._epoch and not self._ended:
             await asyncio.sleep(_IDLE_POLL)
             loop, gate = self._loop, self._gate
             if loop is None or gate is None or self._at_barrier or not (gate.waiting and loop.idle):
+                idle_since = None
                 continue
-            if self._asked or (self.every_seconds is not None
-                               and time.monotonic() - self._round_t0 >= self.every_seconds):
+            now = time.monotonic()
+            idle_since = now if idle_since is None else idle_since
+            quiet = self.idle_round_seconds is not None and now - idle_since >= self.idle_round_seconds
+            if self._asked or quiet or (self.every_seconds is not None and now - self._round_t0 >= self.every_seconds):
+                idle_since = None
                 gate.open.clear()
                 self._at_barrier = True
                 self._round_train += time.monotonic() - self._round_t0

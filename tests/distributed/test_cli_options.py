@@ -28,3 +28,17 @@ def test_the_learners_get_every_loop_option_and_the_ray_options(tmp_path):
                        serve=False)
     assert trainer.dead_letter == str(tmp_path / "d.jsonl") and trainer.guard.max_rollbacks == 2
     assert _trainer(load_config(None, {**flags, "guard": False}), serve=False).guard is None
+
+
+def test_workers_without_a_sync_period_get_the_default(tmp_path):
+    from streamfit.distributed._coordinator import DEFAULT_SYNC_EVERY_BATCHES, IDLE_ROUND_SECONDS
+
+    onnx.save(linear_model(3), tmp_path / "m.onnx")
+    flags = {"source": "parquet:/x", "model": str(tmp_path / "m.onnx"), "workers": 2}
+    train = _trainer(load_config(None, flags), serve=False)  # was: ConfigError (--workers needs --sync-every-...)
+    assert (train.sync_every_batches, train.sync_every_seconds) == (DEFAULT_SYNC_EVERY_BATCHES, None)
+    assert train.idle_round_seconds is None  # a finite run's learner without input has ended its share
+    serve = _trainer(load_config(None, flags), serve=True)
+    assert serve.sync_every_batches == DEFAULT_SYNC_EVERY_BATCHES and serve.idle_round_seconds == IDLE_ROUND_SECONDS
+    timed = _trainer(load_config(None, {**flags, "sync_every_seconds": 0.5}), serve=True)
+    assert (timed.sync_every_batches, timed.sync_every_seconds, timed.idle_round_seconds) == (None, 0.5, None)

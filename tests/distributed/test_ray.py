@@ -311,3 +311,37 @@ def test_cli_train_workers_quarantines_the_poison_rows_of_one_learner(cluster, t
     assert not (tmp_path / "dead.learner-0.jsonl").exists() or not read_dead_letters(tmp_path / "dead.learner-0.jsonl")
     [letter] = read_dead_letters(tmp_path / "dead.learner-1.jsonl")
     assert (letter.reason, letter.rows, letter.position) == ("poison", 1, {"file": "part-001.parquet", "row": 40_077})
+
+
+@pytest.mark.kafka
+def test_serve_workers_default_rounds_close_on_time_for_a_learner_without_input(cluster, kafka_broker) -> None:
+    """No synchronization period given: rounds of DEFAULT_SYNC_EVERY_BATCHES batches; learner 1's partition is
+    empty, so it ends each round once quiet for IDLE_ROUND_SECONDS (its weight in the mix: 0 rows) instead of
+    holding the group until data comes (before: every round waited for it, nothing was ever mixed)."""
+    import threading
+
+    from streamfit.distributed._coordinator import DEFAULT_SYNC_EVERY_BATCHES
+
+    topic = kafka_broker.create_topic(partitions=2)
+    rows = FILES * ROWS_PER_FILE
+    kafka_broker.produce_batches(topic, [b for t in _tables() for b in t.to_batches(max_chunksize=250)], partition=0)
+    stop = threading.Event()
+    seen: list = []
+
+    def on_round(trainer, stats) -> None:
+        seen.append(stats)
+        if stats.rows >= rows:
+            stop.set()
+
+    est = _estimator()
+    trainer = DistributedTrainer(est, f"kafka://{kafka_broker.bootstrap}/{topic}?group=quiet", workers=2,
+                                 finite=False, batch_size=BATCH, source_options={"config": dict(
+                                     kafka_broker.consumer_config)}, on_round=on_round)
+    assert trainer.sync_every_batches == DEFAULT_SYNC_EVERY_BATCHES
+    summary = trainer.run(stop)
+    assert summary.ended_by == "stop" and summary.rows == rows
+    assert summary.learner_rows == [rows, 0]
+    # rounds of at most K batches of learner 0 (fewer when its input was late: quiet rounds close on time too)
+    assert sum(s.round_rows for s in seen) == rows
+    assert max(s.round_rows for s in seen) == BATCH * DEFAULT_SYNC_EVERY_BATCHES
+    assert np.isfinite(_weights(est)["coef_0"]).all()
