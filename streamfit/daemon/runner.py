@@ -254,8 +254,8 @@ class Runner:
         self._skips = SkipLedger()
         self._quarantine = Quarantine()
         # poison input: rollbacks per message (unit key), never reset by checkpoints; poison messages' rows
-        self._poison = PoisonTracker(guard.max_rollbacks if guard is not None else 3, self._quarantine.rows,
-                                     guard.poison_rows if guard is not None else 64)
+        self._poison = PoisonTracker(self.guard.max_rollbacks if self.guard is not None else 3, self._quarantine.rows,
+                                     self.guard.poison_rows if self.guard is not None else 64)
         self._rollback_units: list[str] = []
         self._good_run = 0  # good batches since the last rollback or lr recovery
         self._dead_letter_state: dict[str, Any] | None = None

@@ -16,6 +16,7 @@ __all__ = ["run_distributed"]
 
 def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
     from streamfit.daemon.config import build_estimator
+    from streamfit.daemon.guard import guard_of
     from streamfit.daemon.health import Metrics
     from streamfit.exceptions import ConfigError
 
@@ -37,7 +38,7 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
         checkpoint_dir=cfg.checkpoint_dir, checkpoint_every_rounds=opts.checkpoint_every_rounds,
         checkpoint_every_seconds=cfg.checkpoint_every_seconds, keep=cfg.keep, resume=cfg.resume,
         ray_address=opts.ray_address, health_path=cfg.health_file, metrics=metrics,
-        source_options=dict(cfg.source_options), guard=opts.divergence_guard() or False,
+        source_options=dict(cfg.source_options), guard=guard_of(opts) or False,
         dead_letter=opts.dead_letter if isinstance(opts.dead_letter, str) else None, **loop)
 
 
