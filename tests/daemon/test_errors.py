@@ -199,7 +199,7 @@ def test_bad_configuration_and_flags_exit_2(runs):
     done = runs["bad_flag"]
     assert len(done.lines) == 1  # no multi-line usage block
     _assert_one_clean_line(done, 2, "serve", "argument --batch-size: invalid int value: 'many'")
-    _assert_one_clean_line(runs["bad_value"], 2, "train", "eta0 must be > 0")
+    _assert_one_clean_line(runs["bad_value"], 2, "train", "Invalid eta0: '-1', expected a positive number or 'auto'")
 
 
 def test_model_error_exit_2(runs):
