@@ -31,11 +31,25 @@ except ImportError:  # pragma: no cover - the [test] extra has sybil
 BASH_TIMEOUT = 300  # a command-line call is ~3 s here, ~20 s on 2 cores at a load of 12
 
 
+_CACHE: list[str] = []
+
+
+def _preflight_cache() -> str:
+    """One preflight cache for every page of the session (a model checked on one page is not checked again)."""
+    if not _CACHE:
+        import atexit
+        import shutil
+
+        _CACHE.append(tempfile.mkdtemp(prefix="streamfit-docs-preflight-"))
+        atexit.register(shutil.rmtree, _CACHE[0], True)
+    return _CACHE[0]
+
+
 def _setup(namespace: dict[str, Any]) -> None:
     work = tempfile.mkdtemp(prefix="streamfit-docs-")
     namespace["__docs_dir__"], namespace["__docs_cwd_before__"] = work, os.getcwd()
     namespace["__docs_env_before__"] = {k: os.environ.get(k) for k in ("STREAMFIT_CACHE_DIR", "MPLBACKEND")}
-    os.environ["STREAMFIT_CACHE_DIR"] = os.path.join(work, ".cache")  # the preflight's cache: not the user's
+    os.environ["STREAMFIT_CACHE_DIR"] = _preflight_cache()  # not the user's; shared by the pages
     os.environ["MPLBACKEND"] = "Agg"
     for name in ("tests", "bench", "examples"):
         os.symlink(ROOT / name, os.path.join(work, name))
