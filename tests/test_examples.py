@@ -19,7 +19,9 @@ SCRIPTS = {"seed_forward_backward.py": "seed_forward_backward.png",
            "pytorch_parquet.py": "pytorch_parquet.png",
            "several_inputs.py": "several_inputs.png",
            "operate_daemon.py": "operate_daemon.png",
-           "river_per_event.py": "river_per_event.png"}
+           "river_per_event.py": "river_per_event.png",
+           "ray_scaleout.py": "ray_scaleout.png"}  # a local Ray instance: the ray marker (.ci/run's -m ray leg)
+RAY = {"ray_scaleout.py"}
 
 pytest.importorskip("matplotlib", reason="the examples plot with matplotlib (extra [test])")
 pytest.importorskip("sklearn", reason="the examples use scikit-learn (extra [sklearn])")
@@ -29,12 +31,14 @@ def test_every_example_is_smoke_tested():
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(SCRIPTS)
 
 
-@pytest.mark.parametrize("script", sorted(SCRIPTS))
+@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.ray) if s in RAY else s for s in sorted(SCRIPTS)])
 def test_example_runs_and_writes_its_plot(script, tmp_path):
     if script == "seed_forward_backward.py":
         pytest.importorskip("skl2onnx", reason="the seed example converts with skl2onnx (extra [sklearn])")
     if script == "river_per_event.py":
         pytest.importorskip("river", reason="the River example needs River (extra [test])")
+    if script in RAY:
+        pytest.importorskip("ray", reason="the Ray example needs the [ray] extra")
     if script == "kafka_clicks.py":
         from streamfit.testing import tansu_binary
 
