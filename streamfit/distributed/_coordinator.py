@@ -279,14 +279,12 @@ class DistributedTrainer:
         dist = ckpt.meta.get("distributed")
         if not isinstance(dist, Mapping):
             raise ResumeError(f"{ckpt.path} is not a distributed (global) checkpoint")
-        if dist.get("workers") != self.workers:
-            raise ResumeError(f"{ckpt.path} was written by {dist.get('workers')} learners; resume with the same "
-                              f"number of workers (not {self.workers})")
         saved = [entry["share"] for entry in dist["learners"]]
-        if saved != [s.describe() for s in self.shares]:
-            raise ResumeError(f"{ckpt.path}: the source is shared differently now ({saved} in the checkpoint, "
-                              f"{[s.describe() for s in self.shares]} now): resume on the same partitions/files")
-        starts = self._starts(ckpt, dist)
+        if saved != [s.describe() for s in self.shares]:  # another number of learners, or the source changed
+            redealt = self._redeal(ckpt, dist)
+            self.shares, starts = redealt.shares, redealt.starts
+        else:
+            starts = self._starts(ckpt, dist)
         mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
         self._resumed_from: str | None = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
@@ -294,6 +292,30 @@ class DistributedTrainer:
         log_event("resume", f"resumed from {ckpt.path.name}: round {dist['round']}, {ckpt.meta['rows']} rows",
                   checkpoint=str(ckpt.path), rows=ckpt.meta["rows"], positions=ckpt.meta.get("position"))
         return starts, int(dist["round"]), mixed or None
+
+    def _redeal(self, ckpt: Any, dist: Mapping[str, Any]) -> Any:
+        """The checkpoint's learners re-dealt to this run's (elastic resume); the dead-letter files of learners
+        that are no more cut back to what the checkpoint covers."""
+        from streamfit.distributed._elastic import redeal
+
+        entries = list(dist["learners"])
+        try:
+            redealt = redeal(entries, ckpt.arrays, self.shares)
+        except KeyError as exc:
+            raise ResumeError(f"{ckpt.path}: a learner entry lacks {exc} (written by an older streamfit?)") from exc
+        if self.dead_letter is not None:
+            from streamfit._stream.deadletter import open_dead_letter
+
+            for j, entry in enumerate(entries[len(self.shares):], start=len(self.shares)):
+                if entry.get("dead_letter") and "://" not in self.dead_letter:
+                    sink = open_dead_letter(learner_dead_letter(self.dead_letter, j))
+                    sink.restore(entry["dead_letter"])
+                    sink.close()
+        log_event("resume", f"{ckpt.path.name} was written by {len(entries)} learner(s): its source re-dealt to "
+                  f"{len(self.shares)} with every partition's and file's position",
+                  checkpoint=str(ckpt.path), was=len(entries), now=len(self.shares),
+                  shares=[s.describe() for s in redealt.shares])
+        return redealt
 
     def _starts(self, ckpt: Any, dist: Mapping[str, Any]) -> list[StartFrom]:
         """Each learner's start point, as the checkpoint holds it (the same shares)."""

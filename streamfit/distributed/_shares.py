@@ -3,7 +3,8 @@
 Kafka: partition ``p`` goes to learner ``p % N``, assigned to its consumer directly (no consumer-group
 rebalance), so every learner's position names exactly its partitions and nothing moves between learners
 behind the coordinator's back.  Parquet: the files (sorted by name) are dealt round-robin.  Assignments are
-stored in the global checkpoint; a resumed job reads the same shares.
+stored in the global checkpoint; a job resumed with as many learners reads the same shares, one resumed with
+another number re-deals them (:mod:`streamfit.distributed._elastic`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,16 @@ class Share:
     options: Mapping[str, Any] = field(default_factory=dict)
     partitions: tuple[int, ...] = ()
     files: tuple[str, ...] = ()
+    #: Parquet: rows of these files (by name, as positions name them) trained before a re-deal
+    starts: Mapping[str, int] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         """The JSON form stored in a global checkpoint."""
-        return {"index": self.index, "kind": self.kind, "partitions": list(self.partitions),
-                "files": list(self.files)}
+        out: dict[str, Any] = {"index": self.index, "kind": self.kind, "partitions": list(self.partitions),
+                               "files": list(self.files)}
+        if self.starts:
+            out["starts"] = dict(self.starts)
+        return out
 
     def open(self, position: Position | None, finite: bool) -> Source:
         """This share's source, restarted at ``position``; ``finite`` ends Kafka at the partitions' ends."""
@@ -44,7 +50,8 @@ class Share:
             proto = open_source(self.uri, **self.options)
             assert isinstance(proto, ParquetSource)
             source = ParquetSource(list(self.files), columns=proto.columns, batch_size=proto.batch_size,
-                                   batch_readahead=proto.batch_readahead, use_threads=proto.use_threads)
+                                   batch_readahead=proto.batch_readahead, use_threads=proto.use_threads,
+                                   start_rows=self.starts)
         if position is not None:
             source.seek(position)
         return source

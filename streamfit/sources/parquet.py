@@ -86,12 +86,14 @@ class ParquetSource(Source):
     until closed: write new files under a temporary name (``.part-3.parquet`` or ``_part-3.parquet``,
     which are ignored) and rename them when complete.  A file that is not valid Parquet, or lacks a
     projected column, yields a :class:`SourceBatch` with ``error`` and is skipped; I/O errors raise
-    :class:`~streamfit.exceptions.SourceError`.
+    :class:`~streamfit.exceptions.SourceError`.  ``start_rows`` (``{name: rows}``) skips the first rows of
+    those files when they are opened (files some other reader consumed in part).
     """
 
     def __init__(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
                  columns: Sequence[str] | None = None, batch_size: int = 65536, follow: bool = False,
-                 poll_interval: float = 1.0, batch_readahead: int = 4, use_threads: bool = True) -> None:
+                 poll_interval: float = 1.0, batch_readahead: int = 4, use_threads: bool = True,
+                 start_rows: Mapping[str, int] | None = None) -> None:
         if isinstance(path, (str, os.PathLike)):
             self._paths = [os.path.abspath(os.fspath(path))]
             self._is_list = False
@@ -120,6 +122,9 @@ class ParquetSource(Source):
         self._file = ""
         self._start_file: str | None = None
         self._start_row = 0
+        #: rows of these files (by name) consumed before: skipped when the file is opened (a scale-out share
+        #: re-dealt among another number of learners holds files some learner had partly read)
+        self._start_rows = {str(k): int(v) for k, v in (start_rows or {}).items()}
         self._seen_late: set[str] = set()
 
     def seek(self, position: Position) -> None:
@@ -163,7 +168,7 @@ class ParquetSource(Source):
 
     def _open_file(self, name: str) -> SourceBatch | None:
         """Start reading ``name``; an error batch if it is not valid Parquet or lacks a column."""
-        skip = self._start_row if name == self._start_file else 0
+        skip = self._start_row if name == self._start_file else self._start_rows.get(name, 0)
         try:
             self._scan = _FileScan(os.path.join(self._root, name), skip, self.columns, self.batch_size,
                                    self.batch_readahead, self.use_threads)
