@@ -904,7 +904,8 @@ class Runner:
         trainer = self.estimator.trainer_
         trainer.lr_scale = scale
         trainer.n_skipped = 0
-        guard.reset()
+        # the running mean of the good batches' loss is kept: reset, its warmup would let a replay train through
+        # a divergence it can only see by the factor (a finite loss far above the mean), as the first pass did not
         self._good_run = 0
         if self.history is not None:
             self.history.rollback(at_rows=at_rows, to_step=good.step, to_rows=good.rows, reason=str(reason),

@@ -68,8 +68,7 @@ class LearnerGuard:
 
     def loop_started(self, trainer: Any) -> None:
         self.reason = None
-        self._refused_seen = 0 if trainer is None else trainer.n_skipped
-        self.guard.reset()
+        self._refused_seen = 0 if trainer is None else trainer.n_skipped  # the loss's running mean is kept
 
     def check(self, event: BatchEvent, trainer: Any) -> bool:
         """True when this batch diverged (then :attr:`reason` says why); else the lr scale may recover."""
