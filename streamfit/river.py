@@ -14,8 +14,9 @@ that row, for learning and predicting alike (a sparse row; NaN in a frame is mis
 learned is ignored when predicting.  Before any learning a classifier predicts its classes uniformly, a
 regressor 0.0.
 
-``learn_many`` learns row by row, exactly as ``learn_one`` in a loop (River's own linear models take one
-mean-gradient step per mini-batch instead).
+The wrapped copy learns one row per step (``batch_size=1``, whatever the estimator given says): ``learn_many``
+takes exactly the steps of ``learn_one`` in a loop, the frame's rows given to the estimator's ``partial_fit``
+as chunks (River's own linear models take one mean-gradient step per mini-batch instead).
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ _FIRST_LAYER = "coef_0"
 
 
 def _fresh(estimator: Any, seed: int | None) -> Any:
-    """An unfitted copy of ``estimator`` (its parameters, none of its state), seeded by ``seed`` if given."""
-    params = estimator.get_params(deep=False)
+    """An unfitted copy of ``estimator`` (its parameters, none of its state), seeded by ``seed`` if given, one row
+    per step (``batch_size=1``: ``learn_many`` takes the steps of ``learn_one`` in a loop)."""
+    params = {**estimator.get_params(deep=False), "batch_size": 1}
     if seed is not None and "random_state" in params:
         params["random_state"] = seed
     return type(estimator)(**params)
@@ -164,13 +166,26 @@ class _RiverWrapper:
         return np.concatenate([self._row(x) for x in rows])
 
     def _learn_rows(self, X: Any, y: Any) -> None:
-        """``learn_many``: every row through ``learn_one``, in order (the same steps as a loop of it)."""
+        """``learn_many``: the rows in order, one step each, the steps of ``learn_one`` in a loop: the frame cut
+        where a row brings new features (the model widened there, as ``learn_one`` widens it), each part one
+        ``partial_fit`` call (the estimator's chunk path: one session run for the part's steps)."""
         rows = self._frame_rows(X)
         targets = list(y)
         if len(targets) != len(rows):
             raise BadInputError(f"X has {len(rows)} rows but y has {len(targets)}", reason="shape_mismatch")
-        for x, t in zip(rows, targets):
-            self.learn_one(x, t)  # type: ignore[attr-defined]
+        index, start = self._vocabulary(), 0
+        for i, x in enumerate(rows):
+            if any(k not in index for k in x):
+                if i > start:
+                    self._fit_block(rows[start:i], targets[start:i])
+                self._learn_features(x)
+                start = i
+        if start < len(rows):
+            self._fit_block(rows[start:], targets[start:])
+
+    def _fit_block(self, rows: list[dict[Any, Any]], targets: list[Any]) -> None:
+        """One ``partial_fit`` of rows whose features are all known (one step per row)."""
+        raise NotImplementedError
 
 
 class RiverClassifier(_RiverWrapper, _ClassifierBase):
@@ -235,6 +250,17 @@ class RiverClassifier(_RiverWrapper, _ClassifierBase):
             self.estimator_ = model
             return
         model.partial_fit(row, [label])
+
+    def _fit_block(self, rows: list[dict[Any, Any]], targets: list[Any]) -> None:
+        labels = [self._label(t) for t in targets]
+        M = np.concatenate([self._row(x) for x in rows])
+        model = self._model()
+        if model is None:
+            model = _fresh(self._estimator(), self.seed)
+            model.partial_fit(M, labels, classes=self._labels())
+            self.estimator_ = model
+            return
+        model.partial_fit(M, labels)
 
     def predict_proba_one(self, x: Mapping[Any, Any], **kwargs: Any) -> dict[Any, float]:
         model = self._model()
@@ -314,6 +340,14 @@ class RiverRegressor(_RiverWrapper, _RegressorBase):
             model = _fresh(self._estimator(), self.seed)
             self.estimator_ = model
         model.partial_fit(row, [float(y)])
+
+    def _fit_block(self, rows: list[dict[Any, Any]], targets: list[Any]) -> None:
+        M = np.concatenate([self._row(x) for x in rows])
+        model = self._model()
+        if model is None:
+            model = _fresh(self._estimator(), self.seed)
+            self.estimator_ = model
+        model.partial_fit(M, np.array([float(t) for t in targets]))
 
     def predict_one(self, x: Mapping[Any, Any], **kwargs: Any) -> float:
         model = self._model()

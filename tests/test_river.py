@@ -88,7 +88,8 @@ def test_a_new_feature_is_a_feature_that_was_zero_so_far():
 
 
 def test_learn_many_is_learn_one_in_a_loop_nan_cells_missing():
-    """A frame with NaN cells (pandas' missing values), learned at once and row by row: the same model."""
+    """A frame with NaN cells (pandas' missing values), learned at once (the chunk path: a partial_fit per part of
+    the frame between new features) and row by row: the same model, bit for bit."""
     from river import datasets
 
     rows = list(datasets.Phishing().take(60))
@@ -99,6 +100,7 @@ def test_learn_many_is_learn_one_in_a_loop_nan_cells_missing():
     present = [{k: v for k, v in cells.items() if v == v} for _, cells in frame.iterrows()]
     for x, (_, y) in zip(present, rows):
         one.learn_one(x, y)
+    assert many.estimator_.t_ == one.estimator_.t_ == len(rows)  # one step per row, the frame cut where "c2" appears
     np.testing.assert_array_equal(many.estimator_.state_dict()["trainer"]["weights"]["coef_0"],
                                   one.estimator_.state_dict()["trainer"]["weights"]["coef_0"])
     proba = many.predict_proba_many(frame)
