@@ -8,6 +8,7 @@ session.timeout.ms, 1 s at least).  The broker itself is :class:`streamfit.testi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -64,3 +65,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "needs_ort_training" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test():
+    """A CLI process a test started (``tests.daemon.helpers.run_cli``) and left running is killed at its end."""
+    yield
+    helpers = sys.modules.get("tests.daemon.helpers")
+    for proc in getattr(helpers, "STARTED", ()):
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if helpers is not None:
+        helpers.STARTED.clear()

@@ -54,11 +54,30 @@ def write_model(root: Path) -> Path:
     return path
 
 
+STARTED: list[subprocess.Popen] = []  # every process run_cli started: killed at each test's end (tests/conftest.py)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the test process dies (Linux), so a killed pytest leaks no daemon."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def run_cli(*args: str, env: dict | None = None, **kw: Any) -> subprocess.Popen:
-    """``python -m streamfit.cli ARGS`` as a process (stdout and stderr piped, text)."""
+    """``python -m streamfit.cli ARGS`` as a process (stdout and stderr piped, text).
+
+    The process dies with the test process, and a test that fails before stopping it leaves it to the autouse
+    fixture that kills what is still running at the test's end.
+    """
     full_env = {**os.environ, **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "streamfit.cli", *args], env=full_env,
+    kw.setdefault("preexec_fn", _die_with_parent)
+    proc = subprocess.Popen([sys.executable, "-m", "streamfit.cli", *args], env=full_env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    STARTED.append(proc)
+    return proc
 
 
 def read_health(path: Path) -> dict:
