@@ -40,14 +40,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--health-file", help="JSON file saying when the last batch was trained")
     p.add_argument("--health-interval", type=float, help="seconds between health-file updates (default 1)")
-    p.add_argument("--history-every-rows", type=int,
-                   help="the metrics history in CHECKPOINT_DIR/history: an interval every N rows (also at checkpoints)")
-    p.add_argument("--history-every-seconds", type=float,
-                   help="... or every S seconds, whichever comes first (default 10)")
-    p.add_argument("--mlflow", metavar="URI", help="after the run, log its parameters, metrics history and model "
-                   "to this MLflow tracking URI (extra [mlflow])")
-    p.add_argument("--tensorboard", metavar="DIR", help="after the run, write its metrics history as TensorBoard "
-                   "scalars in DIR (extra [tensorboard])")
+    p.add_argument("--mlflow", metavar="URI", help="log the run's parameters and metrics history to this MLflow "
+                   "tracking URI while it goes (each interval as it is written), its model at the end (extra [mlflow])")
+    p.add_argument("--tensorboard", metavar="DIR", help="write the run's metrics history as TensorBoard scalars in DIR "
+                   "while it goes (each interval as it is written; extra [tensorboard])")
     p.add_argument("--no-check", dest="check", action="store_false", default=None,
                    help="skip the preflight (a model not checked before is run in a subprocess first)")
     from streamfit._stream.options import add_option_flags
@@ -59,6 +55,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                                          "OPTIMIZER; config keys optimizer_param)"))
     what = "(streamfit.StreamOptions; also the config file's keys)"
     add_option_flags(p, {"loop": p.add_argument_group(f"the stream {what}"),
+                         "history": p.add_argument_group(f"the metrics history {what}"),
                          "daemon": p.add_argument_group(f"the divergence guard {what}"),
                          "ray": p.add_argument_group(f"scale-out on Ray, extra [ray] {what}")})
 
@@ -317,16 +314,13 @@ def _runner(cfg: Any, serve: bool) -> Any:
     source_options = dict(cfg.source_options)
     if cfg.follow or (serve and cfg.source.startswith("parquet:")):
         source_options.setdefault("follow", True)
-    from streamfit.history import HistoryOptions
-
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
-    history = HistoryOptions(every_rows=cfg.history_every_rows, every_seconds=cfg.history_every_seconds)
     return Runner(build_estimator(cfg), cfg.source, checkpoint_dir=cfg.checkpoint_dir,
                   every_batches=cfg.checkpoint_every_batches, every_seconds=cfg.checkpoint_every_seconds,
                   keep=cfg.keep, resume=cfg.resume, publish_path=cfg.publish,
                   full_every=cfg.full_every, publish_every=cfg.publish_every,
                   health_path=cfg.health_file, health_interval=cfg.health_interval, metrics=metrics, source_options=source_options,
-                  history=history,
+                  trackers=_trackers(cfg),
                   # the estimator holds the inputs (build_estimator gave it cfg.stream.inputs); serve draws no bar
                   options=replace(cfg.stream, inputs=None, progress=cfg.stream.progress and not serve, task=cfg.task))
 
@@ -409,7 +403,7 @@ def _train(ns: argparse.Namespace) -> int:
         Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
         onnx.save(runner.estimator.to_onnx(), cfg.output)
     _print_summary(summary, cfg.output)
-    _track(cfg)
+    _track(runner)
     return 0
 
 
@@ -444,7 +438,7 @@ def _serve(ns: argparse.Namespace) -> int:
     summary = anyio.run(main)
     _check_trained(summary, finite=False)
     _print_summary(summary, None)
-    _track(cfg)
+    _track(runner)
     return 0
 
 
@@ -515,20 +509,29 @@ def _inspect(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _track(cfg: Any) -> None:
-    """After a run: its history to the trackers asked for (``--mlflow``, ``--tensorboard``)."""
-    if (cfg.mlflow or cfg.tensorboard) and cfg.checkpoint_dir is None:
+def _trackers(cfg: Any) -> list[Any]:
+    """The trackers asked for (``--mlflow``, ``--tensorboard``): they log the run's history as it is written."""
+    if (cfg.mlflow or cfg.tensorboard) and cfg.checkpoint_dir is None and cfg.stream.history_dir is None:
         from streamfit.exceptions import ConfigError
 
-        raise ConfigError("--mlflow/--tensorboard log the run's metrics history, kept in --checkpoint-dir: give one")
+        raise ConfigError("--mlflow/--tensorboard log the run's metrics history, kept in --checkpoint-dir (or "
+                          "--history-dir): give one")
+    out: list[Any] = []
     if cfg.mlflow:
-        from streamfit.report.trackers import log_mlflow
+        from streamfit.report.trackers import MlflowTracker
 
-        print(f"mlflow: {log_mlflow(cfg.checkpoint_dir, cfg.mlflow)}")
+        out.append(MlflowTracker(cfg.mlflow, checkpoint_dir=cfg.checkpoint_dir))
     if cfg.tensorboard:
-        from streamfit.report.trackers import write_tensorboard
+        from streamfit.report.trackers import TensorBoardTracker
 
-        print(f"tensorboard: {write_tensorboard(cfg.checkpoint_dir, cfg.tensorboard)}")
+        out.append(TensorBoardTracker(cfg.tensorboard))
+    return out
+
+
+def _track(runner: Any) -> None:
+    """After a run: where its trackers logged it (``--mlflow``: the MLflow run id; ``--tensorboard``: the dir)."""
+    for tracker in runner.trackers:
+        print(tracker.summary())
 
 
 def _report_command(ns: argparse.Namespace) -> int:

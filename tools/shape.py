@@ -126,7 +126,7 @@ _EXT = _BASE | {"engine.common"}
 _COLUMNS = _BASE | {"encoders", "columns"}
 _ENGINE = _COLUMNS | {"extensions", "engine.common", "engine"}
 _MODELS = _ENGINE | {"features", "estimators"}
-_STREAM = _COLUMNS | {"features", "sources", "stream"}
+_STREAM = _COLUMNS | {"features", "sources", "history", "stream"}
 _DAEMON = _MODELS | _STREAM | {"checkpoint", "history", "daemon"}
 ROOMS: dict[str, tuple[tuple[str, ...], set[str]]] = {
     "base": (("streamfit.exceptions", "streamfit._public", "streamfit._params", "streamfit._arrow"), set()),

@@ -56,6 +56,7 @@ from streamfit._stream.metrics import ProgressiveMetrics, evaluate_batch, is_fit
 from streamfit._stream.options import StreamOptions
 from streamfit._stream.progress import Progress
 from streamfit._stream.step_thread import StepThread
+from streamfit.history import Progress as HistoryProgress, RunHistory
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -188,7 +189,7 @@ class StreamLoop:
         **option_kwargs: Any,
     ) -> None:
         opts = self.options = StreamOptions.build(options, **option_kwargs)
-        opts.check_scope("loop", where="the stream loop (StreamLoop, train_stream)")
+        opts.check_scope("loop", "history", where="the stream loop (StreamLoop, train_stream)")
         _check_hooks(on_batch=on_batch, on_metrics=on_metrics, on_idle=on_idle, idle_every=idle_every)
         self.estimator = estimator
         self.source = source
@@ -214,6 +215,9 @@ class StreamLoop:
         self._own_sink = isinstance(dead_letter, str)
         self.dead_letter = open_dead_letter(dead_letter) if isinstance(dead_letter, str) else dead_letter
         self._metrics = ProgressiveMetrics(self.task, opts.window)
+        #: the run's metrics history (the ``history_dir`` option; :mod:`streamfit.history`), else None
+        self.history = RunHistory(None, opts.history_options(), directory=opts.history_dir) \
+            if opts.history_dir is not None else None
         self._init_run_state()
 
     def _init_run_state(self) -> None:
@@ -242,6 +246,8 @@ class StreamLoop:
         self._inline_capable = type(self.estimator).__module__.startswith("streamfit.")
         self._fast_steps = 0
         self._step_seconds = 0.0
+        self._source: Any = None
+        self._history_base = (0, 0)  # (batches, rows) where the history this run continues ends
 
     def _column_plan(self, opts: StreamOptions, layout: ColumnLayout | None) -> ColumnPlan:
         """The run's column plan: the options' features or named inputs (default: the estimator's ``inputs``),
@@ -331,7 +337,8 @@ class StreamLoop:
         source = None
         error: BaseException | None = None
         try:
-            source = await self._open_source()
+            source = self._source = await self._open_source()
+            self._start_history()
             total = getattr(source, "total_rows", None)
             if not isinstance(total, int) or isinstance(total, bool):
                 total = None
@@ -363,6 +370,8 @@ class StreamLoop:
             self._elapsed = time.perf_counter() - self._t0
             self._state = LoopState.STOPPED
             self._progress.close()
+            if self.history is not None:
+                self.history.close()  # the last interval, synced
             for s in self._metric_sends:
                 s.close()
             self._metric_sends.clear()
@@ -374,6 +383,29 @@ class StreamLoop:
         if error is not None:
             raise error
         return self.summary()
+
+    def _start_history(self) -> None:
+        """The history this run continues (where the ``history_dir``'s ends: no gap, no interval twice), or a new
+        one; the run's start and configuration noted."""
+        if self.history is None:
+            return
+        self._history_base = self.history.log.read().end
+        est = self.estimator
+        config = {"estimator": type(est).__name__, "options": self.options.as_dict(),
+                  "params": est.get_params(deep=False) if hasattr(est, "get_params") else {}}
+        source = self.source if isinstance(self.source, str) else None
+        self.history.start(self._history_progress, resumed_from=None, source=source, config=config)
+
+    def _history_progress(self) -> HistoryProgress:
+        """The counters the history records at an interval's end (from where the history this run continues
+        ends)."""
+        batches, rows = self._history_base
+        trainer = getattr(self.estimator, "trainer_", None)
+        lag = getattr(self._source, "lag", None)
+        return HistoryProgress(batches + self._batches, rows + self._rows, dict(self.skips.rows), dict(self.skips.messages),
+                        dict(self._metrics.stream()),
+                        None if trainer is None else float(getattr(trainer, "lr_scale", 1.0)),
+                        lag(self._position) if callable(lag) and self._position is not None else {})
 
     def summary(self) -> StreamSummary:
         """The summary so far (final once :meth:`run` returned)."""
@@ -602,6 +634,8 @@ class StreamLoop:
                                      dict(self.skipped_messages))
                 self._publish(event)
                 await _call(self.on_metrics, event)
+        if self.history is not None:  # after the batch's metrics: they count in the interval it ends
+            self.history.batch(self._history_base[1] + self._rows)
         if self._progress.enabled:
             self._progress.update(tb.n_rows, self._metrics.recent()["loss"] if rows is not None else own_loss)
         loss = own_loss if own_loss is not None else progressive_loss

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from streamfit.exceptions import OptionError
+from streamfit.history import HistoryOptions
 
 __all__ = ["StreamOptions", "OptionError", "SCOPES", "option_names", "add_option_flags", "options_from_flags"]
 
@@ -82,6 +84,17 @@ def _bool(name: str, value: Any) -> Any:
     if not isinstance(value, (bool, np.bool_)):
         raise _bad(name, value, "True or False")
     return bool(value)
+
+
+def _directory(name: str, value: Any) -> Any:
+    """None, or a directory as a non-empty str (a path-like object is taken as its path)."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise _bad(name, value, "None or a directory (a non-empty str or path)")
+    return value
 
 
 def _str(optional: bool) -> Check:
@@ -204,9 +217,10 @@ def _inputs_from_text(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- fields
-#: what reads an option: the stream loop (every entry point), the daemon (``Runner``, ``streamfit train|serve``:
-#: the divergence guard), or scale-out on Ray (``streamfit train|serve --workers N``)
-SCOPES = ("loop", "daemon", "ray")
+#: what reads an option: the stream loop (every entry point), the metrics history (kept once per run: by
+#: ``train_stream``/``StreamLoop`` or by the ``Runner``, never by the loops a Runner or Ray's learners run), the
+#: daemon (``Runner``, ``streamfit train|serve``: the divergence guard), or scale-out on Ray (``--workers N``)
+SCOPES = ("loop", "history", "daemon", "ray")
 
 
 def _option(default: Any, check: Check, help: str, *, flag: str | None = None, parse: Callable[[str], Any] | None
@@ -315,6 +329,17 @@ class StreamOptions:
     dead_letter: Any = _option(None, _dead_letter, "keep skipped input and poison messages here: a JSON-lines "
                                "file, or kafka://HOST:PORT/topic (default: counted only)", metavar="PATH|URI",
                                example="dead.jsonl")
+    # -- the metrics history (train_stream, StreamLoop, Runner, streamfit train|serve; see streamfit.history)
+    history_dir: str | None = _option(None, _directory, "keep the run's metrics history in this directory (default: "
+                                      "none for train_stream, CHECKPOINT_DIR/history for the daemon); a run given "
+                                      "a directory that holds a history continues it", metavar="DIR",
+                                      scope="history", example="history")
+    history_every_rows: int | None = _option(None, _int(1, optional=True), "the metrics history: an interval every "
+                                             "N rows (also at checkpoints)", parse=int, scope="history",
+                                             example="500")
+    history_every_seconds: float | None = _option(10.0, _float(0.0, above=True, optional=True), "... or every S "
+                                                  "seconds, whichever first", parse=float, metavar="S",
+                                                  scope="history", example="2.5")
     # -- the daemon's divergence guard (Runner, streamfit train|serve)
     guard: bool = _option(True, _bool, "divergence guard: a batch whose loss turns non-finite or exceeds "
                           "guard_factor x its running mean is rolled back and retried at a lower learning rate",
@@ -376,9 +401,14 @@ class StreamOptions:
         for f in fields(self):
             if f.metadata["scope"] not in scopes and getattr(self, f.name) != f.default:
                 reader = {"daemon": "the daemon (Runner, streamfit train/serve)",
+                          "history": "the run's metrics history (train_stream, Runner, streamfit train/serve)",
                           "ray": "scale-out on Ray (streamfit train/serve --workers N)"}.get(f.metadata["scope"], "")
                 raise OptionError(f"{f.name}={getattr(self, f.name)!r} is an option of {reader}, which {where} is "
                                   "not", option=f.name)
+
+    def history_options(self) -> HistoryOptions:
+        """The :class:`~streamfit.history.HistoryOptions` of ``history_every_rows`` / ``history_every_seconds``."""
+        return HistoryOptions(every_rows=self.history_every_rows, every_seconds=self.history_every_seconds)
 
     # ------------------------------------------------------------------------------------ derived
     @property

@@ -56,10 +56,8 @@ class RunConfig:
     health_file: str | None = None
     health_interval: float = 1.0
     check: bool = True  # the preflight (streamfit._preflight) before training on a model not checked before
-    history_every_rows: int | None = None  # the metrics history (CHECKPOINT_DIR/history): an interval every N rows
-    history_every_seconds: float | None = 10.0  # ... or every S seconds, whichever first
-    mlflow: str | None = None  # after the run: its parameters, history and model to this MLflow tracking URI
-    tensorboard: str | None = None  # after the run: its history as TensorBoard scalars in this directory
+    mlflow: str | None = None  # the run's parameters, history (as it is written) and model to this MLflow tracking URI
+    tensorboard: str | None = None  # the run's history as TensorBoard scalars in this directory, as it is written
     source_options: dict[str, Any] = field(default_factory=dict)
     stream: StreamOptions = field(default_factory=StreamOptions)
     #: the estimator and its parameters (estimator, loss, optimizer, eta0, categorical, buckets, ftrl_l1, ...)

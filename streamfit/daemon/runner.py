@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import anyio
 import numpy as np
@@ -39,7 +39,7 @@ from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.poison import PoisonTracker
 from streamfit.daemon.state import estimator_tables, restore_estimator, snapshot_estimator, snapshot_tables
 from streamfit.exceptions import CheckpointError, DivergenceError, ResumeError, SourceError
-from streamfit.history import HistoryOptions, Progress, RunHistory
+from streamfit.history import HistoryOptions, HistorySink, Progress, RunHistory
 from streamfit.sources import Position, Source, SourceBatch, open_source
 from streamfit.sources._commits import Handover
 from streamfit.sources._wakeup import loop_caller
@@ -126,7 +126,9 @@ _DURABLE_POLL = 0.005  # s
 _HANDOVER_COMMIT_SHARE = 0.4
 
 #: the loop reads no daemon option: it gets them at their defaults (the Runner applies them)
-_DAEMON_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(StreamOptions) if f.metadata["scope"] == "daemon"}
+#: nor the history's (the Runner keeps the run's history, its loops none)
+_DAEMON_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(StreamOptions)
+                                    if f.metadata["scope"] in ("daemon", "history")}
 
 
 def _check_schedule(*, every_batches: int | None, every_seconds: float | None, resume: bool,
@@ -173,8 +175,11 @@ class Runner:
     :data:`QUIET_CHECKPOINT_AFTER` s), and the health file says the stream is idle and since when.  With
     ``max_batch_wait`` (``streamfit serve``: 1 s) the rows short of a full batch are trained too.
 
-    With a ``checkpoint_dir`` the run keeps its metrics history in ``checkpoint_dir/history``
-    (:mod:`streamfit.history`; ``history``: a :class:`~streamfit.history.HistoryOptions`, or ``False`` for none).
+    With a ``checkpoint_dir`` the run keeps its metrics history in ``checkpoint_dir/history``, or in the
+    ``history_dir`` option's directory (:mod:`streamfit.history`; cut as the ``history_every_rows`` /
+    ``history_every_seconds`` options say, or as ``history``, a :class:`~streamfit.history.HistoryOptions`;
+    ``history=False``: none).  ``trackers`` (:class:`~streamfit.history.HistorySink`, e.g.
+    :class:`~streamfit.report.trackers.MlflowTracker`) see each record of it as it is written.
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
@@ -185,12 +190,13 @@ class Runner:
                  metrics: Metrics | None = None, full_every: int = 10, publish_every: float | None = None,
                  source_options: Mapping[str, Any] | None = None,
                  options: "StreamOptions | Mapping[str, Any] | None" = None,
-                 history: "HistoryOptions | bool" = True, **loop_options: Any) -> None:
+                 history: "HistoryOptions | bool" = True, trackers: Sequence[HistorySink] = (),
+                 **loop_options: Any) -> None:
         # guard=: the option (True/False: the guard the options' parameters describe), or a DivergenceGuard
         guard_given = loop_options.pop("guard", None) if isinstance(loop_options.get("guard"), DivergenceGuard) \
             else None
         self.options = StreamOptions.build(options, **loop_options)
-        self.options.check_scope("loop", "daemon", where="Runner (scale-out is streamfit.distributed's)")
+        self.options.check_scope("loop", "history", "daemon", where="Runner (scale-out is streamfit.distributed's)")
         guard = guard_given if guard_given is not None else guard_of(self.options)
         _check_schedule(every_batches=every_batches, every_seconds=every_seconds, resume=resume,
                         checkpoint_dir=checkpoint_dir, full_every=full_every, publish_every=publish_every,
@@ -203,7 +209,7 @@ class Runner:
         self.resume = resume
         self.full_every = full_every
         self.publish_every = publish_every
-        self._init_stores(checkpoint_dir, keep, history, publish_path)
+        self._init_stores(checkpoint_dir, keep, history, publish_path, trackers)
         self.guard = guard
         self.health = HealthFile(health_path, health_interval) if health_path is not None else None
         self.metrics = metrics
@@ -216,14 +222,21 @@ class Runner:
         self._init_run_state()
 
     def _init_stores(self, checkpoint_dir: "str | Path | None", keep: int, history: "HistoryOptions | bool",
-                     publish_path: "str | Path | None") -> None:
+                     publish_path: "str | Path | None", trackers: Sequence[HistorySink]) -> None:
         """Where the run writes: the checkpoint store, its commit ledger, the history, the published model."""
         self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
         #: this run's own group commits (Kafka): tells them from another member's on resume
         self._commits = RunCommitLedger(checkpoint_dir) if checkpoint_dir is not None else None
         #: the metrics history beside the checkpoints (fed at interval ends, checkpoints and rollbacks)
-        self.history = RunHistory(checkpoint_dir, history if isinstance(history, HistoryOptions) else None) \
-            if checkpoint_dir is not None and history is not False else None
+        where = self.options.history_dir
+        #: what logs the history as it is written (the CLI's --mlflow, --tensorboard)
+        self.trackers = list(trackers)
+        self.history = RunHistory(checkpoint_dir, history if isinstance(history, HistoryOptions) else
+                                  self.options.history_options(), directory=where, sinks=trackers) \
+            if (checkpoint_dir is not None or where is not None) and history is not False else None
+        if trackers and self.history is None:
+            raise ValueError("trackers log the run's metrics history: give a checkpoint_dir or the history_dir option "
+                             "(and not history=False)")
         self.publish_path = Path(publish_path) if publish_path is not None else None
         if self.publish_path is not None:
             self.publish_path.parent.mkdir(parents=True, exist_ok=True)

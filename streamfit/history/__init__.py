@@ -10,10 +10,10 @@ without gap or overlap.  ``streamfit report`` draws it; the trackers (MLflow, Te
 
 from streamfit._public import reexport
 from streamfit.history._file import History, HistoryLog, history_dir, read_history
-from streamfit.history._observer import HistoryOptions, Progress, RunHistory
+from streamfit.history._observer import HistoryOptions, HistorySink, Progress, RunHistory
 from streamfit.history._records import SCHEMA_VERSION, CheckpointMark, Interval, RollbackMark, RunStart
 
-__all__ = ["SCHEMA_VERSION", "CheckpointMark", "History", "HistoryLog", "HistoryOptions", "Interval", "Progress",
+__all__ = ["SCHEMA_VERSION", "CheckpointMark", "History", "HistoryLog", "HistoryOptions", "HistorySink", "Interval", "Progress",
            "RollbackMark", "RunHistory", "RunStart", "history_dir", "read_history"]
 
 reexport(__name__, globals(), __all__)

@@ -66,6 +66,16 @@ class History:
     runs: list[RunStart]
     intervals: list[Interval]
 
+    @property
+    def end(self) -> tuple[int, int]:
+        """``(batches, rows)`` where the history ends: its last interval's end, else its last start's (0, 0 when
+        empty); where a run that continues it goes on counting."""
+        if self.intervals:
+            return self.intervals[-1].batch_end, self.intervals[-1].rows_end
+        if self.runs:
+            return self.runs[-1].batches, self.runs[-1].rows
+        return 0, 0
+
     def gaps(self) -> list[tuple[int, int]]:
         """Batch ranges ``(end, next start)`` between consecutive intervals that do not meet (none in a healthy
         history)."""

@@ -14,12 +14,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from streamfit.history._file import HistoryLog, history_dir
 from streamfit.history._records import CheckpointMark, Interval, RollbackMark, RunStart
 
-__all__ = ["HistoryOptions", "Progress", "RunHistory", "interval_metrics", "plain_json"]
+__all__ = ["HistoryOptions", "HistorySink", "Progress", "RunHistory", "interval_metrics", "plain_json"]
 
 logger = logging.getLogger("streamfit.history")
 
@@ -40,6 +40,16 @@ class HistoryOptions:
             raise ValueError(f"Invalid history every_rows: {self.every_rows!r}, expected an int >= 1")
         if self.every_seconds is not None and not self.every_seconds > 0:
             raise ValueError(f"Invalid history every_seconds: {self.every_seconds!r}, expected seconds > 0")
+
+
+class HistorySink(Protocol):
+    """What sees the history's records as they are written (a tracker logging while the run goes:
+    :mod:`streamfit.report.trackers`): each :class:`RunStart` and :class:`Interval` once it is on disk, then
+    ``close`` when the run ends."""
+
+    def record(self, record: "Interval | RunStart") -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -117,11 +127,18 @@ def plain_json(value: Any, depth: int = 0) -> Any:
 
 
 class RunHistory:
-    """Keeps the metrics history of a checkpointed run in ``CHECKPOINT_DIR/history`` (see :mod:`streamfit.history`)."""
+    """Keeps the metrics history of a run in ``CHECKPOINT_DIR/history`` (see :mod:`streamfit.history`), or in
+    ``directory`` when given.  ``sinks`` see every record once it is written (a failing sink is logged and
+    dropped: the history on disk stays whole, and ``streamfit report --mlflow/--tensorboard`` replays it)."""
 
-    def __init__(self, checkpoint_dir: str | os.PathLike[str], options: HistoryOptions | None = None) -> None:
+    def __init__(self, checkpoint_dir: str | os.PathLike[str] | None, options: HistoryOptions | None = None, *,
+                 directory: str | os.PathLike[str] | None = None, sinks: Sequence[HistorySink] = ()) -> None:
+        if directory is None and checkpoint_dir is None:
+            raise ValueError("a RunHistory needs a checkpoint_dir or a directory")
         self.options = options or HistoryOptions()
-        self.log = HistoryLog(history_dir(checkpoint_dir), self.options.max_bytes, self.options.keep_parts)
+        root = Path(directory) if directory is not None else history_dir(checkpoint_dir)  # type: ignore[arg-type]
+        self.log = HistoryLog(root, self.options.max_bytes, self.options.keep_parts)
+        self.sinks = list(sinks)
         self._progress: Callable[[], Progress] | None = None
         self._open: _Open | None = None
         self._seq = 0
@@ -148,8 +165,8 @@ class RunHistory:
         if last is not None and last.batch_end != now.batches:
             logger.warning("history: the last interval kept ends at batch %d, the run resumes at batch %d: the "
                            "batches between have no interval", last.batch_end, now.batches)
-        self.log.append(RunStart(self._run, time.time(), now.batches, now.rows, resumed_from, source,
-                                 dict(plain_json(config))), sync=True)
+        self._append(RunStart(self._run, time.time(), now.batches, now.rows, resumed_from, source,
+                              dict(plain_json(config))), sync=True)
         self._begin(now, now.stream_metrics)
 
     def batch(self, rows: int) -> None:
@@ -213,6 +230,12 @@ class RunHistory:
         self._open = None
         self.log.sync()
         self.log.close()
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                logger.warning("history: closing %s failed (%s: %s)", type(sink).__name__, type(exc).__name__, exc)
+        self.sinks = []
 
     # -- intervals -----------------------------------------------------------------------------------
     def _begin(self, now: Progress, metrics: Mapping[str, Any]) -> None:
@@ -237,8 +260,18 @@ class RunHistory:
             skipped_messages=_minus(now.skipped_messages, o.skipped_messages), lr_scale=now.lr_scale,
             checkpoints=tuple(o.checkpoints), rollbacks=tuple(o.rollbacks),
             lag={str(k): int(v) for k, v in now.lag.items()})
-        self.log.append(record, sync=sync)
+        self._append(record, sync=sync)
         self._seq += 1
+
+    def _append(self, record: Interval | RunStart, sync: bool) -> None:
+        self.log.append(record, sync=sync)
+        for sink in list(self.sinks):
+            try:
+                sink.record(record)
+            except Exception as exc:  # a tracker never stops the run: the history on disk is whole
+                logger.warning("history: %s failed (%s: %s); it sees no more of this run (streamfit report can "
+                               "replay the history to it)", type(sink).__name__, type(exc).__name__, exc)
+                self.sinks.remove(sink)
 
 
 def _size(path: Path) -> int:

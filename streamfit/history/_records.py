@@ -67,6 +67,12 @@ class Interval:
     rollbacks: tuple[RollbackMark, ...] = ()
     lag: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing was trained in it (no rows): what a run's end writes to hold a checkpoint that became durable
+        after its last trained batch.  It has no throughput nor metrics: trackers and plots show none for it."""
+        return self.rows_end == self.rows_start
+
 
 @dataclass(frozen=True)
 class RunStart:

@@ -61,7 +61,7 @@ def _points(intervals: list[Interval], value: Callable[[Interval], Any]) -> tupl
     xs, ys = [], []
     for iv in intervals:
         v = value(iv)
-        if v is not None and iv.rows_end > iv.rows_start:
+        if v is not None and not iv.idle:
             xs.append(iv.rows_end)
             ys.append(float(v))
     return xs, ys

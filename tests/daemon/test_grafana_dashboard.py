@@ -1,11 +1,14 @@
-"""The Grafana dashboard in deploy/grafana queries only metrics the daemon exports, and shows every one of them.
+"""The Grafana dashboard in deploy/grafana queries only metrics streamfit exports, and shows every one of them.
 
-The names come from the exporter itself: a real :class:`~streamfit.daemon.health.Metrics` on 127.0.0.1,
-scraped over HTTP (its ``# TYPE`` lines), not from a list kept beside the test.
+The names come from the exporters themselves: a real :class:`~streamfit.daemon.health.Metrics` on 127.0.0.1,
+scraped over HTTP (its ``# TYPE`` lines), and the gauges the Ray coordinator adds to that registry (per learner,
+created once learners report: read from the code of :mod:`streamfit.distributed`), not from a list kept beside
+the test.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import urllib.request
@@ -17,7 +20,8 @@ pytest.importorskip("prometheus_client")
 
 from streamfit.daemon.health import Metrics  # noqa: E402
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "streamfit.json"
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "streamfit.json"
 #: PromQL functions, aggregations and keywords the dashboard may use (anything else is a metric name)
 PROMQL = {"rate", "irate", "increase", "delta", "deriv", "time", "sum", "max", "min", "avg", "count", "by",
           "without", "clamp_min", "clamp_max", "max_over_time", "min_over_time", "avg_over_time", "topk",
@@ -38,6 +42,20 @@ def _exported() -> dict[str, set[str]]:
     served = set(re.findall(r"^# TYPE (\w+) ", text, re.M))
     assert served == set(labels), (served, set(labels))
     return labels
+
+
+def _coordinator_gauges() -> dict[str, set[str]]:
+    """Metric name -> its label names, of every ``prom.Gauge(NAME, HELP, [LABELS])`` in streamfit/distributed."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "streamfit" / "distributed").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in \
+                    ("Gauge", "Counter") and node.args and isinstance(node.args[0], ast.Constant):
+                labels = node.args[2] if len(node.args) > 2 else next(
+                    (k.value for k in node.keywords if k.arg == "labelnames"), None)
+                names = {e.value for e in labels.elts} if isinstance(labels, (ast.List, ast.Tuple)) else set()
+                out[node.args[0].value] = names
+    return out
 
 
 def _attr(metrics: Metrics, name: str) -> str:
@@ -69,7 +87,7 @@ def _metric_names(expr: str) -> set[str]:
 
 
 def test_every_metric_the_dashboard_queries_is_exported_and_every_exported_one_is_shown():
-    exported = _exported()
+    exported = {**_exported(), **_coordinator_gauges()}
     dashboard = json.loads(DASHBOARD.read_text())
     queried: set[str] = set()
     for expr in _queries(dashboard):
@@ -86,6 +104,11 @@ def test_every_metric_the_dashboard_queries_is_exported_and_every_exported_one_i
                 assert any(label in exported[n] for n in names), f"{expr!r}: no metric of it has label {label!r}"
     assert queried == set(exported), f"not on the dashboard: {sorted(set(exported) - queried)}"
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def test_the_coordinator_gauges_are_found():
+    # the per-learner rows the Ray coordinator exports: on the dashboard (a panel of its own)
+    assert _coordinator_gauges()["streamfit_learner_rows_trained"] == {"learner"}
 
 
 def test_the_parser_sees_a_wrong_name():

@@ -27,12 +27,25 @@ def _cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Completed
     return proc
 
 
+def _have(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+#: the demo run's own trackers (logging while it goes), when their extras are installed
+LIVE = _have("mlflow") and _have("tensorboardX")
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """A small real run: the demo's first 8,000 rows, a checkpoint every 10 batches, an interval every 800 rows."""
+    """A small real run: the demo's first 8,000 rows, a checkpoint every 10 batches, an interval every 800 rows;
+    with --mlflow and --tensorboard (logging as it goes) when they are installed."""
     root = tmp_path_factory.mktemp("demo")
-    _cli("train", "--demo", "--demo-dir", str(root), "--max-rows", "8000", "--checkpoint-every-batches", "10",
-         "--history-every-rows", "800", "--no-progress", cwd=root)
+    live = ["--mlflow", (root / "live-mlruns").as_uri(), "--tensorboard", str(root / "live-tb")] if LIVE else []
+    proc = _cli("train", "--demo", "--demo-dir", str(root), "--max-rows", "8000", "--checkpoint-every-batches", "10",
+                "--history-every-rows", "800", "--no-progress", *live, cwd=root, env={"MLFLOW_ALLOW_FILE_STORE": "true"})
+    (root / "train.out").write_text(proc.stdout)
     return root, root / "checkpoints"
 
 
@@ -138,6 +151,25 @@ def test_trackers_read_back_with_their_own_readers(demo_run, tmp_path):
     events = ea.Scalars("metrics/loss")
     assert [e.step for e in events] == [s for s, _ in losses]
     assert [e.value for e in events] == pytest.approx([v for _, v in losses], rel=1e-6)  # float32 events
+
+
+@pytest.mark.skipif(not LIVE, reason="needs the [mlflow] and [tensorboard] extras")
+def test_train_with_trackers_logged_the_history_as_it_went(demo_run):
+    root, ck = demo_run
+    run_id = re.search(r"mlflow: (\w+)", (root / "train.out").read_text()).group(1)
+    h = read_history(ck)
+    losses = [(i.rows_end, i.metrics["loss"]) for i in h.intervals if i.metrics.get("loss") is not None]
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(root / "live-mlruns").as_uri())
+    history = sorted(client.get_metric_history(run_id, "metrics/loss"), key=lambda m: m.step)
+    assert [(m.step, m.value) for m in history] == [(s, pytest.approx(v)) for s, v in losses]
+    assert client.get_run(run_id).data.params["options.batch_size"] == "128"
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    ea = ea_mod.EventAccumulator(str(root / "live-tb"))
+    ea.Reload()
+    assert [e.step for e in ea.Scalars("metrics/loss")] == [s for s, _ in losses]
 
 
 def test_report_of_a_directory_without_history_fails_clearly(tmp_path):
