@@ -112,6 +112,62 @@ class Trainer:
     models' input standardization: a mean and a scale the estimator keeps): every step and prediction reads
     them from :attr:`host_arrays`, bound once, and :meth:`to_onnx` exports their current values.
 
+    Parameters
+    ----------
+    model
+        The ONNX model: a path, bytes or an ``onnx.ModelProto`` (not changed here), or a training artifact
+        written by ``streamfit compile`` (its loss, optimizer, penalty, weights and inputs are then the
+        compiled ones; a different one given here raises).
+    weights
+        Names of the initializers to train, in this order; default: every float initializer that feeds
+        computation (not shapes, axes, indices, statistics, nor the exporter's scalar constants by
+        ``streamfit._engine.prepare.constants.RULE``).
+    freeze
+        Names of initializers to keep out of the trained set (frozen at their initial values); a name the
+        model lacks raises :class:`~streamfit.exceptions.ModelError`.
+    input_name, output_name
+        The model input an ndarray feeds and the output the loss trains through (default: the first of
+        each).
+    loss
+        A loss name (:mod:`streamfit.losses`) or :class:`~streamfit.losses.Loss`; default ``"squared_error"``.
+    optimizer
+        An optimizer name (:mod:`streamfit.optim`) or :class:`~streamfit.optim.Optimizer`; default ``"sgd"``.
+    learning_rate
+        A constant rate (float) or a :class:`~streamfit.schedules.Schedule` (rate per step).
+    penalty
+        A :class:`~streamfit.penalties.Penalty` (L1/L2/elastic net on the trained weights), or None.
+    device
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``: where the weights, optimizer state and steps live.
+    step
+        ``"fused"``: forward, backward and update in one session run; ``"forward_backward"``: onnxruntime's
+        TrainingAgent (needs onnxruntime-training at train time).
+    on_nonfinite
+        ``"raise"`` (a :class:`~streamfit.exceptions.NonFiniteError`) or ``"skip"`` (counted in
+        ``n_skipped``) for a step whose loss, gradients or new weights are not finite.
+    threads
+        onnxruntime's intra-op threads; None: one for light steps (small batches, little work per batch),
+        all cores for heavy ones.
+    spinning
+        Whether idle intra-op threads spin (``session.intra_op.allow_spinning``); False frees the cores
+        between steps at some latency.
+    freeze_batchnorm
+        Train through BatchNormalization's running statistics as constants, never updating them (default:
+        PyTorch's training semantics, batch statistics with the running ones updated).
+    seed
+        Seed of the random ops of training (Dropout masks), so runs are reproducible.
+    sparse
+        ``True``, ``False`` or ``"auto"``: embedding tables trained row-sparsely, as above.
+    inputs
+        Model input names mapped to Arrow columns or encoders, as above; None: arrays only.
+    gradient
+        ``"auto"``, ``"onnxruntime"`` or ``"streamfit"``: who builds the gradient graph, as above.
+    portable
+        Rewrite training-only kernels into ops that inference builds of onnxruntime run, as above.
+    host
+        Names of initializers the caller sets between steps (never trained), as above.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from streamfit.testing import linear_model
     >>> trainer = Trainer(linear_model(n_features=2), learning_rate=0.1)

@@ -38,6 +38,68 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
     ``weights`` names the initializers to train (default: every float parameter, not the exporter's scalar
     constants: see ``streamfit._engine.prepare.constants.RULE``); ``freeze`` names more to keep out.
 
+    Parameters
+    ----------
+    model
+        The ONNX model: a path, bytes or an ``onnx.ModelProto`` (as for :class:`~streamfit.Trainer`).
+    weights
+        Names of the initializers to train; default: every float parameter.
+    freeze
+        Names of initializers kept out of the trained set (frozen at their initial values).
+    inputs
+        Model input names mapped to Arrow columns (a column name, a list of them, or an encoder of
+        :mod:`streamfit.features`); ``X`` may then be an Arrow Table/RecordBatch or a dict of columns.
+    input_name
+        The model input an ndarray ``X`` feeds (default: the first).
+    output_name
+        The output to train through (default: the model's first).
+    loss
+        A loss name (``"squared_error"``, ``"huber"``, ``"absolute_error"``, ...) or a
+        :class:`~streamfit.losses.Loss`.
+    optimizer
+        An optimizer name (``"sgd"``, ``"adam"``, ``"momentum"``, ``"nesterov"``, ``"adagrad"``, ``"adamw"``,
+        ``"ftrl"``, ...) or a :class:`~streamfit.optim.Optimizer` instance.
+    learning_rate
+        A schedule name (``"constant"``, ``"invscaling"``, ``"optimal"``, ``"adaptive"``), a float (a
+        constant rate) or a :class:`~streamfit.schedules.Schedule`.
+    eta0
+        The starting rate of ``"constant"``, ``"invscaling"`` and ``"adaptive"``; ``"auto"``: the optimizer's
+        own starting rate (:meth:`~streamfit.optim.Optimizer.auto_eta0`).
+    power_t
+        The exponent of ``"invscaling"`` (``eta0 / t ** power_t``).
+    alpha, l1_ratio, penalty
+        The penalty's strength, its L1 share for ``"elasticnet"`` and its kind (``"l2"``, ``"l1"``,
+        ``"elasticnet"``, None or a :class:`~streamfit.penalties.Penalty`), as in ``SGDRegressor``; ``alpha`` also
+        sets ``"optimal"``'s rate.
+    momentum
+        The momentum of ``optimizer="momentum"`` and ``"nesterov"`` (ignored by the others).
+    batch_size
+        Rows per training step (``partial_fit`` and ``fit`` go through ``X`` in minibatches of this size).
+    max_iter
+        Epochs of :meth:`fit`.
+    shuffle, random_state
+        Shuffle the rows between the epochs of :meth:`fit`, seeded by ``random_state`` (an int also seeds
+        the Dropout masks).
+    warm_start
+        Whether :meth:`fit` continues from the current weights instead of the model's initial ones.
+    device, step, on_nonfinite, threads, freeze_batchnorm
+        As for :class:`~streamfit.Trainer`.
+
+    Attributes
+    ----------
+    trainer_
+        The :class:`~streamfit.Trainer` (made on the first fitting call).
+    n_features_in_
+        Features per row seen on the first fitting call.
+    t_
+        Training steps applied so far (the optimizer's step count).
+    loss_
+        The mean training loss of the last call.
+    n_iter_, loss_curve_
+        Epochs of the last :meth:`fit` and the mean loss of each.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from streamfit.testing import linear_model
     >>> X = np.random.default_rng(0).standard_normal((200, 3)).astype(np.float32)

@@ -29,6 +29,38 @@ class LogisticRegression(HashedLinear, ReadyClassifier):
     takes the raw columns, and ``optimizer="ftrl"`` (FTRL-Proximal) or ``"adagrad"`` suit it.  Dense
     columns are used as given (no standardization in this mode).
 
+    Parameters
+    ----------
+    categorical, dense, buckets, hash_seed
+        With ``categorical=[columns]``: the hashed model above (``buckets`` ids in one table, each column
+        hashed with its own seed from ``hash_seed``, id 0 for nulls; the ``dense`` columns beside with a
+        weight each).
+    loss
+        ``"auto"``: ``"log_loss"`` for 2 classes, ``"softmax_cross_entropy"`` for more; or an engine loss
+        name or :class:`~streamfit.losses.Loss` (margin losses on several classes train one-vs-rest).
+    optimizer, learning_rate, eta0, power_t, alpha, l1_ratio, penalty, momentum
+        As for :class:`~streamfit.models.linear.LinearRegressor` (``eta0="auto"``: the optimizer's own
+        starting rate).
+    batch_size, max_iter, shuffle, random_state, warm_start
+        Rows per training step; epochs of ``fit``; shuffling between epochs (seeded by ``random_state``);
+        whether ``fit`` continues from the current weights.
+    standardize
+        Train on features standardized by a running mean and variance (updated from each batch before
+        training on it); :meth:`to_onnx` exports a model that scales its inputs.  Dense models only.
+    device, step, on_nonfinite, threads
+        As for :class:`~streamfit.Trainer`.
+    inputs
+        The feature input ``"X"`` from Arrow columns, as for :class:`~streamfit.models.linear.LinearRegressor`.
+
+    Attributes
+    ----------
+    classes_
+        The class labels, sorted.
+    coef_, intercept_
+        Weights and intercepts on the raw features (dense models only).
+    n_features_in_, t_, loss_
+        Features per row; training steps applied; the mean training loss of the last call.
+
     Examples
     --------
     >>> import numpy as np

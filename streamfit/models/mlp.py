@@ -70,19 +70,50 @@ class _MLP:
 
 
 _PARAMS_DOC = """
-    ``hidden_layer_sizes`` and ``activation`` (``"relu"``, ``"tanh"``, ``"logistic"``, ``"identity"``) mean
-    what they mean in scikit-learn; initial weights are Glorot-uniform from ``random_state``.  The other
-    parameters are those of :class:`~streamfit.models.linear.LinearRegressor` (engine losses, optimizers,
-    schedules, penalties, ``standardize`` and, for the regressor, ``standardize_target``); ``eta0`` is the
-    rate (scikit-learn's ``learning_rate_init``), ``"auto"`` by default: 0.001 for Adam and AdamW (the default
-    optimizer), the optimizer's own starting rate for the others (see :class:`~streamfit.LinearRegressor`).  ``coefs_``/``intercepts_`` are the trained weights, which
-    act on standardized features (and give standardized targets), as in a scikit-learn pipeline.
+    ``hidden_layer_sizes`` and ``activation`` mean what they mean in scikit-learn; initial weights are
+    Glorot-uniform from ``random_state``.  ``coefs_``/``intercepts_`` are the trained weights, which act on
+    standardized features (and give standardized targets), as in a scikit-learn pipeline.
+
+    Parameters
+    ----------
+    hidden_layer_sizes
+        Units of each hidden layer (an int for one layer).
+    activation
+        The hidden layers' activation: ``"relu"``, ``"tanh"``, ``"logistic"`` or ``"identity"``.
+    loss
+        An engine loss name or :class:`~streamfit.losses.Loss` (the classifier's ``"auto"``: ``"log_loss"``
+        for 2 classes, ``"softmax_cross_entropy"`` for more).
+    optimizer, learning_rate, power_t, alpha, l1_ratio, penalty, momentum
+        As for :class:`~streamfit.models.linear.LinearRegressor` (engine optimizers, schedules, penalties).
+    eta0
+        The rate (scikit-learn's ``learning_rate_init``); ``"auto"``: 0.001 for Adam and AdamW (the default
+        optimizer), the optimizer's own starting rate for the others.
+    batch_size, max_iter, shuffle, random_state, warm_start
+        Rows per training step; epochs of ``fit``; shuffling between epochs (seeded by ``random_state``,
+        which also draws the initial weights); whether ``fit`` continues from the current weights.
+    standardize
+        Train on features standardized by a running mean and variance; :meth:`to_onnx` exports a model
+        that scales its inputs.
+    device, step, on_nonfinite, threads
+        As for :class:`~streamfit.Trainer`.
+    inputs
+        The feature input ``"X"`` from Arrow columns, as for :class:`~streamfit.models.linear.LinearRegressor`.
 """
 
 
 class MLPRegressor(_MLP, ReadyRegressor):
     __doc__ = """A multilayer perceptron regressor trained online; its graph is built on the first call.
-""" + _PARAMS_DOC + """
+""" + _PARAMS_DOC + """    standardize_target
+        Train on standardized targets and map predictions back (as for
+        :class:`~streamfit.models.linear.LinearRegressor`).
+
+    Attributes
+    ----------
+    coefs_, intercepts_
+        Weight matrices (fan_in, fan_out) and bias vectors, layer by layer.
+    n_features_in_, t_, loss_
+        Features per row; training steps applied; the mean training loss of the last call.
+
     Examples
     --------
     >>> import numpy as np
@@ -130,6 +161,15 @@ class MLPRegressor(_MLP, ReadyRegressor):
 class MLPClassifier(_MLP, ReadyClassifier):
     __doc__ = """A multilayer perceptron classifier trained online: one logistic output for 2 classes, softmax for more.
 """ + _PARAMS_DOC + """
+    Attributes
+    ----------
+    classes_
+        The class labels, sorted.
+    coefs_, intercepts_
+        Weight matrices (fan_in, fan_out) and bias vectors, layer by layer.
+    n_features_in_, t_, loss_
+        Features per row; training steps applied; the mean training loss of the last call.
+
     Examples
     --------
     >>> import numpy as np
