@@ -20,6 +20,26 @@ class BatchEvent:
     trained (or was deliberately skipped), so a restart from it loses and repeats nothing.
     ``loss`` is the estimator's own training loss (``loss_`` after ``partial_fit``) when it exposes one,
     else the batch's progressive loss (computed before training), else ``None``.
+
+    Attributes
+    ----------
+    batch, rows
+        Trained batches (1 for the first) and rows so far, this batch included.
+    n_rows
+        Rows in this batch.
+    position
+        The source position right after the batch's last row (a safe restart point).
+    loss
+        The training loss, as above.
+    progressive_loss
+        The batch's loss predicted before training on it (None when the loop does not evaluate).
+    elapsed
+        Seconds since the loop started.
+    skipped
+        :class:`~streamfit.Skipped` input settled with this batch (before ``position``, after the previous
+        batch's).
+    spans
+        :class:`~streamfit.Span` records: the source rows this batch was made of.
     """
 
     batch: int          # trained batches so far (1 for the first)
@@ -41,6 +61,17 @@ class IdleEvent:
     ``since`` (Unix time) is when the trainer last found nothing to train (after ``batch``, or at the start);
     ``pending_rows`` rows are read and wait for a full batch (trained after ``max_batch_wait`` seconds
     without new rows, or at the end of the stream).
+
+    Attributes
+    ----------
+    batch, rows
+        Trained batches and rows so far.
+    position
+        The source position after the last trained batch (None: nothing trained yet).
+    since, idle_seconds
+        When the trainer last found nothing to train (Unix time), and for how long since.
+    pending_rows
+        Rows read that wait for a full batch.
     """
 
     batch: int          # trained batches so far
@@ -53,7 +84,19 @@ class IdleEvent:
 
 @dataclass(frozen=True)
 class MetricsEvent:
-    """Progressive-validation metrics after an evaluated batch (sent to ``on_metrics`` and the stream)."""
+    """Progressive-validation metrics after an evaluated batch (sent to ``on_metrics`` and the stream).
+
+    Attributes
+    ----------
+    batch, rows, position
+        Trained batches and rows so far, and the source position after this batch.
+    batch_metrics
+        The metrics of this batch (predicted before training on it).
+    stream, window
+        The metrics over every evaluated row so far, and over the last ``window`` evaluated rows.
+    skipped_rows, skipped_messages
+        Rows and whole messages skipped before ``position``, counted by reason.
+    """
 
     batch: int
     rows: int

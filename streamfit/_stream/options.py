@@ -269,6 +269,85 @@ class StreamOptions:
     ``workers`` ... ``checkpoint_every_rounds`` scale-out on Ray.  An entry point given an option it does not
     read (``poison_after`` to ``train_stream``) refuses it rather than ignoring it.
 
+    Parameters
+    ----------
+    features
+        Feature columns, comma-separated (default: every column but label and weight of the first valid batch; a
+        FixedSizeList or fixed_shape_tensor column is taken zero-copy).
+    inputs
+        Feed model input NAME from columns, or an encoder: NAME=hashed:COL:BUCKETS, NAME=vocabulary:COL[:MIN_COUNT],
+        NAME=padded:COL[:LENGTH[:PAD]] (repeatable; default: the estimator's inputs).
+    label
+        Label column (or several, comma-separated: multi-output regression).
+    weight
+        Sample-weight column (default: none).
+    task
+        ``"regression"`` or ``"classification"`` (default: classification iff classes are given).
+    classes
+        All class labels, comma-separated (default: a fitted estimator's classes_, else those of the first batch); a
+        label outside them is a bad row.
+    batch_size
+        Rows per training batch (one ``partial_fit`` call).
+    max_rows
+        Stop after training this many rows (the daemon counts them over resumes).
+    on_bad
+        Bad input: ``"raise"`` (an error naming column and position) or ``"skip"`` (counted by reason).
+    cast
+        Accept integer, bool and decimal feature columns by explicit conversion.
+    dtype
+        Float type of the features (and of a regression label).
+    drop_last
+        Drop a last batch smaller than ``batch_size``.
+    max_batch_wait
+        Train the rows waiting for a full batch after this many seconds without new rows, while the stream stays
+        open (default: serve 1 s; train and the Python API: only at the end of the stream, so batch boundaries
+        depend on the data alone; inf: never).
+    queue_size
+        Training batches that may wait for the trainer (backpressure).
+    window
+        Rows in the recent-metrics window.
+    evaluate
+        Progressive validation: predict each batch before training on it.
+    progress
+        Show a progress bar (rows, rows/s, recent loss) on stderr.
+    dead_letter
+        Keep skipped input and poison messages here: a JSON-lines file, or kafka://HOST:PORT/topic (default: counted
+        only).
+    history_dir
+        Keep the run's metrics history in this directory (default: none for train_stream, CHECKPOINT_DIR/history for
+        the daemon); a run given a directory that holds a history continues it.
+    history_every_rows
+        The metrics history: an interval every this many rows (also at checkpoints).
+    history_every_seconds
+        ... or an interval every this many seconds, whichever comes first.
+    guard
+        Divergence guard: a batch whose loss turns non-finite or exceeds guard_factor x its running mean is rolled
+        back and retried at a lower learning rate.
+    guard_factor
+        A loss above this many times its running mean is a divergence.
+    guard_lr_factor
+        A rollback multiplies the learning-rate scale by this.
+    poison_after
+        Rollbacks caused by one message before it is quarantined as poison (skipped, dead-lettered).
+    min_lr_scale
+        Stop with DivergenceError when rollbacks would lower the learning-rate scale below this.
+    lr_recover_after
+        Good batches after which a lowered learning-rate scale doubles back towards 1.
+    workers
+        Learner actors on a Ray cluster, each on its share of the source (extra ``[ray]``).
+    ray_address
+        An existing Ray cluster (default: a local instance on 127.0.0.1).
+    sync_every_batches
+        Mix the learners' weights every this many batches.
+    sync_every_seconds
+        ... or every this many seconds.
+    sync_optimizer
+        Mix the optimizer state (Adam's moments) with the weights.
+    checkpoint_every_rounds
+        A global checkpoint every this many synchronization rounds.
+
+    Examples
+    --------
     >>> opts = StreamOptions(features="x", batch_size=64)
     >>> opts.features, opts.batch_size, opts.on_bad, opts.resolved_task
     (('x',), 64, 'skip', 'regression')

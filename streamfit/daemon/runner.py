@@ -180,6 +180,38 @@ class Runner:
     ``history_every_seconds`` options say, or as ``history``, a :class:`~streamfit.history.HistoryOptions`;
     ``history=False``: none).  ``trackers`` (:class:`~streamfit.history.HistorySink`, e.g.
     :class:`~streamfit.report.trackers.MlflowTracker`) see each record of it as it is written.
+
+    Parameters
+    ----------
+    estimator
+        The model to train (an estimator of :mod:`streamfit.estimators` or :mod:`streamfit.models`).
+    source
+        A source URI/path (opened with ``source_options``) or a callable returning a fresh source.
+    checkpoint_dir
+        Where checkpoints (and by default the history) go; None: no checkpoints.
+    every_batches, every_seconds
+        Checkpoint after this many batches, and/or this many seconds after the previous checkpoint.
+    keep
+        Checkpoints kept in ``checkpoint_dir`` (the newest, and those their chains depend on).
+    resume
+        Continue from the newest readable checkpoint in ``checkpoint_dir`` (weights, optimizer state, source
+        position; none there: a fresh start).  Without it, a ``checkpoint_dir`` that holds checkpoints raises.
+    publish_path, publish_every
+        Where the model of a durable checkpoint is published, and at most how often (seconds).
+    health_path, health_interval
+        A JSON health file, rewritten at most every ``health_interval`` seconds.
+    metrics
+        A :class:`~streamfit.daemon.health.Metrics` (Prometheus) the run updates, or None.
+    full_every
+        For models with row-sparse tables: a full checkpoint every this many checkpoints, deltas between.
+    source_options
+        Keyword arguments of :func:`~streamfit.open_source` for a ``source`` given as a URI/path.
+    options, **loop_options
+        A :class:`~streamfit.StreamOptions` (or a mapping of its fields), or its fields as keywords.
+    history
+        A :class:`~streamfit.history.HistoryOptions`, True (from the options) or False (no history).
+    trackers
+        :class:`~streamfit.history.HistorySink` objects fed each history record as it is written.
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,
