@@ -74,6 +74,7 @@ def imports() -> dict[str, set[str]]:
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
     sys.setrecursionlimit(10000)
     index: dict[str, int] = {}
     low: dict[str, int] = {}

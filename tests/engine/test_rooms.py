@@ -4,9 +4,17 @@ Trainer), no import circles (function-level imports included), and onnxruntime's
 from __future__ import annotations
 
 import ast
+import importlib.util
 import pathlib
 
 import streamfit._engine
+
+# the package's shape tool (tools/shape.py) finds the circles, as it does for tests/test_rooms.py
+_SHAPE = pathlib.Path(__file__).resolve().parents[2] / "tools" / "shape.py"
+_spec = importlib.util.spec_from_file_location("streamfit_shape", _SHAPE)
+assert _spec is not None and _spec.loader is not None
+shape = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shape)
 
 ENGINE = pathlib.Path(streamfit._engine.__file__).parent
 PKG = "streamfit._engine"
@@ -52,38 +60,6 @@ def _imports(modules: dict[str, pathlib.Path]) -> dict[str, set[str]]:
     return edges
 
 
-def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected groups of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    groups: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in edges.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                groups.append(sorted(group))
-
-    for v in edges:
-        if v not in index:
-            visit(v)
-    return groups
-
-
 def test_imports_run_one_way() -> None:
     edges = _imports(_modules())
     wrong = sorted(f"{a} imports {b}" for a, targets in edges.items() for b in targets
@@ -92,7 +68,7 @@ def test_imports_run_one_way() -> None:
 
 
 def test_no_import_circles() -> None:
-    assert _cycles(_imports(_modules())) == []
+    assert shape.cycles(_imports(_modules())) == []
 
 
 def test_onnxruntime_private_api_in_one_module() -> None:
