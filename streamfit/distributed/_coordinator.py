@@ -38,14 +38,15 @@ from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import restore_estimator
 from streamfit.distributed._averaging import mix
 from streamfit.distributed._learner import Learner
+from streamfit.distributed._messages import ARRAY_REF as _REF
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
+from streamfit.distributed._messages import array_refs as _refs
 from streamfit.distributed._shares import Share, plan_shares
 from streamfit.exceptions import ResumeError, StreamfitError
 from streamfit.history import Progress, RunHistory
 
 __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
 
-_REF = "__array__"
 
 #: the synchronization period when none is given: rounds of this many batches (deterministic, so a restart from
 #: a global checkpoint trains the same rounds).  bench/scaleout.py --sweep (2 learners, batch 256, linear d=100):
@@ -684,16 +685,6 @@ def _shippable(estimator: Any) -> Any:
         shipped.model = Path(model).read_bytes()
         return shipped
     return estimator
-
-
-def _refs(tree: Any) -> list[str]:
-    if isinstance(tree, dict):
-        if set(tree) == {_REF}:
-            return [tree[_REF]]
-        return [r for v in tree.values() for r in _refs(v)]
-    if isinstance(tree, list):
-        return [r for v in tree for r in _refs(v)]
-    return []
 
 
 def _rename_refs(tree: Any, rename: Mapping[str, str]) -> Any:

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from streamfit.distributed._messages import LearnerState, StartFrom
+from streamfit.distributed._messages import array_refs as _refs
 from streamfit.distributed._shares import Share
 from streamfit.exceptions import ResumeError
 
 __all__ = ["Redealt", "redeal"]
 
-_REF = "__array__"
 
 
 @dataclass(frozen=True)
@@ -33,16 +33,6 @@ class Redealt:
 
     shares: list[Share]
     starts: list[StartFrom]
-
-
-def _refs(tree: Any) -> list[str]:
-    if isinstance(tree, dict):
-        if set(tree) == {_REF}:
-            return [tree[_REF]]
-        return [r for v in tree.values() for r in _refs(v)]
-    if isinstance(tree, list):
-        return [r for v in tree for r in _refs(v)]
-    return []
 
 
 def _names(files: list[str]) -> dict[str, str]:

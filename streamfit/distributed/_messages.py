@@ -21,6 +21,20 @@ class LearnerState:
     arrays: Mapping[str, np.ndarray]
 
 
+ARRAY_REF = "__array__"  # a state tree names an array as {ARRAY_REF: name}
+
+
+def array_refs(tree: Any) -> list[str]:
+    """The names of the arrays a state tree refers to, in tree order."""
+    if isinstance(tree, dict):
+        if set(tree) == {ARRAY_REF}:
+            return [tree[ARRAY_REF]]
+        return [r for v in tree.values() for r in array_refs(v)]
+    if isinstance(tree, list):
+        return [r for v in tree for r in array_refs(v)]
+    return []
+
+
 @dataclass(frozen=True)
 class StartFrom:
     """Where a learner (re)starts: its state, its source position and the counters that go with them."""
