@@ -53,6 +53,16 @@ def replace_nodes(model: ModelProto, rewrite: Callable[[NodeProto], "Iterable[No
     return count
 
 
+def rename_tensor(nodes: Iterable[NodeProto], old: str, new: str, inputs: bool = True, outputs: bool = True) -> None:
+    """Rename tensor ``old`` to ``new`` where ``nodes`` read it (``inputs``) and where they write it (``outputs``)."""
+    for node in nodes:
+        for names, wanted in ((node.input, inputs), (node.output, outputs)):
+            if wanted:
+                for i, name in enumerate(names):
+                    if name == old:
+                        names[i] = new
+
+
 def prune(model: ModelProto) -> None:
     """Drop the nodes no graph output depends on (a classifier's label branch once its scores are trained)."""
     graph = model.graph

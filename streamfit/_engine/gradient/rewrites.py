@@ -14,7 +14,7 @@ import numpy as np
 from onnx import ModelProto, NodeProto, helper, numpy_helper
 
 from streamfit._engine.common.names import Names
-from streamfit._engine.common.onnx_helpers import add_const, attrs, replace_nodes
+from streamfit._engine.common.onnx_helpers import add_const, attrs, rename_tensor, replace_nodes
 from streamfit._engine.gradient.activations import RELU_BIG, relu_grad, sigmoid_grad, tanh_grad
 
 __all__ = ["decompose_fused_matmul", "replace_relu_grad", "float64_activation_grads", "shape_table",
@@ -174,13 +174,6 @@ def _producers(model: ModelProto) -> dict[str, NodeProto]:
     return {out: node for node in model.graph.node for out in node.output}
 
 
-def _rename_uses(model: ModelProto, old: str, new: str) -> None:
-    for node in model.graph.node:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
-
-
 def _remove_dead(model: ModelProto) -> None:
     keep = {o.name for o in model.graph.output}
     while True:
@@ -255,7 +248,7 @@ def simplify_broadcast_gradients(model: ModelProto, shapes: dict[str, list]) -> 
                     new_nodes.append(helper.make_node("ReduceSum", [grad_in, axes_const], [grad_out], keepdims=0,
                                                       name=Names.reduce(grad_out)))
                 else:
-                    _rename_uses(model, grad_out, grad_in)
+                    rename_tensor(model.graph.node, grad_out, grad_in, outputs=False)
                     for out in model.graph.output:
                         if out.name == grad_out:  # a graph output keeps its name
                             new_nodes.append(helper.make_node("Identity", [grad_in], [grad_out]))
@@ -283,7 +276,7 @@ def remove_noop_reshapes(model: ModelProto, shapes: dict[str, list], protect: "s
             continue
         if all(t == -1 or (isinstance(d, int) and d == t) for d, t in zip(shape, target)):
             model.graph.node.remove(node)
-            _rename_uses(model, node.output[0], node.input[0])
+            rename_tensor(model.graph.node, node.output[0], node.input[0], outputs=False)
             count += 1
     if count:
         _remove_dead(model)

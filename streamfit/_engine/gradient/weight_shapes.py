@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from onnx import ModelProto, helper, numpy_helper
 
+from streamfit._engine.common.onnx_helpers import rename_tensor
 from streamfit.exceptions import ModelError
 
 __all__ = ["reduce_to_weight_shapes"]
@@ -64,13 +65,7 @@ def reduce_to_weight_shapes(gradient: ModelProto, grads: Mapping[str, str], shap
         if size != 1 and axes is None:
             continue  # dynamic dims where the weight has them: left to the builder
         raw = f"{g}__sf_unreduced"
-        for node in graph.node:
-            for i, name in enumerate(node.output):
-                if name == g:
-                    node.output[i] = raw
-            for i, name in enumerate(node.input):
-                if name == g:
-                    node.input[i] = raw
+        rename_tensor(graph.node, g, raw)
         summed, shape = f"{g}__sf_sum", f"{g}__sf_shape"
         graph.initializer.append(numpy_helper.from_array(np.array(target, np.int64), shape))
         if axes is None:  # every axis

@@ -16,7 +16,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from streamfit._engine.common.graph_builder import GraphBuilder, onnx_dtype
 from streamfit._engine.common.names import Names
-from streamfit._engine.common.onnx_helpers import attrs, toposort
+from streamfit._engine.common.onnx_helpers import attrs, rename_tensor, toposort
 from streamfit._engine.gradient.graphs import GradientGraphs
 from streamfit._engine.gradient.rewrites import bias_grads_as_matmul, replace_relu_grad
 from streamfit._engine.prepare.model import PreparedModel
@@ -54,13 +54,7 @@ def rename_output(b: GraphBuilder, old: str, new: str, graph_inputs: set[str]) -
     if old in graph_inputs:
         b.op("Identity", old, out=new)
         return
-    for node in b.nodes:
-        for i, name in enumerate(node.input):
-            if name == old:
-                node.input[i] = new
-        for i, name in enumerate(node.output):
-            if name == old:
-                node.output[i] = new
+    rename_tensor(b.nodes, old, new)
 
 
 def emit_updates(b: GraphBuilder, pm: PreparedModel, grads: list[str], optimizer: Optimizer,
