@@ -26,7 +26,7 @@ class PingPong:
         self._keep: list[np.ndarray] = []  # CPU: numpy arrays backing the OrtValues must outlive them
         self.sets: list[dict[str, C.OrtValue]] = [{}, {}]
         for name, array in values.items():
-            array = np.ascontiguousarray(array).copy()
+            array = np.array(array, order="C", copy=True)  # keeps a scalar's shape () (ascontiguousarray: (1,))
             self._keep.append(array)
             self.sets[0][name] = device.resident(array)
             value, backing = device.empty(array.shape, array.dtype)
@@ -65,7 +65,7 @@ class PingPong:
             if self.device.kind == "cpu":
                 np.copyto(target.numpy(), array, casting="same_kind")
             else:
-                target.update_inplace(np.ascontiguousarray(array, dtype=target.numpy().dtype))
+                target.update_inplace(np.asarray(array, dtype=target.numpy().dtype, order="C"))
 
 
 class HostScalars:

@@ -42,7 +42,7 @@ class Device:
 
         On CPU the caller must keep ``array`` alive as long as the OrtValue is bound.
         """
-        return C.from_numpy(np.ascontiguousarray(array), self.ort_device())
+        return C.from_numpy(np.asarray(array, order="C"), self.ort_device())  # not ascontiguousarray: () stays ()
 
     def empty(self, shape: tuple[int, ...], dtype: Any) -> tuple[C.OrtValue, np.ndarray | None]:
         """A new device buffer; on CPU also the numpy array that backs it."""
