@@ -9,6 +9,7 @@ import numpy as np
 from streamfit._arrow import as_labels
 from streamfit._engine.prepare.model import load_model
 from streamfit.estimators._base import OnnxEstimator
+from streamfit.estimators._docstrings import shared_parameters
 from streamfit.estimators._cache import ATTRIBUTE as CACHE, caches
 from streamfit.exceptions import BadInputError
 
@@ -23,6 +24,9 @@ except ImportError:  # pragma: no cover
 __all__ = ["OnnxClassifier"]
 
 
+@shared_parameters(output_default="the first float output", sklearn="SGDClassifier",
+                   loss='``"auto"`` (the rule above), or a loss name (``"log_loss"``, ``"softmax_cross_entropy"``,\n'
+                        '``"hinge"``, ...) or a :class:`~streamfit.losses.Loss`.')
 class OnnxClassifier(_Mixin, OnnxEstimator):
     """Trains an ONNX model whose output is class scores (logits) or probabilities, with scikit-learn's API.
 
@@ -39,50 +43,7 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     Parameters
     ----------
-    model
-        The ONNX model: a path, bytes or an ``onnx.ModelProto`` (as for :class:`~streamfit.Trainer`).
-    weights
-        Names of the initializers to train; default: every float parameter.
-    freeze
-        Names of initializers kept out of the trained set (frozen at their initial values).
-    inputs
-        Model input names mapped to Arrow columns (a column name, a list of them, or an encoder of
-        :mod:`streamfit.features`); ``X`` may then be an Arrow Table/RecordBatch or a dict of columns.
-    input_name
-        The model input an ndarray ``X`` feeds (default: the first).
-    output_name
-        The output to train through (default: the first float output).
-    loss
-        ``"auto"`` (the rule above), or a loss name (``"log_loss"``, ``"softmax_cross_entropy"``,
-        ``"hinge"``, ...) or a :class:`~streamfit.losses.Loss`.
-    optimizer
-        An optimizer name (``"sgd"``, ``"adam"``, ``"momentum"``, ``"nesterov"``, ``"adagrad"``, ``"adamw"``,
-        ``"ftrl"``, ...) or a :class:`~streamfit.optim.Optimizer` instance.
-    learning_rate
-        A schedule name (``"constant"``, ``"invscaling"``, ``"optimal"``, ``"adaptive"``), a float (a
-        constant rate) or a :class:`~streamfit.schedules.Schedule`.
-    eta0
-        The starting rate of ``"constant"``, ``"invscaling"`` and ``"adaptive"``; ``"auto"``: the optimizer's
-        own starting rate (:meth:`~streamfit.optim.Optimizer.auto_eta0`).
-    power_t
-        The exponent of ``"invscaling"`` (``eta0 / t ** power_t``).
-    alpha, l1_ratio, penalty
-        The penalty's strength, its L1 share for ``"elasticnet"`` and its kind (``"l2"``, ``"l1"``,
-        ``"elasticnet"``, None or a :class:`~streamfit.penalties.Penalty`), as in ``SGDClassifier``; ``alpha`` also
-        sets ``"optimal"``'s rate.
-    momentum
-        The momentum of ``optimizer="momentum"`` and ``"nesterov"`` (ignored by the others).
-    batch_size
-        Rows per training step (``partial_fit`` and ``fit`` go through ``X`` in minibatches of this size).
-    max_iter
-        Epochs of :meth:`fit`.
-    shuffle, random_state
-        Shuffle the rows between the epochs of :meth:`fit`, seeded by ``random_state`` (an int also seeds
-        the Dropout masks).
-    warm_start
-        Whether :meth:`fit` continues from the current weights instead of the model's initial ones.
-    device, step, on_nonfinite, threads, freeze_batchnorm
-        As for :class:`~streamfit.Trainer`.
+    {onnx estimator parameters}
 
     Attributes
     ----------

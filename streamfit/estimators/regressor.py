@@ -8,6 +8,7 @@ import numpy as np
 
 from streamfit._arrow import as_labels
 from streamfit.estimators._base import OnnxEstimator
+from streamfit.estimators._docstrings import shared_parameters
 
 try:
     from sklearn.base import RegressorMixin as _Mixin
@@ -25,6 +26,9 @@ except ImportError:  # pragma: no cover
 __all__ = ["OnnxRegressor"]
 
 
+@shared_parameters(output_default="the model's first", sklearn="SGDRegressor",
+                   loss='A loss name (``"squared_error"``, ``"huber"``, ``"absolute_error"``, ...) or a\n'
+                        ':class:`~streamfit.losses.Loss`.')
 class OnnxRegressor(_Mixin, OnnxEstimator):
     """Trains the weights of an ONNX regression model online, with scikit-learn's estimator API.
 
@@ -40,50 +44,7 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
 
     Parameters
     ----------
-    model
-        The ONNX model: a path, bytes or an ``onnx.ModelProto`` (as for :class:`~streamfit.Trainer`).
-    weights
-        Names of the initializers to train; default: every float parameter.
-    freeze
-        Names of initializers kept out of the trained set (frozen at their initial values).
-    inputs
-        Model input names mapped to Arrow columns (a column name, a list of them, or an encoder of
-        :mod:`streamfit.features`); ``X`` may then be an Arrow Table/RecordBatch or a dict of columns.
-    input_name
-        The model input an ndarray ``X`` feeds (default: the first).
-    output_name
-        The output to train through (default: the model's first).
-    loss
-        A loss name (``"squared_error"``, ``"huber"``, ``"absolute_error"``, ...) or a
-        :class:`~streamfit.losses.Loss`.
-    optimizer
-        An optimizer name (``"sgd"``, ``"adam"``, ``"momentum"``, ``"nesterov"``, ``"adagrad"``, ``"adamw"``,
-        ``"ftrl"``, ...) or a :class:`~streamfit.optim.Optimizer` instance.
-    learning_rate
-        A schedule name (``"constant"``, ``"invscaling"``, ``"optimal"``, ``"adaptive"``), a float (a
-        constant rate) or a :class:`~streamfit.schedules.Schedule`.
-    eta0
-        The starting rate of ``"constant"``, ``"invscaling"`` and ``"adaptive"``; ``"auto"``: the optimizer's
-        own starting rate (:meth:`~streamfit.optim.Optimizer.auto_eta0`).
-    power_t
-        The exponent of ``"invscaling"`` (``eta0 / t ** power_t``).
-    alpha, l1_ratio, penalty
-        The penalty's strength, its L1 share for ``"elasticnet"`` and its kind (``"l2"``, ``"l1"``,
-        ``"elasticnet"``, None or a :class:`~streamfit.penalties.Penalty`), as in ``SGDRegressor``; ``alpha`` also
-        sets ``"optimal"``'s rate.
-    momentum
-        The momentum of ``optimizer="momentum"`` and ``"nesterov"`` (ignored by the others).
-    batch_size
-        Rows per training step (``partial_fit`` and ``fit`` go through ``X`` in minibatches of this size).
-    max_iter
-        Epochs of :meth:`fit`.
-    shuffle, random_state
-        Shuffle the rows between the epochs of :meth:`fit`, seeded by ``random_state`` (an int also seeds
-        the Dropout masks).
-    warm_start
-        Whether :meth:`fit` continues from the current weights instead of the model's initial ones.
-    device, step, on_nonfinite, threads, freeze_batchnorm
-        As for :class:`~streamfit.Trainer`.
+    {onnx estimator parameters}
 
     Attributes
     ----------
