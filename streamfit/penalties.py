@@ -28,6 +28,15 @@ class Penalty(Parameters):
     L1 part, the fused step applies the L2 part itself as a decay ``w * (1 - lr * l2)`` folded into the
     update (see :meth:`folds_into_decay`).
 
+    Parameters
+    ----------
+    alpha
+        The penalty's strength (scikit-learn SGD's ``alpha``), >= 0.
+    l1_ratio
+        The L1 share of it, in [0, 1]: 0 is L2 (ridge), 1 is L1 (lasso), between is the elastic net.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> p = Penalty(alpha=0.1, l1_ratio=0.0)
     >>> p.numpy_gradient(np.array([2.0]), np.array([0.0]))
@@ -80,6 +89,17 @@ class Penalty(Parameters):
 def get_penalty(penalty: "str | Penalty | None", alpha: float = 1e-4, l1_ratio: float = 0.15) -> Penalty | None:
     """scikit-learn's ``penalty`` argument: ``None``, ``"l2"``, ``"l1"`` or ``"elasticnet"`` (uses ``l1_ratio``).
 
+    Parameters
+    ----------
+    penalty
+        ``None``, a :class:`Penalty` (returned as is), ``"l2"``, ``"l1"`` or ``"elasticnet"``.
+    alpha
+        The penalty's strength; 0 gives no penalty (None).
+    l1_ratio
+        The L1 share of ``"elasticnet"`` (the other names fix it at 0 or 1).
+
+    Examples
+    --------
     >>> get_penalty("l1", alpha=0.01)
     Penalty(alpha=0.01, l1_ratio=1.0)
     """

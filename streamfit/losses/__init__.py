@@ -34,6 +34,16 @@ _ALIASES = {"mse": "squared_error", "l2": "squared_error", "mae": "absolute_erro
 def get_loss(loss: "str | Loss", **params: Any) -> Loss:
     """A loss object from an instance or a name (``"squared_error"``, ``"huber"``, ...).
 
+    Parameters
+    ----------
+    loss
+        A :class:`Loss` (returned as is) or a loss name: ``"squared_error"``, ``"huber"``, ``"log_loss"``, ...,
+        scikit-learn's aliases, and ``"perceptron"`` (the hinge at threshold 0).
+    **params
+        The loss's own arguments (``delta``, ``epsilon``, ``threshold``, ...), for a name only.
+
+    Examples
+    --------
     >>> get_loss("huber", delta=2.0)
     Huber(delta=2.0)
     >>> get_loss("perceptron")

@@ -13,6 +13,13 @@ __all__ = ["ElasticError"]
 class ElasticError(Loss):
     """``l1 * |y - t| + l2 * (y - t)**2``; dL/dY = l1 * sign(r) + 2 * l2 * r.
 
+    Parameters
+    ----------
+    l1, l2
+        The weights of the absolute error and of the squared error in the blend (both >= 0).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> ElasticError(l1=1.0, l2=0.5).numpy(np.array([[3.0]]), np.array([[1.0]]))[0]
     4.0

@@ -13,6 +13,14 @@ __all__ = ["EpsilonInsensitive"]
 class EpsilonInsensitive(Loss):
     """``max(0, |r| - epsilon)``; dL/dY = sign(r) outside the tube ``|r| > epsilon``, 0 inside.
 
+    Parameters
+    ----------
+    epsilon
+        Half the width of the tube around the target inside which a prediction costs nothing (as
+        scikit-learn's ``epsilon``).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> EpsilonInsensitive(epsilon=0.5).numpy(np.array([[3.0], [1.2]]), np.array([[1.0], [1.0]]))
     (0.75, array([[0.5],

@@ -21,6 +21,13 @@ class Hinge(Loss):
     ``threshold=1`` is the SVM's hinge, ``threshold=0`` the perceptron's loss.  On several score columns
     each column is a one-vs-rest problem (labels one-hot 0/1) and the row's loss is their sum.
 
+    Parameters
+    ----------
+    threshold
+        The margin a score must pass to cost nothing: 1 for the SVM's hinge, 0 for the perceptron's loss.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> Hinge().numpy(np.array([[0.25], [2.0]]), np.array([[1.0], [0.0]]))
     (1.875, array([[-0.5],

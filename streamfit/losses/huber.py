@@ -13,6 +13,14 @@ __all__ = ["Huber"]
 class Huber(Loss):
     """``0.5 r**2`` for ``|r| <= delta``, else ``delta * (|r| - delta / 2)``; dL/dY = clip(r, -delta, delta).
 
+    Parameters
+    ----------
+    delta
+        Where the loss turns from squared to linear, in the target's units (residuals beyond it count
+        linearly: outliers pull less); scikit-learn's ``epsilon`` of ``loss="huber"``.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> Huber(delta=1.0).numpy(np.array([[3.0]]), np.array([[0.0]]))[0]
     2.5

@@ -17,6 +17,14 @@ class ProbabilityLogLoss(Loss):
     converted by skl2onnx): back through their Softmax this is exactly softmax cross-entropy's
     ``p - onehot(t)``.  Labels are int64 class indices.
 
+    Parameters
+    ----------
+    eps
+        The smallest probability taken for the label's class (keeps ``log`` and its gradient finite when a
+        model says 0).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> loss, grad = ProbabilityLogLoss().numpy(np.array([[0.25, 0.75]]), np.array([1]))
     >>> round(loss, 6), grad.round(4).tolist()

@@ -13,6 +13,13 @@ __all__ = ["SquaredEpsilonInsensitive"]
 class SquaredEpsilonInsensitive(Loss):
     """``max(0, |r| - epsilon)**2``; dL/dY = 2 sign(r) max(0, |r| - epsilon).
 
+    Parameters
+    ----------
+    epsilon
+        Half the width of the tube around the target inside which a prediction costs nothing.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> SquaredEpsilonInsensitive(epsilon=0.5).numpy(np.array([[3.0]]), np.array([[1.0]]))
     (2.25, array([[3.]]))

@@ -14,6 +14,13 @@ __all__ = ["SquaredHinge"]
 class SquaredHinge(Loss):
     """``max(0, threshold - y z)**2``; dL/dz = -2 y max(0, threshold - y z) (smooth, unlike the hinge).
 
+    Parameters
+    ----------
+    threshold
+        The margin a score must pass to cost nothing (1: LinearSVC's squared hinge).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> SquaredHinge().numpy(np.array([[0.5]]), np.array([[1.0]]))
     (0.25, array([[-1.]]))

@@ -22,6 +22,16 @@ _BY_NAME: dict[str, type[Optimizer]] = {cls.name: cls for cls in (SGD, Momentum,
 def get_optimizer(optimizer: "str | Optimizer", **params: Any) -> Optimizer:
     """An optimizer from an instance or a name (``"sgd"``, ``"adam"``, ...); ``params`` go to its constructor.
 
+    Parameters
+    ----------
+    optimizer
+        An :class:`Optimizer` (returned as is) or an optimizer name (``"sgd"``, ``"adam"``, ``"momentum"``,
+        ``"nesterov"``, ``"adagrad"``, ``"rowwise_adagrad"``, ``"adamw"``, ``"ftrl"``).
+    **params
+        The optimizer's own arguments (``momentum``, ``beta1``, ...), for a name only.
+
+    Examples
+    --------
     >>> get_optimizer("nesterov", momentum=0.5)
     Nesterov(momentum=0.5)
     """

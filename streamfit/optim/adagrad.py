@@ -15,6 +15,15 @@ __all__ = ["AdaGrad"]
 class AdaGrad(Optimizer):
     """``s <- s + g**2; w <- w - lr * g / (sqrt(s) + eps)`` (PyTorch's Adagrad without lr decay).
 
+    Parameters
+    ----------
+    eps
+        Added to ``sqrt(s)`` so a coordinate with no gradient yet does not divide by zero.
+    initial_accumulator_value
+        The starting value of every accumulator ``s`` (>= 0; a larger one makes the first steps smaller).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = AdaGrad()
     >>> opt.numpy_update(np.array([1.0]), np.array([2.0]), opt.init_state(np.zeros(1)), {"lr": 0.1})[0]

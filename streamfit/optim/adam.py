@@ -19,6 +19,16 @@ class Adam(Optimizer):
     The bias corrections are folded into two scalars fed each step (``step_size = lr / (1 - b1**t)``
     and ``inv_sqrt_bc2 = 1 / sqrt(1 - b2**t)``), so the graph has no power or step counter.
 
+    Parameters
+    ----------
+    beta1, beta2
+        Decay rates of the moving averages of the gradient and of its square, in [0, 1] (PyTorch's
+        ``betas``).
+    eps
+        Added to ``sqrt(v_hat)`` so a coordinate with no gradient yet does not divide by zero.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = Adam()
     >>> s = dict(zip(opt.scalar_names, opt.scalars(0.1, 0)))

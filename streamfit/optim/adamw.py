@@ -16,6 +16,15 @@ __all__ = ["AdamW"]
 class AdamW(Adam):
     """``w <- w * (1 - lr * weight_decay)``, then the Adam step; the decay never enters m and v.
 
+    Parameters
+    ----------
+    beta1, beta2, eps
+        As for :class:`Adam`.
+    weight_decay
+        The decoupled decay per unit of learning rate (``w *= 1 - lr * weight_decay`` each step), >= 0.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = AdamW(weight_decay=0.5)
     >>> s = dict(zip(opt.scalar_names, opt.scalars(0.1, 0)))

@@ -33,6 +33,18 @@ class FTRL(Optimizer):
     1024 then moves ~1/1024 of its per-row step (measured: +8 % progressive log loss against VW on the
     click stream at batch 1024, against -0.1 % summed; ``bench/sparse.py``).
 
+    Parameters
+    ----------
+    beta
+        Added to ``sqrt(n)`` in each coordinate's rate (smooths the first steps of a rare feature), >= 0.
+    l1, l2
+        The L1 strength (exact zeros for coordinates whose ``|z|`` stays under it) and the L2 strength, >= 0.
+    summed
+        Whether ``g`` is the gradient of the batch's summed loss (default: the parameters mean what they
+        mean at batch 1, see above) or of its mean loss.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = FTRL(beta=1.0, l1=0.5)
     >>> w, st = opt.numpy_update(np.zeros(2), np.array([0.2, 3.0]), opt.init_state(np.zeros(2)), {"lr": 0.1})

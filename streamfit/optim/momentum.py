@@ -15,6 +15,13 @@ __all__ = ["Momentum"]
 class Momentum(Optimizer):
     """``v <- momentum * v - lr * g; w <- w + v``.
 
+    Parameters
+    ----------
+    momentum
+        The share of the previous velocity kept at each step, in [0, 1] (0: plain SGD).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = Momentum(momentum=0.9)
     >>> w, st = opt.numpy_update(np.array([1.0]), np.array([1.0]), opt.init_state(np.zeros(1)), {"lr": 0.1})

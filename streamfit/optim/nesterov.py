@@ -15,6 +15,13 @@ __all__ = ["Nesterov"]
 class Nesterov(Optimizer):
     """``v <- momentum * v - lr * g; w <- w + momentum * v - lr * g``.
 
+    Parameters
+    ----------
+    momentum
+        The share of the previous velocity kept at each step, in [0, 1]; the step looks ahead along it.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = Nesterov(momentum=0.5)
     >>> opt.numpy_update(np.array([1.0]), np.array([1.0]), opt.init_state(np.zeros(1)), {"lr": 0.1})[0]

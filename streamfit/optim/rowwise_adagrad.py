@@ -19,6 +19,14 @@ class RowWiseAdaGrad(AdaGrad):
     The state of a weight of shape ``(rows, ...)`` has shape ``(rows, 1, ...)``; a 1-D weight has one
     accumulator per element (plain AdaGrad).
 
+    Parameters
+    ----------
+    eps, initial_accumulator_value
+        As for :class:`AdaGrad` (one accumulator per row instead of per element: a table's state is a
+        column, not a copy of the table).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> opt = RowWiseAdaGrad()
     >>> w, st = opt.numpy_update(np.ones((1, 2)), np.array([[3.0, 4.0]]), opt.init_state(np.ones((1, 2))), {"lr": 0.1})

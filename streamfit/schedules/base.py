@@ -161,6 +161,15 @@ def as_schedule(value: Schedule | float | str, **kwargs: Any) -> Schedule:
     ``"adaptive"``) and the other schedules' names; keyword arguments are the schedule's own
     (``eta0``, ``power_t``, ``alpha``, ...).  Arguments a schedule does not take are an error.
 
+    Parameters
+    ----------
+    value
+        A :class:`Schedule` (returned as is), a float (a constant rate) or a schedule name.
+    **kwargs
+        The named schedule's own arguments (``eta0``, ``power_t``, ``alpha``, ...).
+
+    Examples
+    --------
     >>> as_schedule(0.05)
     Constant(eta0=0.05)
     >>> as_schedule("invscaling", eta0=0.1, power_t=0.5)
@@ -192,6 +201,14 @@ def as_schedule(value: Schedule | float | str, **kwargs: Any) -> Schedule:
 def schedule_from_state_dict(state: Mapping[str, Any]) -> Schedule:
     """Rebuild any schedule from its :meth:`Schedule.state_dict` (chosen by ``"name"``; no eval, no pickle).
 
+    Parameters
+    ----------
+    state
+        What :meth:`Schedule.state_dict` returned (its ``"name"`` picks the class, the rest its parameters and
+        step count).
+
+    Examples
+    --------
     >>> from streamfit.schedules import CosineDecay
     >>> s = CosineDecay(eta0=1.0, decay_steps=4)
     >>> s.step(); s.step()
