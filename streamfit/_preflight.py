@@ -24,7 +24,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 __all__ = ["PreflightResult", "check_model", "cache_dir"]
 
@@ -65,23 +65,27 @@ def cache_dir() -> Path:
     return Path(base) / "streamfit" / "preflight"
 
 
-def _key(model_bytes: bytes, loss: str, optimizer: str) -> str:
+def _key(model_bytes: bytes, loss: str, optimizer: str, weights: Sequence[str] | None = None,
+         freeze: Sequence[str] = ()) -> str:
     import onnxruntime
 
     import streamfit
 
     h = hashlib.sha256(model_bytes)
-    h.update(json.dumps([loss, optimizer, streamfit.__version__, onnxruntime.__version__]).encode())
+    chosen = [] if weights is None and not freeze else [None if weights is None else list(weights), list(freeze)]
+    h.update(json.dumps([loss, optimizer, streamfit.__version__, onnxruntime.__version__, *chosen]).encode())
     return h.hexdigest()
 
 
 def check_model(model: "str | os.PathLike[str]", *, loss: str = "squared_error", optimizer: str = "sgd",
-                use_cache: bool = True, timeout: float = TIMEOUT) -> PreflightResult:
-    """Run the preflight of the ONNX file ``model`` (with its external data beside it) in a subprocess."""
+                use_cache: bool = True, timeout: float = TIMEOUT, weights: Sequence[str] | None = None,
+                freeze: Sequence[str] = ()) -> PreflightResult:
+    """Run the preflight of the ONNX file ``model`` (with its external data beside it) in a subprocess;
+    ``weights``/``freeze`` choose what trains, as the Trainer's."""
     path = Path(model)
     model_bytes = path.read_bytes()
     sha = hashlib.sha256(model_bytes).hexdigest()
-    key = _key(model_bytes, loss, optimizer)
+    key = _key(model_bytes, loss, optimizer, weights, freeze)
     cached = cache_dir() / f"{key}.json"
     if use_cache and cached.is_file():
         try:
@@ -89,7 +93,8 @@ def check_model(model: "str | os.PathLike[str]", *, loss: str = "squared_error",
             return PreflightResult(**{**data, "notes": tuple(data.get("notes", ())), "cached": True})
         except (ValueError, TypeError):
             pass  # a damaged cache entry: check again
-    spec = {"model": str(path.resolve()), "loss": loss, "optimizer": optimizer}
+    spec = {"model": str(path.resolve()), "loss": loss, "optimizer": optimizer,
+            "weights": None if weights is None else list(weights), "freeze": list(freeze)}
     status, lines, stderr = _child(["run", json.dumps(spec)], timeout)
     result = _result(sha, status, lines, stderr)
     if result.signal and result.stage:
@@ -265,6 +270,11 @@ def _kinds(spec: dict[str, Any]) -> tuple[set[str], str | None]:
     return {"fused", "forward_backward"}, None
 
 
+def _chosen(spec: dict[str, Any]) -> dict[str, Any]:
+    """The Trainer's ``weights``/``freeze`` of a spec (an older spec has neither)."""
+    return {"weights": spec.get("weights"), "freeze": tuple(spec.get("freeze") or ())}
+
+
 def _make(spec: dict[str, Any], kind: Any) -> Any:
     from streamfit._engine.trainer import Trainer
 
@@ -272,10 +282,11 @@ def _make(spec: dict[str, Any], kind: Any) -> Any:
         return Trainer(spec["model"], step=kind, learning_rate=1e-3)
     loss = spec["loss"]
     if loss == "auto":  # as OnnxClassifier: one output column is binary
-        probe = Trainer(spec["model"])
+        probe = Trainer(spec["model"], **_chosen(spec))
         width = probe.predict(_synthetic_x(probe.prepared, 1)).reshape(1, -1).shape[1]
         loss = "log_loss" if width == 1 else "softmax_cross_entropy"
-    return Trainer(spec["model"], loss=loss, optimizer=spec["optimizer"], step=kind, learning_rate=1e-3)
+    return Trainer(spec["model"], loss=loss, optimizer=spec["optimizer"], step=kind, learning_rate=1e-3,
+                   **_chosen(spec))
 
 
 def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]:
@@ -290,7 +301,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
 
     kind, rows = _parse_stage(stage)
     if rows is None:
-        pm = prepare_model(spec["model"])
+        pm = prepare_model(spec["model"], **_chosen(spec))
         x1 = _synthetic_x(pm, 1)
         return pm.standalone_model(), x1 if isinstance(x1, dict) else {pm.input_name: x1}
     trainer = _make(spec, "fused")
@@ -337,7 +348,7 @@ def _run_child(spec: dict[str, Any]) -> None:
     stage = "preparing the model"
     _emit(event="start", stage=stage)
     try:
-        _emit(event="notes", notes=prepare_model(spec["model"]).notes)
+        _emit(event="notes", notes=prepare_model(spec["model"], **_chosen(spec)).notes)
         trainers = {}
         first: dict[str, dict[str, Any]] = {}  # each strategy's update from the initial weights (first stage)
         kinds, skipped = _kinds(spec)

@@ -129,6 +129,9 @@ def _add_check(sub: Any, optimizers: list[str]) -> None:
     check.add_argument("--loss", help="default: squared_error, or by output width for classification")
     check.add_argument("--optimizer", default="sgd", choices=optimizers)
     check.add_argument("--no-cache", action="store_true", help="check again even if the result is cached")
+    check.add_argument("--weights", help="comma-separated initializers to train (default: every float weight but "
+                                         "the constants of the rule)")
+    check.add_argument("--freeze", help="comma-separated initializers to keep out of training, as train --freeze")
 
 
 def _add_compile(sub: Any, optimizers: list[str]) -> None:
@@ -194,26 +197,34 @@ def _config(ns: argparse.Namespace) -> Any:
     return cfg
 
 
-def _preflight(model: str, task: str, loss: str | None, optimizer: str, use_cache: bool = True) -> Any:
+def _preflight(model: str, task: str, loss: str | None, optimizer: str, use_cache: bool = True,
+               weights: Sequence[str] | None = None, freeze: Sequence[str] = ()) -> Any:
     from streamfit._preflight import check_model
 
     if not Path(model).is_file():
         raise ValueError(f"model file {model!r} not found")
     loss = loss or ("auto" if task == "classification" else "squared_error")
-    return check_model(model, loss=loss, optimizer=optimizer, use_cache=use_cache)
+    return check_model(model, loss=loss, optimizer=optimizer, use_cache=use_cache, weights=weights, freeze=freeze)
 
 
 def _check(ns: argparse.Namespace) -> int:
-    result = _preflight(ns.model, ns.task, ns.loss, ns.optimizer, use_cache=not ns.no_cache)
+    weights, freeze = _names(ns.weights), _names(ns.freeze) or ()
+    result = _preflight(ns.model, ns.task, ns.loss, ns.optimizer, use_cache=not ns.no_cache, weights=weights,
+                        freeze=freeze)
     print(result.message() + (" (cached)" if result.cached else ""))
     for note in result.notes:
         print(f"  {note}")
-    for line in _weight_report(ns.model):
+    for line in _weight_report(ns.model, weights, freeze):
         print(f"  {line}")
     return 0 if result.ok else 2  # a refused model is bad input, as train/serve report it (ModelError)
 
 
-def _weight_report(model: str) -> list[str]:
+def _names(text: str | None) -> list[str] | None:
+    """``--weights a,b`` -> ["a", "b"]; None when not given."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+def _weight_report(model: str, weights: Sequence[str] | None = None, freeze: Sequence[str] = ()) -> list[str]:
     """Which initializers train, which are constants and why, what the exporter made (none for a model that
     cannot be prepared: the preflight said why)."""
     from streamfit._engine.prepare.constants import weight_report
@@ -221,11 +232,38 @@ def _weight_report(model: str) -> list[str]:
     from streamfit.exceptions import StreamfitError
 
     try:
-        pm = prepare_model(model)
+        pm = prepare_model(model, weights, freeze=freeze)
     except StreamfitError:
         return []
     source = pm.inference if pm.inference is not None else pm.model
     return weight_report(source.graph.initializer, pm.weights, pm.constants)
+
+
+def _checkpoint_weight_report(ckpt: Any) -> list[str]:
+    """``_weight_report`` of a checkpoint's model: from the stamp ``to_onnx()`` wrote, else (a checkpoint written
+    before the stamp) the trainer's saved weights, the others constants by the rule or left out by the run."""
+    import onnx
+
+    from streamfit._engine.prepare.constants import constant_reason, trained_set_of, weight_report
+
+    try:
+        model = onnx.load_from_string(ckpt.model_bytes)
+    except Exception:  # a model onnx cannot parse: the rest of inspect still says what it can
+        return []
+    stamp = trained_set_of(model)
+    if stamp is not None:
+        return weight_report(model.graph.initializer, stamp.weights, stamp.constants)
+    trainer = (ckpt.meta.get("estimator") or {}).get("state", {}).get("trainer", {})
+    weights = [w for w in trainer.get("weights", {}) if isinstance(w, str)]
+    if not weights:
+        return []
+    uses: dict[str, list[tuple[str, int]]] = {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node.op_type, i))
+    reasons = {i.name: constant_reason(i, uses.get(i.name, ())) or "not trained by this run (weights=, freeze=, "
+               "or it does not reach the output)" for i in model.graph.initializer if i.name not in weights}
+    return weight_report(model.graph.initializer, weights, reasons)
 
 
 def _compile(ns: argparse.Namespace) -> int:
@@ -303,7 +341,8 @@ def _runner(cfg: Any, serve: bool) -> Any:
     if cfg.check and cfg.model is not None and cfg.estimator.startswith("Onnx"):  # a crashing model never starts
         from streamfit.exceptions import ModelError
 
-        result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer)
+        freeze = cfg.estimator_options.value("freeze", cfg.task) or ()  # --freeze: the steps the run will take
+        result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer, freeze=freeze)
         if not result.ok:
             raise ModelError(result.message())
         log = logging.getLogger("streamfit.daemon")
@@ -499,6 +538,8 @@ def _inspect(ns: argparse.Namespace) -> int:
         print(f"  poison rows quarantined ({len(rows)}): {shown}{' ...' if len(rows) > 10 else ''}")
     if meta.get("rollbacks"):
         print(f"  divergence rollbacks so far: {meta['rollbacks']}")
+    for line in _checkpoint_weight_report(ckpt):
+        print(f"  {line}")
     arrays = sorted(ckpt.arrays)
     print(f"  {len(arrays)} arrays: {', '.join(arrays[:8])}{' ...' if len(arrays) > 8 else ''}")
     if ckpt.manifest.get("format_version") == 1:

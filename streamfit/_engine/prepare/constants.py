@@ -16,14 +16,19 @@ weight (GPT-2's input and output embeddings), trained separately.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import ModelProto, StringStringEntryProto, TensorProto, numpy_helper
 
-__all__ = ["RULE", "constant_reason", "exporter_made", "describe_weights", "WeightNote"]
+__all__ = ["RULE", "constant_reason", "exporter_made", "describe_weights", "WeightNote", "WEIGHTS_KEY",
+           "TrainedSet", "stamp_trained_set", "trained_set_of"]
+
+#: the ``metadata_props`` key of an exported model (``to_onnx()``, checkpoints) saying what trained
+WEIGHTS_KEY = "streamfit.weights"
 
 RULE = ("a float initializer is a constant (frozen) when it is a scalar (rank 0) or has one element and is read "
         "only as a Where's fill value; weights= trains exactly the names given, freeze= keeps more out")
@@ -59,8 +64,15 @@ class WeightNote:
     trained: bool
     why: str
 
+    @property
+    def frozen(self) -> bool:
+        """Kept out by the user (``freeze=``), not by the rule."""
+        return not self.trained and self.why == "freeze="
+
     def line(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
+        if self.frozen:
+            return f"frozen   {self.name} [{shape}]: kept out by freeze="
         return f"{'trained ' if self.trained else 'constant'} {self.name} [{shape}]: {self.why}"
 
 
@@ -105,8 +117,44 @@ def weight_report(initializers: Sequence[TensorProto], weights: Sequence[str], r
     exporter made (and what it is)."""
     notes = describe_weights(initializers, weights, reasons)
     made = [n for n in notes if n.trained and n.why != "a parameter"]
-    constants = [n for n in notes if not n.trained]
+    frozen = [n for n in notes if n.frozen]
+    constants = [n for n in notes if not n.trained and not n.frozen]
+    by_user = f", {len(frozen)} frozen by freeze=" if frozen else ""
     lines = [f"weights: {len(weights)} initializers train ({len(made)} made by the exporter), "
-             f"{len(constants)} constants; the rule: {RULE}"]
-    lines += [f"  {n.line()}" for n in constants + made]
+             f"{len(constants)} constants{by_user}; the rule: {RULE}"]
+    lines += [f"  {n.line()}" for n in frozen + constants + made]
     return lines
+
+
+@dataclass(frozen=True)
+class TrainedSet:
+    """Which initializers a run trained and which it kept constant, and why: what ``to_onnx()`` stamps into the
+    model it exports (``metadata_props[WEIGHTS_KEY]``), so ``streamfit inspect`` of a checkpoint can say it."""
+
+    weights: tuple[str, ...]
+    constants: dict[str, str]
+
+    def to_json(self) -> str:
+        return json.dumps({"weights": list(self.weights), "constants": self.constants, "rule": RULE})
+
+
+def stamp_trained_set(model: ModelProto, weights: Sequence[str], constants: dict[str, str]) -> None:
+    """Write ``weights`` and ``constants`` into ``model``'s metadata (replacing an earlier stamp)."""
+    kept = [p for p in model.metadata_props if p.key != WEIGHTS_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    model.metadata_props.append(StringStringEntryProto(key=WEIGHTS_KEY,
+                                                       value=TrainedSet(tuple(weights), dict(constants)).to_json()))
+
+
+def trained_set_of(model: ModelProto) -> TrainedSet | None:
+    """The stamp :func:`stamp_trained_set` wrote (None: a model exported before it, or not by streamfit)."""
+    text = next((p.value for p in model.metadata_props if p.key == WEIGHTS_KEY), None)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        return TrainedSet(tuple(str(w) for w in data["weights"]),
+                          {str(k): str(v) for k, v in dict(data["constants"]).items()})
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -32,7 +32,7 @@ import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from streamfit._engine.common.onnx_helpers import copy_fields, default_opset
-from streamfit._engine.prepare.constants import constant_reason
+from streamfit._engine.prepare.constants import constant_reason, stamp_trained_set
 from streamfit._engine.prepare.embedding_bag import rewrite_embedding_bags
 from streamfit._engine.prepare.large_initializers import attach, load_holding
 from streamfit._engine.prepare.randomness import eval_random_ops, random_nodes, seed_random_ops
@@ -176,7 +176,8 @@ class PreparedModel:
 
     def inference_model(self, values: dict[str, np.ndarray]) -> ModelProto:
         """A copy of the inference model with ``values`` as its initializers (what ``to_onnx`` returns);
-        held weights not in ``values`` get their ``initial`` data."""
+        held weights not in ``values`` get their ``initial`` data.  Stamped with what trained
+        (:func:`~streamfit._engine.prepare.constants.stamp_trained_set`)."""
         source = self.inference if self.inference is not None else self.model
         out = ModelProto()
         copy_fields(source, out, skip="graph")
@@ -186,6 +187,7 @@ class PreparedModel:
                 out.graph.initializer.append(numpy_helper.from_array(np.asarray(values[init.name]), init.name))
             else:
                 out.graph.initializer.append(init)
+        stamp_trained_set(out, self.weights, self.constants)  # what trained, for `streamfit inspect`
         return attach(out, self.initial)
 
     def standalone_model(self) -> ModelProto:
