@@ -48,9 +48,14 @@ def public_callables(methods: bool = False) -> Iterator[tuple[str, Any]]:
                         yield f"{module_name}.{name}.{attr}", func
 
 
+def _record(obj: Any) -> bool:
+    """A dataclass or a named tuple: its fields are its parameters."""
+    return dataclasses.is_dataclass(obj) or (inspect.isclass(obj) and issubclass(obj, tuple) and hasattr(obj, "_fields"))
+
+
 def signature_names(obj: Any) -> list[str]:
-    try:
-        signature = inspect.signature(obj)
+    try:  # a dataclass by its __init__ (StreamOptions' __new__ takes **kwargs to name a misspelt option)
+        signature = inspect.signature(obj.__init__ if dataclasses.is_dataclass(obj) else obj)
     except (TypeError, ValueError):  # a builtin's
         return []
     return [p.name for p in signature.parameters.values() if p.name not in ("self", "cls")]
@@ -58,11 +63,12 @@ def signature_names(obj: Any) -> list[str]:
 
 def documented_names(obj: Any) -> set[str] | None:
     """The names the docstring's Parameters (and Other Parameters) sections give, stars stripped; a
-    dataclass's Attributes count too (its fields are its parameters).  None: no such section."""
+    record's Attributes count too (a dataclass's or named tuple's fields are its parameters); names given
+    together (``a, b``) each count.  None: no such section."""
     doc = inspect.getdoc(obj)
     if not doc:
         return None
-    kinds = {"parameters", "other parameters"} | ({"attributes"} if dataclasses.is_dataclass(obj) else set())
+    kinds = {"parameters", "other parameters"} | ({"attributes"} if _record(obj) else set())
     logging.getLogger("griffe").disabled = True  # "no type for parameter x": streamfit's types are the signature's
     try:
         sections = griffe.Docstring(doc, parser="numpy").parse()
@@ -71,7 +77,7 @@ def documented_names(obj: Any) -> set[str] | None:
     found = [s for s in sections if s.kind.value in kinds]
     if not found:
         return None
-    return {item.name.lstrip("*") for section in found for item in section.value}
+    return {name.strip().lstrip("*") for section in found for item in section.value for name in item.name.split(",")}
 
 
 def missing(methods: bool = False) -> dict[str, str]:
@@ -93,13 +99,9 @@ def missing(methods: bool = False) -> dict[str, str]:
 TODO: set[str] = {
     "streamfit.LinearRegressor", "streamfit.FMClassifier", "streamfit.FMRegressor", "streamfit.from_sklearn",
     "streamfit.train_stream", "streamfit.train_stream_sync", "streamfit.StreamSummary", "streamfit.StreamLoop",
-    "streamfit.StreamOptions", "streamfit.BatchEvent", "streamfit.MetricsEvent", "streamfit.IdleEvent",
     "streamfit.Skipped", "streamfit.Span", "streamfit.open_source", "streamfit.DeadLetter",
     "streamfit.open_dead_letter", "streamfit.read_dead_letters", "streamfit.NonFiniteError",
     "streamfit.BadInputError", "streamfit.InputMismatchError", "streamfit.OptionError",
-    "streamfit.sources.SourceBatch", "streamfit.sources.MemorySource", "streamfit.sources.IpcSource",
-    "streamfit.sources.IpcTcpSource", "streamfit.sources.ParquetSource", "streamfit.sources.KafkaSource",
-    "streamfit.sources.ipc_decoder", "streamfit.sources.json_lines_decoder", "streamfit.sources.csv_decoder",
 }
 
 

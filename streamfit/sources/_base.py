@@ -46,6 +46,23 @@ class SourceBatch:
     snapshot for the whole source (all partitions), not just this batch's partition.
     When ``error`` is set, ``batch`` is ``None``: the bytes at that position could not be decoded;
     ``position_at(0)`` is the position after the bad message (it is skipped as a whole).
+
+    Parameters
+    ----------
+    batch
+        The rows read (an Arrow record batch), or None for a message that could not be decoded.
+    position_at
+        ``r`` -> the source's position once the first ``r`` rows of this batch are consumed.
+    error
+        Why the message could not be decoded (then ``batch`` is None), else None.
+    where
+        A readable place for messages and dead letters (``"part-3.parquet row 4096"``).
+    meta
+        What the source knows of the message besides its rows (Kafka: partition, offset, key, timestamp).
+    raw
+        The undecodable message's bytes, for a dead-letter sink, where the source has them.
+    units_fn
+        The messages the batch holds (Kafka concatenates small ones); None: the batch is one message.
     """
 
     batch: pa.RecordBatch | None

@@ -36,6 +36,20 @@ def ipc_decoder(data: bytes) -> pa.RecordBatch:
     The batch is fully validated (buffer sizes, offsets, dictionary indices, UTF-8; microseconds), so
     corrupt bytes raise here (an undecodable message) instead of being read out of bounds later.  A stream
     with a schema and no batch decodes to an empty batch (the column plan counts it as ``empty_batch``).
+
+    Parameters
+    ----------
+    data
+        The message's bytes: an Arrow IPC stream (schema, then record batches).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> sink = pa.BufferOutputStream()
+    >>> with pa.ipc.new_stream(sink, pa.schema([("x", pa.float32())])) as writer:
+    ...     writer.write_batch(pa.record_batch({"x": pa.array([1.0, 2.0], pa.float32())}))
+    >>> ipc_decoder(sink.getvalue().to_pybytes()).to_pydict()
+    {'x': [1.0, 2.0]}
     """
     reader = pa.ipc.open_stream(pa.py_buffer(data))
     batches = list(reader)
@@ -45,7 +59,20 @@ def ipc_decoder(data: bytes) -> pa.RecordBatch:
 
 
 def json_lines_decoder(schema: pa.Schema | None = None) -> Decoder:
-    """Decoder of newline-delimited JSON objects; ``schema`` fixes the types and drops other fields."""
+    """Decoder of newline-delimited JSON objects; ``schema`` fixes the types and drops other fields.
+
+    Parameters
+    ----------
+    schema
+        The columns and their types (fields not in it are dropped); None: inferred per message.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> decode = json_lines_decoder(pa.schema([("x", pa.float64()), ("label", pa.int64())]))
+    >>> decode(b'{"x": 1.5, "label": 1, "user": "a"}\\n{"x": 3, "label": 0}\\n').to_pydict()
+    {'x': [1.5, 3.0], 'label': [1, 0]}
+    """
     parse = pajson.ParseOptions(explicit_schema=schema,
                                 unexpected_field_behavior="ignore" if schema is not None else "infer")
 
@@ -56,7 +83,24 @@ def json_lines_decoder(schema: pa.Schema | None = None) -> Decoder:
 
 
 def csv_decoder(schema: pa.Schema | None = None, *, header: bool = True, delimiter: str = ",") -> Decoder:
-    """Decoder of CSV text; ``header=False`` takes column names from ``schema`` (required then)."""
+    """Decoder of CSV text; ``header=False`` takes column names from ``schema`` (required then).
+
+    Parameters
+    ----------
+    schema
+        The columns and their types (columns not in it are dropped); None: inferred per message.
+    header
+        Whether each message starts with a row of column names; False takes them from ``schema``.
+    delimiter
+        The field separator.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> decode = csv_decoder(pa.schema([("x", pa.float64()), ("label", pa.int64())]), header=False)
+    >>> decode(b"1.5,1\\n3,0\\n").to_pydict()
+    {'x': [1.5, 3.0], 'label': [1, 0]}
+    """
     if not header and schema is None:
         raise ValueError("csv_decoder(header=False) needs a schema for the column names")
     read = pacsv.ReadOptions(column_names=None if header else schema.names)  # type: ignore[union-attr]

@@ -36,6 +36,11 @@ class IpcSource(Source):
     :class:`~streamfit.exceptions.SourceError` (a broken file cannot be skipped over).  Files are read
     in a worker thread, a pipe on stdin by waiting for it to be readable, so cancelling ``__anext__``
     never loses data: a file read finishes first, a pipe keeps what was received.
+
+    Parameters
+    ----------
+    source
+        A path of an IPC stream or file, ``"-"`` for stdin, or a binary file object opened for reading.
     """
 
     def __init__(self, source: str | os.PathLike[str] | BinaryIO) -> None:
@@ -195,6 +200,13 @@ class IpcTcpSource(Source):
 
     Call ``await source.listen()`` (or enter ``async with``) to bind before producers connect; ``port``
     is then the bound port (useful with ``port=0``).
+
+    Parameters
+    ----------
+    host, port
+        The address to listen on; ``port=0`` takes a free port (read it from ``port`` after :meth:`listen`).
+    max_connections
+        End the stream after this many producers' streams; None (default): serve connections until closed.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, max_connections: int | None = None) -> None:

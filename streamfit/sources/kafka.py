@@ -129,6 +129,35 @@ class KafkaSource(Source):
     seconds (and half of ``max.poll.interval.ms``), for the caller to train the rows returned of the revoked
     partitions, checkpoint and commit them (the commits are served meanwhile), so that the next owner starts
     after them.
+
+    Parameters
+    ----------
+    bootstrap_servers
+        The brokers, ``"host:port[,host:port...]"``.
+    topic
+        The topic to read.
+    group
+        The consumer group: its committed offsets are where partitions start, and where :meth:`commit` writes.
+    decoder
+        How a message value becomes rows: ``"ipc"`` (default, Arrow IPC), ``"jsonl"``, ``"csv"``, or a callable
+        bytes -> RecordBatch (:func:`json_lines_decoder`, :func:`csv_decoder` with a schema).
+    config
+        More librdkafka settings (``session.timeout.ms``, ``fetch.wait.max.ms``, ``security.protocol``...).
+    max_messages
+        The most messages one ``consume`` call returns.
+    poll_timeout
+        Seconds a ``consume`` call waits for ``max_messages`` messages before returning fewer.
+    coalesce_rows
+        Consecutive small messages of a partition are concatenated up to this many rows.
+    fetch_ahead
+        ``consume`` calls decoded ahead of the caller in a background thread (0: on demand).
+    partitions
+        Read exactly these partitions, assigned by the caller, instead of the group's rebalances.
+    until_eof
+        End the stream once every partition read has reached its end (a finite run over the topic).
+    handover_timeout
+        The most seconds a revoke waits for the caller to train, checkpoint and commit the rows returned of
+        the revoked partitions (with a handover settler attached).
     """
 
     def __init__(self, bootstrap_servers: str, topic: str, *, group: str, decoder: str | Decoder = "ipc",

@@ -23,6 +23,11 @@ class MemorySource(Source):
     included) has its first ``r`` rows consumed.  A ``RecordBatchReader`` is read in a worker thread,
     since it may do blocking I/O.
 
+    Parameters
+    ----------
+    data
+        A RecordBatch, Table or RecordBatchReader, or an iterable of them (a generator is read lazily).
+
     Examples
     --------
     >>> import anyio, pyarrow as pa

@@ -88,6 +88,24 @@ class ParquetSource(Source):
     projected column, yields a :class:`SourceBatch` with ``error`` and is skipped; I/O errors raise
     :class:`~streamfit.exceptions.SourceError`.  ``start_rows`` (``{name: rows}``) skips the first rows of
     those files when they are opened (files some other reader consumed in part).
+
+    Parameters
+    ----------
+    path
+        A Parquet file, a directory of them, or a list of files.
+    columns
+        The columns to read (projected while reading); None: all of them.
+    batch_size
+        The most rows per record batch read (pyarrow's ``batch_size``); files' batches are not merged.
+    follow
+        Poll the directory for new files and never end until closed.
+    poll_interval
+        Seconds between two looks at the directory with ``follow=True``.
+    batch_readahead, use_threads
+        How many batches pyarrow reads ahead in a file, and whether it decodes columns in its own threads
+        (memory is bounded by ``batch_size`` x ``batch_readahead``).
+    start_rows
+        ``{file name: rows}``: rows already consumed of those files, skipped when each is opened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
