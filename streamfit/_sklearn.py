@@ -48,6 +48,18 @@ def from_sklearn(estimator: Any, **params: Any) -> ReadyMade:
     against the sum of the losses), whose size the fitted model does not store: the converted model uses
     the default ``alpha`` unless you pass ``alpha=`` (Ridge's ``alpha / n_samples``, or ``1 / (C * n_samples)``).
 
+    Parameters
+    ----------
+    estimator
+        A fitted scikit-learn estimator of :data:`SUPPORTED` (its weights and classes are taken over; the SGD
+        and passive-aggressive models also keep their loss, penalty and schedule, continued from ``t_``), or
+        a ``Pipeline`` of :data:`SCALERS` steps ending in one.
+    **params
+        Parameters of the streamfit estimator made, overriding the converted ones (``eta0=0.001``,
+        ``batch_size=1``, ``alpha=``...).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from sklearn.linear_model import SGDRegressor
     >>> X = np.random.default_rng(0).standard_normal((200, 3)); y = X @ [1.0, 2.0, 3.0]

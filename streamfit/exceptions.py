@@ -33,7 +33,16 @@ class ModelError(StreamfitError, ValueError):
 
 
 class NonFiniteError(StreamfitError, FloatingPointError):
-    """A training step produced a non-finite loss, gradient or weight; the step was not applied."""
+    """A training step produced a non-finite loss, gradient or weight; the step was not applied.
+
+    Parameters
+    ----------
+    message
+        What was not finite, and where.
+    step, what
+        The step that was refused (counted from 1), and what was not finite (``"loss"``, or ``"gradients or
+        updated weights"``), when known.
+    """
 
     def __init__(self, message: str, *, step: int | None = None, what: str | None = None) -> None:
         super().__init__(message)
@@ -45,6 +54,15 @@ class BadInputError(StreamfitError, ValueError):
     """Input data does not match what the model expects.
 
     ``column``, ``position`` and ``reason`` say where and why, so the caller can find the bad rows.
+
+    Parameters
+    ----------
+    message
+        What was found and what was expected.
+    reason
+        The skip reason it counts under (``"null"``, ``"wrong_type"``, ``"missing_column"``...).
+    column, position
+        The column at fault and the source position of the bad input, when known.
     """
 
     def __init__(
@@ -64,7 +82,17 @@ class BadInputError(StreamfitError, ValueError):
 class InputMismatchError(ModelError, BadInputError):
     """Data given for a model input does not fit what the model declares (name, element type, rank,
     fixed dim); ``column`` holds the input's name.  Both a :class:`ModelError` (the data and the model
-    disagree, whatever the rows) and a :class:`BadInputError` (``reason="input_mismatch"``)."""
+    disagree, whatever the rows) and a :class:`BadInputError` (``reason="input_mismatch"``).
+
+    Parameters
+    ----------
+    message
+        What the data and the model declare.
+    input
+        The model input's name (also in ``column``).
+    reason
+        The skip reason (``"input_mismatch"``).
+    """
 
     def __init__(self, message: str, *, input: str | None = None, reason: str = "input_mismatch") -> None:
         super().__init__(message, reason=reason, column=input)
@@ -78,7 +106,15 @@ class ConfigError(StreamfitError, ValueError):
 class OptionError(ConfigError, TypeError):
     """An option of the stream (:class:`~streamfit.StreamOptions`) is unknown, misspelt or has an invalid value.
 
-    Also a ``TypeError`` (what Python raises for an unexpected keyword argument); ``option`` names it."""
+    Also a ``TypeError`` (what Python raises for an unexpected keyword argument); ``option`` names it.
+
+    Parameters
+    ----------
+    message
+        The option, its value and what was expected.
+    option
+        The option's name, when one is at fault.
+    """
 
     def __init__(self, message: str, *, option: str | None = None) -> None:
         super().__init__(message)

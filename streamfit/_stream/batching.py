@@ -61,7 +61,15 @@ MESSAGE_REASONS = ("undecodable", "empty_batch", "missing_column", "wrong_type",
 class Span(NamedTuple):
     """Rows ``start:stop`` of a source batch that went into a training batch (source row numbers).
 
-    A named tuple: one is made per copy into a training batch, on the hot path."""
+    A named tuple: one is made per copy into a training batch, on the hot path.
+
+    Attributes
+    ----------
+    sb
+        The :class:`~streamfit.sources.SourceBatch` the rows come from.
+    start, stop
+        The rows of it, ``start:stop``.
+    """
 
     sb: SourceBatch
     start: int

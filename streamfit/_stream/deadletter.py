@@ -43,7 +43,23 @@ _AUTOSYNC_RECORDS = 1000
 class DeadLetter:
     """One dead letter: why (``reason``, ``error``), where (``position`` of its first row, ``where``,
     ``column``), how much (``rows``; ``message`` = a whole message) and the data: ``payload`` in
-    ``format`` ``"arrow_ipc"`` (the dropped rows) or ``"raw"`` (the undecodable bytes), or ``None``."""
+    ``format`` ``"arrow_ipc"`` (the dropped rows) or ``"raw"`` (the undecodable bytes), or ``None``.
+
+    Attributes
+    ----------
+    reason, error
+        Why: the skip's reason (``"null"``, ``"undecodable"``, ``"poison"``...) and its message.
+    rows, message
+        How many rows, and whether they are a whole message.
+    position, where, column
+        The source position of its first row (after it for a message without rows), a readable place, the
+        column at fault (if one is).
+    format, payload
+        ``"arrow_ipc"`` (``payload`` is the dropped rows as an Arrow IPC stream), ``"raw"`` (the undecodable
+        bytes) or None (no payload).
+    source
+        What the source said of the message (Kafka: partition, offset, key, timestamp), if anything.
+    """
 
     reason: str
     rows: int
@@ -257,7 +273,14 @@ class KafkaDeadLetter(DeadLetterSink):
 
 
 def open_dead_letter(spec: str | os.PathLike[str]) -> DeadLetterSink:
-    """A sink from ``kafka://HOST:PORT/topic`` or a file path (JSON lines)."""
+    """A sink from ``kafka://HOST:PORT/topic`` or a file path (JSON lines).
+
+    Parameters
+    ----------
+    spec
+        ``kafka://HOST:PORT/topic`` (each record a message of that topic), or a file path, optionally
+        ``file:PATH`` (JSON lines, appended to).
+    """
     text = os.fspath(spec)
     if text.startswith("kafka://"):
         url = urlsplit(text)
@@ -268,6 +291,24 @@ def open_dead_letter(spec: str | os.PathLike[str]) -> DeadLetterSink:
 
 
 def read_dead_letters(path: str | os.PathLike[str]) -> list[DeadLetter]:
-    """The records of a JSON-lines dead-letter file."""
+    """The records of a JSON-lines dead-letter file.
+
+    Parameters
+    ----------
+    path
+        A file a JSON-lines sink wrote (``dead_letter=PATH``, ``--dead-letter PATH``).
+
+    Examples
+    --------
+    >>> import os, tempfile, pyarrow as pa
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> from streamfit import train_stream_sync
+    >>> path = os.path.join(tempfile.mkdtemp(), "dead.jsonl")
+    >>> table = pa.table({"x": [1.0, None, 3.0, 4.0], "y": [1.0, 2.0, 3.0, 4.0]})
+    >>> train_stream_sync(SGDRegressor(), table, batch_size=2, dead_letter=path).skipped_rows
+    {'null': 1}
+    >>> [(d.reason, d.rows, d.column, d.position, d.format) for d in read_dead_letters(path)]
+    [('null', 1, 'x', {'batch': 0, 'row': 1}, 'arrow_ipc')]
+    """
     with open(path, "rb") as f:
         return [DeadLetter.from_json(json.loads(line)) for line in f if line.strip()]

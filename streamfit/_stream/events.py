@@ -125,6 +125,24 @@ class StreamSummary:
     ``position`` is where to resume: after the last trained row, or after trailing skipped input when the
     source was exhausted (``None`` if nothing was consumed).  ``ended_by`` is ``"end"`` (source
     exhausted), ``"max_rows"`` or ``"stop"``.
+
+    Parameters
+    ----------
+    rows, batches
+        Rows and batches trained.
+    skipped_rows, skipped_messages
+        Rows, and whole record batches or messages, dropped before ``position``, by reason (above).
+    stream_metrics, window_metrics
+        Progressive-validation metrics over every evaluated row, and over the last ``window`` of them.
+    rows_per_s, elapsed
+        Trained rows per second of the run, and its seconds.
+    position
+        Where to resume (above); None if nothing was consumed.
+    ended_by
+        ``"end"``, ``"max_rows"`` or ``"stop"``.
+    dropped_metric_events
+        :class:`~streamfit.MetricsEvent` s not delivered to a :meth:`~streamfit.StreamLoop.metric_events`
+        reader that fell behind (its buffer was full).
     """
 
     rows: int

@@ -165,11 +165,32 @@ def _check_hooks(*, idle_every: Any, **hooks: Any) -> None:
 
 
 class StreamLoop:
-    """Train ``estimator`` on ``source`` once; see :func:`train_stream` for the parameters.
+    """Train ``estimator`` on ``source`` once: what :func:`train_stream` runs, as an object to hold.
 
     Use the class (rather than :func:`train_stream`) to :meth:`stop` it from another task, or to read
     :meth:`metric_events` as an async iterator while it runs.  A loop runs once: calling :meth:`run`
     again raises ``RuntimeError``.
+
+    Parameters
+    ----------
+    estimator, source, options, on_batch, on_metrics, on_idle, idle_every, stop_event, layout, **option_kwargs
+        As for :func:`train_stream`.
+    quarantine
+        The daemon's poison-message state (:class:`~streamfit.daemon.Runner` passes it): messages trained in
+        batches of their own or dropped as ``poison``; None: none.
+    skips
+        Where skipped input is counted until a trained batch passes it (the daemon passes one that also
+        counts into its run's totals); None: the loop's own.
+
+    Examples
+    --------
+    >>> import anyio, pyarrow as pa
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> table = pa.table({"x": [0.0, 1.0, 2.0, 3.0] * 50, "y": [0.0, 2.0, 4.0, 6.0] * 50})
+    >>> loop = StreamLoop(SGDRegressor(), table, batch_size=40, on_batch=lambda e: e.batch == 2 and loop.stop())
+    >>> summary = anyio.run(loop.run)
+    >>> summary.batches, summary.ended_by
+    (2, 'stop')
     """
 
     def __init__(
@@ -700,24 +721,38 @@ async def train_stream(
 
     Parameters
     ----------
-    estimator : anything with ``partial_fit(X, y[, sample_weight=..., classes=...])`` and ``predict``
+    estimator
+        Anything with ``partial_fit(X, y[, sample_weight=..., classes=...])`` and ``predict``
         (``predict_proba`` is used for the log loss when present).  It must not keep ``X``/``y`` after
         ``partial_fit`` returns (the buffers are reused).
-    source : a :class:`streamfit.sources.Source`, or anything ``streamfit.sources.open_source`` accepts.
-        It is closed when training ends.  Sources may expose ``total_rows`` for the progress bar.
-    options : a :class:`~streamfit.StreamOptions` (or a mapping of its fields); keyword arguments
-        (``label="y", batch_size=1024, on_bad="skip"``, any field of ``StreamOptions``, described there) build
-        it or override its fields.  An unknown or misspelt name raises :class:`~streamfit.OptionError` at once.
-        The main ones: ``features`` (default: every column but label and weight of the first valid batch),
-        ``label``, ``weight``, ``batch_size``, ``max_rows``, ``on_bad``, ``classes``, ``inputs`` (default: the
-        estimator's), ``queue_size``, ``max_batch_wait``, ``evaluate``, ``progress``, ``dead_letter``.
-    on_batch : ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
-    on_metrics : ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
-    on_idle : ``hook(IdleEvent)`` every ``idle_every`` seconds while the trainer waits for rows (sync or
-        async): no step runs until it returns, a safe point to checkpoint a quiet stream.
-    stop_event : an :class:`anyio.Event`; setting it stops the loop after the current batch.
-    layout : the :class:`~streamfit._columns.layout.ColumnLayout` of a resumed run (``loop.rebatcher.layout``
-        of the run that saved it): features, widths, label, weight and dtype are fixed to it.
+    source
+        A :class:`streamfit.sources.Source`, or anything :func:`streamfit.sources.open_source` accepts (a path,
+        a URI, in-memory Arrow data).  It is closed when training ends.  Sources may expose ``total_rows`` for
+        the progress bar.
+    options
+        A :class:`~streamfit.StreamOptions` (or a mapping of its fields); keyword arguments build it or
+        override its fields (see ``**option_kwargs``).
+    on_batch
+        ``hook(BatchEvent)`` after every trained batch (sync or async): the checkpoint point.
+    on_metrics
+        ``hook(MetricsEvent)`` after every evaluated batch (sync or async).
+    on_idle
+        ``hook(IdleEvent)`` every ``idle_every`` seconds while the trainer waits for rows (sync or async): no
+        step runs until it returns, a safe point to checkpoint a quiet stream.
+    idle_every
+        Seconds between two ``on_idle`` calls while no row arrives (finite, > 0).
+    stop_event
+        An :class:`anyio.Event`; setting it stops the loop after the current batch.
+    layout
+        The :class:`~streamfit._columns.layout.ColumnLayout` of a resumed run (``loop.rebatcher.layout`` of the
+        run that saved it): features, widths, label, weight and dtype are fixed to it.
+    **option_kwargs
+        Fields of :class:`~streamfit.StreamOptions` (``label="y", batch_size=1024, on_bad="skip"``, described
+        there).  An unknown or misspelt name raises :class:`~streamfit.OptionError` at once.  The main ones:
+        ``features`` (default: every column but label and weight of the first valid batch), ``label``,
+        ``weight``, ``batch_size`` (rows per ``partial_fit`` call; the estimator's own ``batch_size`` says
+        the rows per step), ``max_rows``, ``on_bad``, ``classes``, ``inputs`` (default: the estimator's),
+        ``queue_size``, ``max_batch_wait``, ``evaluate``, ``progress``, ``dead_letter``.
 
     Examples
     --------
@@ -750,7 +785,29 @@ def train_stream_sync(
 ) -> StreamSummary:
     """:func:`train_stream` from synchronous code: ``anyio.run`` on ``backend`` (``"asyncio"`` or ``"trio"``).
 
-    The options are checked before the event loop starts (a misspelt name fails here, not inside it)."""
+    The options are checked before the event loop starts (a misspelt name fails here, not inside it).
+
+    Parameters
+    ----------
+    estimator, source
+        As for :func:`train_stream`.
+    backend
+        The event loop to run on: ``"asyncio"`` (default) or ``"trio"``.
+    backend_options
+        Keyword arguments of that backend's ``run`` (anyio's ``backend_options``), e.g. ``{"use_uvloop": True}``.
+    **kwargs
+        The other arguments of :func:`train_stream` (``options``, the hooks, ``stop_event``, ``layout``) and
+        the fields of :class:`~streamfit.StreamOptions`.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> table = pa.table({"x": [0.0, 1.0, 2.0, 3.0] * 50, "y": [0.0, 2.0, 4.0, 6.0] * 50})
+    >>> summary = train_stream_sync(SGDRegressor(), table, batch_size=50, backend="trio")
+    >>> summary.rows, summary.batches, summary.ended_by
+    (200, 4, 'end')
+    """
     options = StreamOptions.build(kwargs.pop("options", None),
                                   **{k: kwargs.pop(k) for k in list(kwargs) if k not in _LOOP_ARGS})
     return anyio.run(partial(train_stream, estimator, source, options, **kwargs), backend=backend,

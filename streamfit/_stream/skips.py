@@ -36,6 +36,26 @@ class Skipped:
     the position right after it: ``source`` then names it); ``batch``/``indices`` hold its rows (all rows of
     ``batch`` when ``indices`` is None; ``batch`` is None for an undecodable message, whose bytes are in
     ``raw`` when the source kept them).
+
+    Attributes
+    ----------
+    reason
+        Why (``"null"``, ``"non_finite"``, ``"missing_column"``, ``"undecodable"``, ``"poison"``...).
+    rows, message
+        How many rows, and whether they are a whole message (or record batch).
+    position, where
+        The source position where the dropped input starts (above), and a readable place.
+    column
+        The column at fault, if one is.
+    text
+        The message logged for it (what was found, what was expected, where).
+    batch, indices
+        Its rows: ``batch``'s rows at ``indices`` (all of them when None); ``batch`` is None for an
+        undecodable message.
+    raw
+        An undecodable message's bytes, when the source kept them.
+    source
+        What the source said of the message (:attr:`SourceBatch.meta <streamfit.sources.SourceBatch.meta>`).
     """
 
     reason: str

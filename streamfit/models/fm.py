@@ -81,9 +81,15 @@ _DOC_PARAMS = """
         Rank of the pairwise interactions; 0 makes a hashed linear model.
     init_scale, hash_seed
         Standard deviation of the initial factors; seed of the hashing (every column hashes with its own).
-    loss, optimizer, learning_rate, eta0, alpha, penalty, ...
-        As for the other estimators (``eta0="auto"``: 0.05 for AdaGrad, the default, 0.1 for FTRL); tables use lazy variants (a penalty and Adam's moments move a row only
-        when its ids are in a batch).  ``optimizer="ftrl"`` is McMahan's FTRL-Proximal.
+    loss, optimizer, learning_rate, eta0, power_t, alpha, l1_ratio, penalty, momentum
+        As for the other estimators (``eta0="auto"``: 0.05 for AdaGrad, the default, 0.1 for FTRL); tables use
+        lazy variants (a penalty and Adam's moments move a row only when its ids are in a batch).
+        ``optimizer="ftrl"`` is McMahan's FTRL-Proximal.
+    batch_size, max_iter, shuffle, random_state, warm_start
+        Rows per training step; epochs of ``fit``; shuffling between epochs (seeded by ``random_state``);
+        whether ``fit`` continues from the current weights.
+    device, step, on_nonfinite, threads
+        As for :class:`~streamfit.Trainer`.
 """
 
 

@@ -45,6 +45,8 @@ class LinearRegressor(HashedLinear, ReadyRegressor):
         ``dense`` columns beside with a weight each.  ``X`` is then an Arrow table or a dict of columns, and
         :meth:`to_onnx` exports a model taking the raw columns.  Dense columns are used as given (``standardize``
         applies to the dense models only; ``standardize_target`` applies to both).
+    loss, optimizer, learning_rate, eta0, power_t, alpha, l1_ratio, penalty, momentum
+        As for :class:`~streamfit.OnnxRegressor` (the choices above); ``eta0="auto"`` as above.
     standardize
         Keep a running mean and variance of every feature, updated from each batch before training on
         it, and train on standardized features; :meth:`to_onnx` exports a model that scales its inputs.

@@ -117,6 +117,23 @@ def open_source(source: Source | str | os.PathLike[str] | MemoryItem | Iterable[
 
     URI query parameters become options (``kafka://127.0.0.1:9092/t?group=g&session.timeout.ms=6000``);
     keyword ``options`` override them.
+
+    Parameters
+    ----------
+    source
+        A :class:`Source`; a path ending in ``.parquet`` (Parquet) or ``.arrow``/``.arrows`` (Arrow IPC); a URI
+        (``parquet:PATH`` for a file or a directory of them, ``ipc:PATH``, ``ipc:-`` for stdin,
+        ``ipc+tcp://HOST:PORT``, ``kafka://HOST:PORT/TOPIC?group=GROUP``); or in-memory Arrow data (a
+        RecordBatch, Table, RecordBatchReader or a list of them).
+    **options
+        The source class's own arguments (``follow=True``, ``decoder="jsonl"``, ``group=``...).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> sources = [pa.table({"x": [1.0]}), "parquet:data/clicks/", "kafka://127.0.0.1:9092/t?group=g"]
+    >>> [type(open_source(s)).__name__ for s in sources]  # nothing is opened before the first batch
+    ['MemorySource', 'ParquetSource', 'KafkaSource']
     """
     if isinstance(source, Source):
         if options:
