@@ -345,6 +345,9 @@ class StreamOptions:
         Mix the optimizer state (Adam's moments) with the weights.
     checkpoint_every_rounds
         A global checkpoint every this many synchronization rounds.
+    learner_timeout
+        Seconds a learner may leave the coordinator's ping unanswered (a stopped or deadlocked process) before it
+        is declared hung, killed and replaced (the group restarts from the last global checkpoint).
 
     Examples
     --------
@@ -448,6 +451,10 @@ class StreamOptions:
     checkpoint_every_rounds: int | None = _option(None, _int(1, optional=True), "a global checkpoint every R "
                                                   "synchronization rounds", parse=int, metavar="R", scope="ray",
                                                   example="4")
+    learner_timeout: float | None = _option(60.0, _float(0.0, above=True, optional=True), "a learner that leaves "
+                                            "the coordinator's ping unanswered this long (s) is hung: killed, "
+                                            "replaced, the group restarted from the last global checkpoint",
+                                            parse=float, metavar="S", scope="ray", example="10")
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "StreamOptions":
         if args:

@@ -39,7 +39,8 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
         checkpoint_every_seconds=cfg.checkpoint_every_seconds, keep=cfg.keep, resume=cfg.resume,
         ray_address=opts.ray_address, health_path=cfg.health_file, metrics=metrics,
         source_options=dict(cfg.source_options), guard=guard_of(opts) or False,
-        dead_letter=opts.dead_letter if isinstance(opts.dead_letter, str) else None, **loop)
+        dead_letter=opts.dead_letter if isinstance(opts.dead_letter, str) else None,
+        learner_timeout=opts.learner_timeout, **loop)
 
 
 def run_distributed(cfg: Any, serve: bool, preflight: Any = None) -> DistributedSummary:

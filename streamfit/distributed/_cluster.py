@@ -55,26 +55,30 @@ class LocalRayCluster:
     """``nodes`` Ray nodes (the first is the head) with ``cpus`` CPUs each, on 127.0.0.1; a context manager.
 
     ``address`` is the head's ``127.0.0.1:PORT`` (for ``ray.init(address=...)``); :meth:`connect` connects
-    this process as a driver.  Node processes inherit ``env`` with ``HOME`` set to ``root/home``.
+    this process as a driver.  Node processes inherit this process's environment with ``HOME`` set to
+    ``root/home`` and ``env`` on top (e.g. ``RAY_health_check_period_ms`` to see a lost node sooner).
+    :meth:`kill_node` SIGKILLs one node (a machine lost).
     """
 
     def __init__(self, root: str | os.PathLike[str], nodes: int = 2, cpus: int = 1,
-                 object_store_bytes: int = 100 * 2**20, timeout: float = 90.0) -> None:
+                 object_store_bytes: int = 100 * 2**20, timeout: float = 90.0,
+                 env: dict[str, str] | None = None) -> None:
         self.root = Path(root)
         self.temp_dir = self.root / "ray"
         self.home = self.root / "home"
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.home.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "HOME": str(self.home), "RAY_USAGE_STATS_ENABLED": "0",
-                    "RAY_TMPDIR": str(self.temp_dir)}
+                    "RAY_TMPDIR": str(self.temp_dir), **(env or {})}
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self._procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
-        base = random.randrange(_WORKER_PORTS_LOW, 65535 - _WORKER_PORTS * nodes, _WORKER_PORTS)
+        self._cpus, self._store_bytes = cpus, object_store_bytes
+        self._worker_base = random.randrange(_WORKER_PORTS_LOW, 65535 - _WORKER_PORTS * nodes, _WORKER_PORTS)
         try:
             for i in range(nodes):
-                self._start_node(i, cpus, object_store_bytes, base + i * _WORKER_PORTS)
+                self._start_node(i, cpus, object_store_bytes, self._worker_base + i * _WORKER_PORTS)
             self._wait_for_nodes(nodes, timeout)
         except BaseException:
             self.stop()
@@ -133,6 +137,22 @@ class LocalRayCluster:
                 raise RuntimeError(f"Ray cluster at {self.address}: {nodes} nodes not up within {timeout} s "
                                    f"({out.stdout[-500:]} {out.stderr[-1500:]})")
             time.sleep(0.5)
+
+    @property
+    def node_pids(self) -> list[int]:
+        """Process ids of the ``ray start`` processes, one per node (each leads its process group)."""
+        return [p.pid for p in self._procs]
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL node ``i``'s process group (its raylet, object store and workers): a machine lost at once."""
+        if i == 0:
+            raise ValueError("node 0 is the head: killing it ends the cluster")
+        proc = self._procs[i]
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
 
     def connect(self, **options: Any) -> Any:
         """``ray.init`` this process into the cluster (on 127.0.0.1); returns ray's context."""

@@ -42,6 +42,7 @@ from streamfit.distributed._messages import ARRAY_REF as _REF
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
 from streamfit.distributed._messages import array_refs as _refs
 from streamfit.distributed._shares import Share, plan_shares
+from streamfit.distributed._watch import DEFAULT_LEARNER_TIMEOUT, Fault, LearnerHungError, Watch
 from streamfit.exceptions import ResumeError, StreamfitError
 from streamfit.history import Progress, RunHistory
 
@@ -56,6 +57,9 @@ DEFAULT_SYNC_EVERY_BATCHES = 64
 #: with rounds of batches, a learner without input this long (s) ends its round at its last trained batch (its
 #: weight in the mix is the rows it trained in the round), so a quiet partition does not hold the others up
 IDLE_ROUND_SECONDS = 1.0
+#: test hook: ``"R:POINT:MARKER"`` arms checkpoint/'s pause (``STREAMFIT_CHECKPOINT_TEST_PAUSE=POINT:MARKER``) for
+#: the global checkpoints of round R on, so a test can SIGKILL the coordinator between the files of one of them
+PAUSE_ROUND_ENV = "STREAMFIT_DISTRIBUTED_TEST_PAUSE"
 
 
 class LearnerLostError(StreamfitError):
@@ -100,6 +104,8 @@ class DistributedSummary:
     learner_rollbacks: list[int] = field(default_factory=list)
     #: the poison rows the learners quarantined (``{"learner", "message", "row", "from_end"}``)
     quarantined_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: the learners lost (died, hung) and replaced, in order; each cost one group restart
+    faults: list[Fault] = field(default_factory=list)
 
 
 @dataclass
@@ -135,6 +141,11 @@ class DistributedTrainer:
     its state at the last round and trains on, the others are not held up; its poison rows are quarantined
     (:mod:`streamfit.daemon.poison`).  ``dead_letter``: a JSON-lines path (each learner writes its own file,
     ``NAME.learner-I.jsonl``, exactly once as for one learner) or a ``kafka://`` topic (shared, at least once).
+
+    A learner lost (its process killed, its node lost: Ray restarts it on a node with room) or hung (it left
+    the coordinator's ping unanswered for ``learner_timeout`` seconds, :mod:`streamfit.distributed._watch`;
+    None: never declared hung) restarts the group from the last global checkpoint, at most ``max_restarts``
+    times in a run.
     """
 
     def __init__(self, estimator: Any, source: str, *, workers: int = 2, sync_every_batches: int | None = None,
@@ -146,21 +157,10 @@ class DistributedTrainer:
                  source_options: Mapping[str, Any] | None = None,
                  on_round: Callable[["DistributedTrainer", RoundStats], None] | None = None,
                  guard: "DivergenceGuard | bool" = True, dead_letter: str | None = None,
-                 idle_round_seconds: float | None = IDLE_ROUND_SECONDS, **loop_options: Any) -> None:
-        if sync_every_batches is not None and sync_every_seconds is not None:
-            raise ValueError("give one of sync_every_batches and sync_every_seconds, not both")
-        if sync_every_batches is None and sync_every_seconds is None:
-            sync_every_batches = DEFAULT_SYNC_EVERY_BATCHES
-        if sync_every_batches is not None and (isinstance(sync_every_batches, bool) or sync_every_batches < 1):
-            raise ValueError(f"Invalid sync_every_batches: {sync_every_batches!r}, expected an int >= 1")
-        if sync_every_seconds is not None and not sync_every_seconds > 0:
-            raise ValueError(f"Invalid sync_every_seconds: {sync_every_seconds!r}, expected seconds > 0")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"Invalid workers: {workers!r}, expected an int >= 1")
-        if resume and checkpoint_dir is None:
-            raise ValueError("resume=True needs a checkpoint_dir")
-        if not isinstance(source, str):
-            raise TypeError(f"source must be a URI or path string, got {type(source).__name__}")
+                 idle_round_seconds: float | None = IDLE_ROUND_SECONDS,
+                 learner_timeout: float | None = DEFAULT_LEARNER_TIMEOUT, **loop_options: Any) -> None:
+        sync_every_batches = _check_args(source, workers, sync_every_batches, sync_every_seconds, resume,
+                                         checkpoint_dir, learner_timeout, idle_round_seconds)
         for unsupported in ("max_rows", "progress", "on_batch", "on_metrics", "stop_event"):
             if loop_options.pop(unsupported, None) not in (None, False):
                 raise ValueError(f"{unsupported} is not supported by distributed training")
@@ -187,8 +187,8 @@ class DistributedTrainer:
         self.on_round = on_round
         self.loop_options = loop_options
         self.guard = guard if isinstance(guard, DivergenceGuard) else DivergenceGuard() if guard else None
-        if idle_round_seconds is not None and not idle_round_seconds > 0:
-            raise ValueError(f"Invalid idle_round_seconds: {idle_round_seconds!r}, expected seconds > 0 or None")
+        self.learner_timeout = learner_timeout
+        self.faults: list[Fault] = []
         # a finite run's learner without input has ended its share (it reports so): only a live stream waits
         self.idle_round_seconds = idle_round_seconds if sync_every_batches is not None and not finite else None
         self.dead_letter = dead_letter
@@ -451,10 +451,11 @@ class DistributedTrainer:
             final = ended or (stop_event is not None and stop_event.is_set())
             if final and not ckpt:  # the last state is always kept (and checkpointed when there is a store)
                 ckpt = self.store is not None
-                reports = ray.get([a.next_round.remote(round_, True) for a in self.learners])
+                reports = self._wait(ray, [a.next_round.remote(round_, True) for a in self.learners])
             t_rep = time.perf_counter()
             new = self._release(ray, round_, reports, run.mixed)
-        except RayActorError as exc:
+        except (RayActorError, LearnerHungError) as exc:
+            self._lost(ray, exc, round_)
             run.round, run.mixed = self._recover(ray, exc)
             return False
         t_done = time.perf_counter()
@@ -490,8 +491,8 @@ class DistributedTrainer:
         new = mix([r.synced for r in reports], [r.round_rows for r in reports], mixed)
         ref = ray.put(new) if new is not None else None
         commits = self._durable_positions() if self._writer is not None else None
-        ray.get([a.apply.remote(round_, ref, None if commits is None else commits[i])
-                 for i, a in enumerate(self.learners)])
+        self._wait(ray, [a.apply.remote(round_, ref, None if commits is None else commits[i])
+                         for i, a in enumerate(self.learners)])
         return new
 
     def _submit_checkpoint(self, round_: int, reports: list[RoundReport],
@@ -501,6 +502,7 @@ class DistributedTrainer:
         if self.history is not None:
             self.history.boundary(sync=True)
         model, arrays, meta = self._contents(round_, reports, mixed)
+        _arm_pause(round_)
         self._writer.submit(round_, model, arrays, meta, wait=True)
         self._pending[round_] = [r.position for r in reports]
         self._last_ckpt_time = time.monotonic()
@@ -511,8 +513,9 @@ class DistributedTrainer:
             self._writer.flush()
             commits = self._durable_positions()
             if commits is not None:
-                ray.get([a.commit.remote(p) for a, p in zip(self.learners, commits) if p is not None])
-        ray.get([a.close.remote() for a in self.learners])
+                self._wait(ray, [a.commit.remote(p) if p is not None else None
+                                 for a, p in zip(self.learners, commits)])
+        self._wait(ray, [a.close.remote() for a in self.learners])
 
     def _teardown(self, ray: Any) -> None:
         """Whatever happened: history and writer closed, the actors killed, a local Ray instance stopped."""
@@ -541,7 +544,8 @@ class DistributedTrainer:
             _sum_counts(r.skipped_rows for r in reports),
             {"stream": {"rows": evaluated, "loss": sum(r.loss_sum for r in reports) / evaluated if evaluated else None}},
             run.sync_seconds, run.synced_bytes, _sum_counts(r.skipped_messages for r in reports),
-            sum(r.rollbacks for r in reports), [r.rollbacks for r in reports], _quarantined_rows(reports))
+            sum(r.rollbacks for r in reports), [r.rollbacks for r in reports], _quarantined_rows(reports),
+            list(self.faults))
         log_event("shutdown", f"stopped ({ended_by}): {rows} rows in {round_} rounds, {self.checkpoints} global "
                   f"checkpoint(s), {self.restarts} restart(s)", rows=rows, rounds=round_, ended_by=ended_by,
                   last_checkpoint=self.last_checkpoint)
@@ -550,14 +554,34 @@ class DistributedTrainer:
     def _gather(self, ray: Any, refs: list[Any], stop_event: threading.Event | None) -> list[RoundReport]:
         """The round's reports; a stop request ends the round early (idle learners report at once)."""
         asked = False
-        while True:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0.1)
-            if len(ready) == len(refs):
-                return list(ray.get(refs))
+
+        def on_poll() -> None:
+            nonlocal asked
             if not asked and stop_event is not None and stop_event.is_set():
                 for a in self.learners:
                     a.request_barrier.remote()
                 asked = True
+
+        return self._wait(ray, refs, on_poll)
+
+    def _wait(self, ray: Any, refs: list[Any], on_poll: Callable[[], None] | None = None) -> list[Any]:
+        """The results of one call per learner (``None``: no call to that one), the learners watched meanwhile:
+        :class:`~streamfit.distributed._watch.LearnerHungError` for one that stops answering."""
+        calls = [(i, a, r) for i, (a, r) in enumerate(zip(self.learners, refs)) if r is not None]
+        return Watch(ray, self.learner_timeout).wait(calls, on_poll)
+
+    def _lost(self, ray: Any, exc: BaseException, round_: int) -> None:
+        """Note the learner lost; a hung one is killed (Ray restarts it) before the group restarts."""
+        if isinstance(exc, LearnerHungError):
+            self.faults.append(Fault(exc.learner, "hung", round_, exc.seconds))
+            log_event("hung", f"learner {exc.learner} did not answer for {exc.seconds:.1f} s "
+                      f"(learner_timeout {self.learner_timeout:g} s): killing it for a restart",
+                      level=logging.WARNING, learner=exc.learner, seconds=exc.seconds, round=round_)
+            ray.kill(self.learners[exc.learner], no_restart=False)
+        else:
+            dead = getattr(exc, "actor_id", None)
+            learner = next((i for i, a in enumerate(self.learners) if dead and a._actor_id.hex() == dead), -1)
+            self.faults.append(Fault(learner, "died", round_))
 
     def _recover(self, ray: Any, exc: BaseException) -> tuple[int, Mapping[str, np.ndarray] | None]:
         """A learner died: restart every learner from the last durable global checkpoint (or the start)."""
@@ -653,6 +677,30 @@ class DistributedTrainer:
                     gauges["skipped"].labels(str(i), reason).set(count)
 
 
+def _check_args(source: Any, workers: Any, sync_every_batches: Any, sync_every_seconds: Any, resume: bool,
+                checkpoint_dir: Any, learner_timeout: Any, idle_round_seconds: Any) -> int | None:
+    """Refuse invalid arguments of :class:`DistributedTrainer`; the rounds' batches (the default when no period)."""
+    if sync_every_batches is not None and sync_every_seconds is not None:
+        raise ValueError("give one of sync_every_batches and sync_every_seconds, not both")
+    if sync_every_batches is None and sync_every_seconds is None:
+        sync_every_batches = DEFAULT_SYNC_EVERY_BATCHES
+    if sync_every_batches is not None and (isinstance(sync_every_batches, bool) or sync_every_batches < 1):
+        raise ValueError(f"Invalid sync_every_batches: {sync_every_batches!r}, expected an int >= 1")
+    if sync_every_seconds is not None and not sync_every_seconds > 0:
+        raise ValueError(f"Invalid sync_every_seconds: {sync_every_seconds!r}, expected seconds > 0")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"Invalid workers: {workers!r}, expected an int >= 1")
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs a checkpoint_dir")
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a URI or path string, got {type(source).__name__}")
+    if learner_timeout is not None and not learner_timeout > 0:
+        raise ValueError(f"Invalid learner_timeout: {learner_timeout!r}, expected seconds > 0 or None")
+    if idle_round_seconds is not None and not idle_round_seconds > 0:
+        raise ValueError(f"Invalid idle_round_seconds: {idle_round_seconds!r}, expected seconds > 0 or None")
+    return sync_every_batches  # type: ignore[no-any-return]
+
+
 def _progress(round_: int, learners: Any) -> Progress:
     """The history's counters from the learners' reports (or start points): rows, evaluated rows and loss sums
     are cumulative, over resumes too."""
@@ -661,6 +709,17 @@ def _progress(round_: int, learners: Any) -> Progress:
     loss = sum(r.loss_sum for r in learners) / evaluated if evaluated else None
     return Progress(round_, sum(r.rows for r in learners), _sum_counts(r.skipped_rows for r in learners), {},
                     {"rows": evaluated, "loss": loss} if evaluated else {})
+
+
+def _arm_pause(round_: int) -> None:
+    """The test hook of :data:`PAUSE_ROUND_ENV` (the writer before this one is done: ``submit`` waits for it)."""
+    spec = os.environ.get(PAUSE_ROUND_ENV)
+    if spec:
+        from streamfit.checkpoint._fs import PAUSE_ENV
+
+        at, _, point = spec.partition(":")
+        if round_ >= int(at):
+            os.environ[PAUSE_ENV] = point
 
 
 def _quarantined_rows(reports: list[RoundReport]) -> list[dict[str, Any]]:

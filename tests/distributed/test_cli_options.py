@@ -42,3 +42,13 @@ def test_workers_without_a_sync_period_get_the_default(tmp_path):
     assert serve.sync_every_batches == DEFAULT_SYNC_EVERY_BATCHES and serve.idle_round_seconds == IDLE_ROUND_SECONDS
     timed = _trainer(load_config(None, {**flags, "sync_every_seconds": 0.5}), serve=True)
     assert (timed.sync_every_batches, timed.sync_every_seconds, timed.idle_round_seconds) == (None, 0.5, None)
+
+
+def test_learner_timeout_reaches_the_coordinator_with_its_default(tmp_path):
+    from streamfit.distributed._watch import DEFAULT_LEARNER_TIMEOUT
+
+    onnx.save(linear_model(3), tmp_path / "m.onnx")
+    flags = {"source": "parquet:/x", "model": str(tmp_path / "m.onnx"), "workers": 2}
+    assert _trainer(load_config(None, flags), serve=False).learner_timeout == DEFAULT_LEARNER_TIMEOUT
+    assert StreamOptions().learner_timeout == DEFAULT_LEARNER_TIMEOUT  # one default, written twice
+    assert _trainer(load_config(None, {**flags, "learner_timeout": 5.0}), serve=True).learner_timeout == 5.0
