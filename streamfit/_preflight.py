@@ -3,15 +3,17 @@
 A bug in an onnxruntime-training kernel (AveragePoolGrad's SIGFPE, a SIGSEGV) kills the process that runs
 it, without a Python exception, a checkpoint or a log line; a supervisor would restart it into the same
 crash.  So before training on a model it has not checked, ``streamfit train``/``serve`` runs the steps it
-will run (fused at 1, 7 and 64 rows: small and large-batch graphs; forward/backward at 1 and 64) on
-synthetic inputs like the data the model expects (its declared types; floats normal, integer inputs named like
-a mask all ones, ids inside the embedding table they index) in a child process; a non-finite step on them is
-a warning (the input may be at fault), not a refusal.  A child that dies names the stage it
-was in; the op is then located by running growing prefixes of that stage's graph in further children.
+will run (fused at 1, 7 and 64 rows: small and large-batch graphs; forward/backward at 1 and 64) in a child
+process, on the stream's first rows when the run can read them ahead (a file source), else on synthetic inputs
+like the data the model expects (its declared types; floats normal, integer inputs named like a mask all ones,
+ids inside the embedding table they index).  A failure the inputs may cause (a non-finite step, onnxruntime
+refusing a shape or an index at a node) is a warning, not a refusal; a model that cannot be prepared, whose
+gradient cannot be built, or that crashes is refused.  A child that dies names the stage it was in; the op is
+then located by running growing prefixes of that stage's graph in further children.
 
-Results are cached by the SHA-256 of the model, the loss, the optimizer and the versions of streamfit and
-onnxruntime, as JSON files in ``$STREAMFIT_CACHE_DIR`` or else ``$XDG_CACHE_HOME/streamfit/preflight``
-(``~/.cache/streamfit/preflight``).
+Results are cached by the SHA-256 of the model, the loss, the optimizer, the weights chosen, whether the
+stream's rows were used, and the versions of streamfit and onnxruntime, as JSON files in
+``$STREAMFIT_CACHE_DIR`` or else ``$XDG_CACHE_HOME/streamfit/preflight`` (``~/.cache/streamfit/preflight``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["PreflightResult", "check_model", "cache_dir"]
+__all__ = ["PreflightResult", "check_model", "cache_dir", "write_rows", "SINGLE"]
 
 #: (strategy, rows) run by the child, in order: the small- and large-batch fused graphs, then forward/backward
 STAGES: tuple[tuple[str, int], ...] = (("fused", 1), ("fused", 7), ("fused", 64), ("forward_backward", 1),
@@ -66,26 +69,30 @@ def cache_dir() -> Path:
 
 
 def _key(model_bytes: bytes, loss: str, optimizer: str, weights: Sequence[str] | None = None,
-         freeze: Sequence[str] = ()) -> str:
+         freeze: Sequence[str] = (), stream: bool = False) -> str:
+    """The cache key; a check on a stream's first rows is cached apart from one on synthetic rows (the rows
+    themselves are not in it: the first check on a stream's rows stands for the model)."""
     import onnxruntime
 
     import streamfit
 
     h = hashlib.sha256(model_bytes)
     chosen = [] if weights is None and not freeze else [None if weights is None else list(weights), list(freeze)]
-    h.update(json.dumps([loss, optimizer, streamfit.__version__, onnxruntime.__version__, *chosen]).encode())
+    extra = chosen + (["stream rows"] if stream else [])
+    h.update(json.dumps([loss, optimizer, streamfit.__version__, onnxruntime.__version__, *extra]).encode())
     return h.hexdigest()
 
 
 def check_model(model: "str | os.PathLike[str]", *, loss: str = "squared_error", optimizer: str = "sgd",
                 use_cache: bool = True, timeout: float = TIMEOUT, weights: Sequence[str] | None = None,
-                freeze: Sequence[str] = ()) -> PreflightResult:
+                freeze: Sequence[str] = (), rows: "dict[str, Any] | None" = None) -> PreflightResult:
     """Run the preflight of the ONNX file ``model`` (with its external data beside it) in a subprocess;
-    ``weights``/``freeze`` choose what trains, as the Trainer's."""
+    ``weights``/``freeze`` choose what trains, as the Trainer's; ``rows`` (model input name, or
+    :data:`SINGLE`, -> array): the stream's first rows, stepped on instead of synthetic ones."""
     path = Path(model)
     model_bytes = path.read_bytes()
     sha = hashlib.sha256(model_bytes).hexdigest()
-    key = _key(model_bytes, loss, optimizer, weights, freeze)
+    key = _key(model_bytes, loss, optimizer, weights, freeze, stream=bool(rows))
     cached = cache_dir() / f"{key}.json"
     if use_cache and cached.is_file():
         try:
@@ -95,12 +102,16 @@ def check_model(model: "str | os.PathLike[str]", *, loss: str = "squared_error",
             pass  # a damaged cache entry: check again
     spec = {"model": str(path.resolve()), "loss": loss, "optimizer": optimizer,
             "weights": None if weights is None else list(weights), "freeze": list(freeze)}
-    status, lines, stderr = _child(["run", json.dumps(spec)], timeout)
-    result = _result(sha, status, lines, stderr)
-    if result.signal and result.stage:
-        op = _locate(spec, result.stage, timeout)
-        if op:
-            result = PreflightResult(**{**asdict(result), "op": op})
+    with tempfile.TemporaryDirectory(prefix="streamfit-preflight-") as rows_dir:
+        if rows:
+            write_rows(rows, Path(rows_dir) / "rows.npz")
+            spec["rows"] = str(Path(rows_dir) / "rows.npz")
+        status, lines, stderr = _child(["run", json.dumps(spec)], timeout)
+        result = _result(sha, status, lines, stderr)
+        if result.signal and result.stage:
+            op = _locate(spec, result.stage, timeout)
+            if op:
+                result = PreflightResult(**{**asdict(result), "op": op})
     if use_cache:
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(".tmp")
@@ -240,15 +251,56 @@ def _synthetic_x(pm: Any, rows: int) -> Any:
     return one(names[0]) if len(names) == 1 else {name: one(name) for name in names}
 
 
-def _synthetic(trainer: Any, rows: int) -> tuple[Any, Any]:
-    """Synthetic features and zero labels (valid for every loss) for ``rows`` rows."""
+def _synthetic(trainer: Any, rows: int, stream: Any = None) -> tuple[Any, Any]:
+    """Features for ``rows`` rows (the stream's first rows ``stream``, repeated to ``rows``, when given; else
+    synthetic) and zero labels (valid for every loss)."""
     import numpy as np
 
-    X = _synthetic_x(trainer.prepared, rows)
+    X = _synthetic_x(trainer.prepared, rows) if stream is None else _stream_x(trainer.prepared, stream, rows)
     if trainer.loss.integer_labels:
         return X, np.zeros(rows, np.int64)
     first = {k: v[:1] for k, v in X.items()} if isinstance(X, dict) else X[:1]
     return X, np.zeros((rows, *trainer.predict(first).shape[1:]), trainer.dtype)
+
+
+#: the key of a single-input model's rows (the feature matrix) in a rows file
+SINGLE = "__X__"
+
+
+def write_rows(rows: "dict[str, Any]", path: "str | os.PathLike[str]") -> None:
+    """Write the stream's first rows (model input name, or :data:`SINGLE`, -> array) for the child: plain
+    arrays in an ``.npz``, read back without pickle."""
+    import numpy as np
+
+    arrays: dict[str, Any] = {k: np.asarray(v) for k, v in rows.items()}
+    np.savez(path, **arrays)
+
+
+def _read_rows(path: str | None) -> "dict[str, Any] | None":
+    import numpy as np
+
+    if not path:
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _stream_x(pm: Any, stream: "dict[str, Any]", rows: int) -> Any:
+    """The stream's rows repeated (or cut) to ``rows``, as the model's declared types."""
+    import numpy as np
+    from onnx import helper
+
+    def fit(name: str, a: Any) -> Any:
+        vi = next(i for i in pm.model.graph.input if i.name == name)
+        dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        return np.resize(a, (rows, *a.shape[1:])).astype(dtype)
+
+    names = [i.name for i in getattr(pm, "inputs", ())] or [pm.input_name]
+    if SINGLE in stream:
+        return fit(names[0], stream[SINGLE])
+    if set(names) - set(stream):
+        raise ValueError(f"the stream's rows hold inputs {sorted(stream)}, the model declares {names}")
+    return fit(names[0], stream[names[0]]) if len(names) == 1 else {n: fit(n, stream[n]) for n in names}
 
 
 def _is_artifact(path: str) -> bool:
@@ -305,7 +357,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
         x1 = _synthetic_x(pm, 1)
         return pm.standalone_model(), x1 if isinstance(x1, dict) else {pm.input_name: x1}
     trainer = _make(spec, "fused")
-    X, y = _synthetic(trainer, rows)
+    X, y = _synthetic(trainer, rows, _read_rows(spec.get("rows")))
     y_rank = trainer.predict({k: v[:1] for k, v in X.items()} if isinstance(X, dict) else X[:1]).ndim
     if kind == "fused":
         from streamfit._engine.steps.fused import FusedStep
@@ -340,10 +392,7 @@ def _stage_graph(spec: dict[str, Any], stage: str) -> tuple[Any, dict[str, Any]]
 
 
 def _run_child(spec: dict[str, Any]) -> None:
-    import numpy as np
-
     from streamfit._engine.prepare.model import prepare_model
-    from streamfit.exceptions import BadInputError, NonFiniteError
 
     stage = "preparing the model"
     _emit(event="start", stage=stage)
@@ -354,6 +403,9 @@ def _run_child(spec: dict[str, Any]) -> None:
         kinds, skipped = _kinds(spec)
         if skipped:
             _emit(event="notes", notes=[skipped])
+        stream = _read_rows(spec.get("rows"))
+        if stream is not None:
+            _emit(event="notes", notes=[f"preflight on the stream's first {len(next(iter(stream.values())))} rows"])
         for kind, rows in STAGES:
             if kind not in kinds:
                 continue
@@ -363,28 +415,9 @@ def _run_child(spec: dict[str, Any]) -> None:
                 trainers[kind] = _make(spec, kind)
             stage = f"{kind}, {rows} rows"
             _emit(event="start", stage=stage)
-            X, y = _synthetic(trainers[kind], rows)
-            before = trainers[kind].get_weights() if kind not in first else None
-            try:
-                loss = trainers[kind].step(X, y)
-            except BadInputError as exc:  # BatchNorm1d cannot train on one row: a limit, not a failure
-                if rows != 1 or "more than one value per channel" not in str(exc):
-                    raise
-                _emit(event="notes", notes=[f"{kind}, 1 row refused: {exc}"])
-                continue
-            except NonFiniteError as exc:  # the synthetic input's fault as much as the model's: said, not refused
-                _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on synthetic inputs (they may not "
-                                            "look like this model's data: the step graphs were built and ran)"])
-                continue
-            if trainers[kind].fallback:
-                raise RuntimeError(trainers[kind].fallback)
-            if not np.isfinite(loss):
-                _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: non-finite loss {loss} on synthetic "
-                                            "inputs (they may not look like this model's data)"])
-                continue
-            if before is not None:
-                after = trainers[kind].get_weights()
-                first[kind] = {"rows": rows, "update": {w: after[w] - before[w] for w in after}}
+            update = _run_stage(trainers[kind], kind, rows, stream, record=kind not in first)
+            if update is not None:
+                first[kind] = {"rows": rows, "update": update}
         note = _disagreement(first)
         if note:
             _emit(event="notes", notes=[note])
@@ -392,6 +425,45 @@ def _run_child(spec: dict[str, Any]) -> None:
         _emit(event="error", stage=stage, error=f"{type(exc).__name__}: {str(exc)[:1000]}")
         return
     _emit(event="done")
+
+
+def _run_stage(trainer: Any, kind: str, rows: int, stream: Any, record: bool) -> Any:
+    """One step of ``rows`` rows (the stream's, else synthetic); the update of the weights when ``record``.
+    A failure the inputs may cause (a non-finite step, onnxruntime refusing a shape or an index on them) is a
+    warning note, not a refusal: the graphs were built, and the run's own rows may be fine."""
+    import numpy as np
+
+    from streamfit.exceptions import BadInputError, ModelError, NonFiniteError
+
+    what = "the stream's first rows" if stream is not None else "synthetic inputs"
+    before = trainer.get_weights() if record else None
+    try:
+        X, y = _synthetic(trainer, rows, stream)
+        loss = trainer.step(X, y)
+    except BadInputError as exc:  # BatchNorm1d cannot train on one row: a limit, not a failure
+        if rows == 1 and "more than one value per channel" in str(exc):
+            _emit(event="notes", notes=[f"{kind}, 1 row refused: {exc}"])
+        else:
+            _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on {what}"])
+        return None
+    except NonFiniteError as exc:  # the synthetic input's fault as much as the model's: said, not refused
+        _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on {what} (they may not look like this "
+                                    "model's data: the step graphs were built and ran)"])
+        return None
+    except ModelError as exc:  # onnxruntime refused these inputs at a node
+        _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on {what} (the step graphs were built; "
+                                    "a batch of the run that meets the same fails with this error)"])
+        return None
+    if trainer.fallback:
+        raise RuntimeError(trainer.fallback)
+    if not np.isfinite(loss):
+        _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: non-finite loss {loss} on {what} (they may "
+                                    "not look like this model's data)"])
+        return None
+    if before is None:
+        return None
+    after = trainer.get_weights()
+    return {w: after[w] - before[w] for w in after}
 
 
 def _disagreement(first: dict[str, dict[str, Any]]) -> str | None:

@@ -197,14 +197,72 @@ def _config(ns: argparse.Namespace) -> Any:
     return cfg
 
 
+def _is_file_source(source: str) -> bool:
+    """A source whose first rows can be read ahead without taking them from anyone (files: not Kafka, whose
+    group it would join, nor a socket or stdin)."""
+    lower = source.lower()
+    if lower.startswith(("kafka://", "ipc+tcp://")) or lower in ("ipc:-", "-"):
+        return False
+    return lower.startswith(("parquet:", "ipc:")) or Path(source).exists()
+
+
+def _first_rows(cfg: Any, rows: int = 64) -> dict[str, Any] | None:
+    """The stream's first ``rows`` good rows as the model's inputs (name, or the preflight's ``SINGLE`` for the
+    feature matrix, -> array), read ahead from a file source through the run's column plan for the preflight;
+    None (synthetic rows then) for a live source, or rows it cannot read or hand over as plain numbers."""
+    import anyio
+    import numpy as np
+
+    from streamfit._preflight import SINGLE
+    from streamfit._stream.loop import StreamLoop
+    from streamfit.daemon.config import build_estimator
+    from streamfit.sources.uri import open_source
+
+    if not _is_file_source(cfg.source):
+        return None
+    log = logging.getLogger("streamfit.daemon")
+
+    async def first() -> Any:
+        loop = StreamLoop(build_estimator(cfg), None, replace(cfg.stream, batch_size=rows, on_bad="skip",
+                                                                progress=False, max_rows=rows, inputs=None,
+                                                                history_dir=None, dead_letter=None))
+        source = open_source(cfg.source, **{k: v for k, v in cfg.source_options.items() if k != "follow"})
+        try:
+            with anyio.move_on_after(10):
+                async for sb in source:
+                    for tb in loop.rebatcher.push(sb):
+                        return tb
+            return next(iter(loop.rebatcher.flush()), None)
+        finally:
+            await source.aclose()
+
+    was = logging.root.manager.disable
+    logging.disable(logging.INFO)  # a preview: the run logs its columns and source itself
+    try:
+        tb = anyio.run(first)
+    except Exception as exc:  # the run itself reports what is wrong with the source or its columns
+        logging.disable(was)
+        log.debug("preflight: the stream's first rows could not be read ahead (%s): synthetic rows", exc)
+        return None
+    finally:
+        logging.disable(was)
+    if tb is None or tb.n_rows == 0:
+        return None
+    arrays = dict(tb.X) if isinstance(tb.X, dict) else {SINGLE: tb.X}
+    out = {k: np.array(v) for k, v in arrays.items()}
+    return out if all(a.dtype.kind in "fiub" for a in out.values()) else None
+
+
 def _preflight(model: str, task: str, loss: str | None, optimizer: str, use_cache: bool = True,
-               weights: Sequence[str] | None = None, freeze: Sequence[str] = ()) -> Any:
+               weights: Sequence[str] | None = None, freeze: Sequence[str] = (),
+               rows: dict[str, Any] | None = None) -> Any:
     from streamfit._preflight import check_model
 
     if not Path(model).is_file():
         raise ValueError(f"model file {model!r} not found")
     loss = loss or ("auto" if task == "classification" else "squared_error")
-    return check_model(model, loss=loss, optimizer=optimizer, use_cache=use_cache, weights=weights, freeze=freeze)
+    return check_model(model, loss=loss, optimizer=optimizer, use_cache=use_cache, weights=weights, freeze=freeze,
+                       rows=rows)
 
 
 def _check(ns: argparse.Namespace) -> int:
@@ -342,7 +400,7 @@ def _runner(cfg: Any, serve: bool) -> Any:
         from streamfit.exceptions import ModelError
 
         freeze = cfg.estimator_options.value("freeze", cfg.task) or ()  # --freeze: the steps the run will take
-        result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer, freeze=freeze)
+        result = _preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer, freeze=freeze, rows=_first_rows(cfg))
         if not result.ok:
             raise ModelError(result.message())
         log = logging.getLogger("streamfit.daemon")
