@@ -27,3 +27,19 @@ def has_avx512() -> bool:
     except OSError:
         pass
     return False
+
+
+def run_env() -> dict[str, object]:
+    """What a bench's JSON says of the machine and the moment: CPU, cores, AVX-512, load average (at the call:
+    call it at the start and keep the end's too), Python and onnxruntime versions."""
+    import os
+    import sys
+
+    try:
+        import onnxruntime
+
+        ort = onnxruntime.__version__
+    except ImportError:  # pragma: no cover - every bench needs it, but the JSON should still be written
+        ort = None
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "avx512": has_avx512(),
+            "loadavg_start": list(os.getloadavg()), "python": sys.version.split()[0], "onnxruntime": ort}

@@ -3,6 +3,7 @@
 
     python bench/chunk_steps.py            # about a minute on 2 cores
     python bench/chunk_steps.py --quick    # smoke run (CI)
+    python bench/chunk_steps.py --json docs/benchmarks/data/chunk_steps.json   # the figures as JSON too (plots.py)
 
 For each model (float32, squared error unless said) and rows per step B, the same rows are trained two ways
 on two trainers built alike: ``train_chunk(trainer, X, y, batch_size=B)`` over chunks of C rows (C/B steps in
@@ -17,6 +18,7 @@ shared: only the ratios measured side by side mean much.  Printed with the CPU a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -30,7 +32,7 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")):
 sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
-from _cpu import cpu_model, has_avx512  # noqa: E402
+from _cpu import cpu_model, has_avx512, run_env  # noqa: E402
 
 from streamfit._engine.steps.scan import train_chunk  # noqa: E402
 from streamfit._engine.testing import linear_model, mlp_model  # noqa: E402
@@ -135,26 +137,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: one small case")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--models", help="only these models (comma-separated names of MODELS and ESTIMATORS)")
+    parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON (bench/plots.py draws it)")
     args = parser.parse_args()
+    env = run_env()
     print(f"CPU: {cpu_model()} ({'AVX-512' if has_avx512() else 'no AVX-512'}), {os.cpu_count()} cores; "
           f"load average {os.getloadavg()[0]:.1f}")
+    wanted = None if args.models is None else set(args.models.split(","))
     cases = [("linear d=10 sgd", 1, 256, 512)] if args.quick else [
         (m, bsz, c, rows) for m in MODELS for bsz, c, rows in
         ((1, 16, 2048), (1, 128, 2048), (1, 1024, 4096), (32, 1024, 8192))
-        if not (m.startswith("mlp 100") and bsz == 1 and c == 1024)]
+        if not (m.startswith("mlp 100") and bsz == 1 and c == 1024) and (wanted is None or m in wanted)]
     rounds = 1 if args.quick else args.rounds
+    doc: dict[str, Any] = {"env": env, "config": {"quick": args.quick, "rounds": rounds}, "steps": [],
+                           "estimators": []}
     print(f"{'model':24s} {'B':>3s} {'chunk rows':>10s} {'chunk us/row':>13s} {'per-step us/row':>16s} {'ratio':>7s}")
     for name, bsz, chunk, rows in cases:
         m = measure(name, bsz, chunk, rows, rounds)
         print(f"{name:24s} {bsz:3d} {chunk:10d} {m['chunk']:13.2f} {m['step']:16.2f} {m['ratio']:7.2f}")
+        doc["steps"].append({"model": name, "batch": bsz, "chunk": chunk, "rows": rows, "chunk_us_per_row": m["chunk"],
+                             "step_us_per_row": m["step"], "ratio": m["ratio"]})
     print()
     print("ready-made estimators, batch_size=1: partial_fit_predict of C rows against one call per row")
     print(f"{'estimator':30s} {'C':>5s} {'chunk us/row':>13s} {'per-call us/row':>16s} {'ratio':>7s}")
     est_cases = [("LogisticRegression()", 256, 512)] if args.quick else [
-        (name, c, 4096) for name in ESTIMATORS for c in (16, 256, 1024)]
+        (name, c, 4096) for name in ESTIMATORS for c in (16, 256, 1024) if wanted is None or name in wanted]
     for name, chunk, rows in est_cases:
         m = measure_estimator(name, chunk, rows, rounds)
         print(f"{name:30s} {chunk:5d} {m['chunk']:13.2f} {m['step']:16.2f} {m['ratio']:7.2f}")
+        doc["estimators"].append({"estimator": name, "chunk": chunk, "rows": rows, "chunk_us_per_row": m["chunk"],
+                                  "per_call_us_per_row": m["step"], "ratio": m["ratio"]})
+    if args.json:
+        doc["env"]["loadavg_end"] = list(os.getloadavg())
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
     python bench/pipeline.py --json docs/benchmarks/data/pipeline.json
     python bench/op_census.py --json docs/benchmarks/data/op_census.json
     python bench/river_defaults.py --json docs/benchmarks/data/river_defaults.json
+    python bench/chunk_steps.py --json docs/benchmarks/data/chunk_steps.json
+    python bench/sparse.py --json docs/benchmarks/data/sparse.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -32,6 +34,8 @@ sys.path.insert(0, str(HERE))
 from _cpu import cpu_model  # noqa: E402
 
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
+#: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
+BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "chunk_steps", "sparse")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -171,6 +175,75 @@ def river_defaults(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str
               f"{r['verdict']} |" for r in results]
     return lines
 
+def _env_line(doc: dict[str, Any], cpu: str, when: str) -> str:
+    env = doc.get("env", {})
+    return (f"{cpu}, {env.get('cpu_count', '?')} cores, load {_load(env.get('loadavg_start'))} at start, "
+            f"{_load(env.get('loadavg_end'))} at the end, {when}")
+
+
+def chunk_steps(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    steps, ests = doc["steps"], doc["estimators"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [max(1, len(steps)),
+                                                                                   max(1, len(ests))]})
+    _bars(axes[0], [f"{c['model']} B={c['batch']} C={c['chunk']}" for c in steps],
+          {"chunk (one session run)": [c["chunk_us_per_row"] for c in steps],
+           "one session run per step": [c["step_us_per_row"] for c in steps]}, "us per row (log)")
+    axes[0].set_title("Trainer: train_chunk against Trainer.step", fontsize=9)
+    _bars(axes[1], [f"{c['estimator']} C={c['chunk']}" for c in ests],
+          {"partial_fit_predict of C rows": [c["chunk_us_per_row"] for c in ests],
+           "one call per row": [c["per_call_us_per_row"] for c in ests]}, "us per row (log)")
+    axes[1].set_title("estimators at batch_size=1", fontsize=9)
+    fig.suptitle(f"bench/chunk_steps.py: many steps per session run (B rows per step, chunks of C rows), "
+                 f"{doc['config']['rounds']} interleaved rounds\n{_env_line(doc, cpu, when)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "chunk_steps.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; microseconds per row, medians of {doc['config']['rounds']} interleaved "
+             "rounds; ratio: chunk / one run per step (median of the rounds' ratios).", "",
+             "| model | B | C | chunk us/row | per-step us/row | ratio |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c['model']} | {c['batch']} | {c['chunk']} | {c['chunk_us_per_row']:.2f} | {c['step_us_per_row']:.2f} "
+              f"| {c['ratio']:.2f} |" for c in steps]
+    lines += ["", "| estimator (batch_size=1) | C | chunk us/row | per-call us/row | ratio |", "|---|---|---|---|---|"]
+    lines += [f"| `{c['estimator']}` | {c['chunk']} | {c['chunk_us_per_row']:.2f} | {c['per_call_us_per_row']:.2f} | "
+              f"{c['ratio']:.2f} |" for c in ests]
+    return lines
+
+
+def sparse(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    results, config = doc["results"], doc["config"]
+    keys = list(results)
+    colors = ["tab:grey" if k.startswith(("vw", "river")) else "tab:blue" for k in keys]
+    names = [results[k]["name"].replace("streamfit ", "").replace("LogisticRegression", "LR") for k in keys]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    axes[0].bar(range(len(keys)), [results[k]["rows_per_s"] for k in keys], color=colors)
+    axes[0].set_yscale("log")
+    axes[0].set(ylabel="rows/s (log)", title="speed (grey: Vowpal Wabbit, River)")
+    axes[1].bar(range(len(keys)), [results[k]["log_loss"] for k in keys], color=colors)
+    lows = [results[k]["log_loss"] for k in keys]
+    axes[1].set_ylim(min(lows) * 0.95, max(lows) * 1.02)
+    axes[1].set(ylabel="progressive log loss (lower is better)", title="progressive log loss over each run's rows")
+    for ax in axes:
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"bench/sparse.py: the click stream ({config['rows']:,} rows at batch 1024 and for VW, "
+                 f"{config['rows_1']:,} at batch 1, {config['rows_river']:,} for River; 2^{config['bits']} buckets)"
+                 f"\n{_env_line(doc, cpu, when)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "sparse.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; each learner predicts each batch before training on it. Rows differ "
+             f"by learner (their column): compare log losses on the same rows in the last column (the first "
+             f"{config['rows_1']:,}).", "",
+             f"| learner | rows | rows/s | log loss | AUC | log loss, first {config['rows_1']:,} rows |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['name']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | {r['log_loss']:.4f} | {r['auc']:.4f} | "
+              f"{r['log_loss_first_rows_1']:.4f} |" for r in results.values()]
+    if doc.get("table_step_ms"):
+        lines += ["", "Step time against table size: " + ", ".join(
+            f"2^{b} rows {ms:.2f} ms" for b, ms in doc["table_step_ms"].items()) + "."]
+    return lines
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -188,12 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     md = ["<!-- generated by bench/plots.py from docs/benchmarks/data/*.json: do not edit -->", ""]
     made = []
-    for name in ("engine", "pipeline", "op_census", "river_defaults"):
+    for name in BENCHES:
         path = args.data / f"{name}.json"
         md.append(f"### `bench/{name}.py`")
         md.append("")
         if not path.exists():
-            md += [f"No JSON yet: run `python bench/{name}.py --json {path.relative_to(ROOT)}`.", ""]
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            md += [f"No JSON yet: run `python bench/{name}.py --json {shown}`.", ""]
             continue
         doc = json.loads(path.read_text())
         run = runs.get(name, {})
@@ -213,8 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             md.append(f"{cpu}, {when}: the ready-made models with their defaults against River's "
                       f"`StandardScaler | LinearRegression`/`LogisticRegression` on River's bundled streams.")
             md += ["", *river_defaults(doc, plt, args.out, cpu, when)]
-        else:
+        elif name == "op_census":
             md += op_census(doc, plt, args.out, when)
+        else:
+            md += globals()[name](doc, plt, args.out, cpu, when)
         md += ["", f"![{name}]({name}.png)", ""]
         made.append(name)
     (args.out / "_figures.md").write_text("\n".join(md))

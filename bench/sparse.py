@@ -6,12 +6,13 @@ hashing included in the time); VW from its text lines (parsing included, lines f
 River from dicts of hashed features (built beforehand).  Then the step time of a table of 2^24 rows x 16
 against one of 2^16 rows (interleaved rounds, median), and the RSS.
 
-    python bench/sparse.py [--rows 200000] [--quick]
+    python bench/sparse.py [--rows 200000] [--quick] [--json docs/benchmarks/data/sparse.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -81,6 +82,23 @@ class Result:
     def line(self) -> str:
         return (f"  {self.name:<56} {self.rate:>9,.0f} rows/s   log loss {self.loss():.4f}   "
                 f"AUC {auc(self.p, self.y):.4f}   ({self.rows:,} rows)")
+
+
+def write_json(path: str, args: argparse.Namespace, env: dict[str, Any], results: dict[str, Result],
+               steps: dict[int, float]) -> None:
+    """The progressive-validation results (rows/s, log loss, AUC, also over the batch-1 runs' rows) and the
+    table-size step times, for bench/plots.py."""
+    n1 = args.rows_1
+    doc = {"env": {**env, "loadavg_end": list(os.getloadavg())},
+           "config": {"quick": args.quick, "rows": args.rows, "rows_1": n1, "rows_river": args.rows_river,
+                      "bits": BITS, "fm_factors": FM_FACTORS},
+           "results": {key: {"name": r.name, "rows": r.rows, "rows_per_s": r.rate, "log_loss": r.loss(),
+                             "auc": auc(r.p, r.y), "log_loss_first_rows_1": r.loss(n1)}
+                       for key, r in results.items()},
+           "table_step_ms": {str(b): t * 1e3 for b, t in steps.items()}}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"\nwrote {path}")
 
 
 # -- learners ---------------------------------------------------------------------------------------------
@@ -300,7 +318,12 @@ def main() -> None:
     parser.add_argument("--big-bits", type=int, default=24)
     parser.add_argument("--no-table", action="store_true", help="skip the table-size experiment")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON (bench/plots.py draws them)")
     args = parser.parse_args()
+    sys.path.insert(0, HERE)
+    from _cpu import run_env
+
+    env = run_env()
     if args.quick:
         args.rows, args.rows_1, args.rows_river, args.big_bits = 2048, 30, 200, 17
         args.rows_events, args.rounds = 40, 1
@@ -459,6 +482,8 @@ def main() -> None:
     if steps:
         ratio = steps[bits[1]] / steps[bits[0]]
         target(ratio <= 1.2, f"step with a 2^{bits[1]}-row table / with a 2^{bits[0]}-row table: {ratio:.2f} (<= 1.2)")
+    if args.json:
+        write_json(args.json, args, env, results, steps)
 
 
 if __name__ == "__main__":

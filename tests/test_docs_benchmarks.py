@@ -1,0 +1,63 @@
+"""The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
+its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (chunk_steps.py's
+smoke run, a few seconds; sparse.py's, ~15 s, is marked slow). The drawing of the committed JSON and the
+generated _figures.md are checked by tests/test_bench.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks"
+sys.path.insert(0, str(ROOT / "bench"))
+
+import plots  # noqa: E402  (bench/plots.py)
+
+
+def test_every_drawn_bench_has_its_json_png_and_run_committed():
+    runs = json.loads((DOCS / "data" / "runs.json").read_text())
+    figures = (DOCS / "_figures.md").read_text()
+    for name in plots.BENCHES:
+        assert (DOCS / "data" / f"{name}.json").exists(), f"docs/benchmarks/data/{name}.json is not committed"
+        assert (DOCS / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert runs.get(name, {}).get("cpu"), f"runs.json names no CPU for {name}: bench/plots.py --record {name}"
+        section = figures.split(f"### `bench/{name}.py`")[1].split("### ")[0]
+        assert f"![{name}]({name}.png)" in section, name
+        if name != "op_census":  # counts of ops in graphs: no speed, no CPU to name
+            assert runs[name]["cpu"] in section, f"the {name} figures do not name the CPU of their run"
+
+
+def _json_then_plot(tmp_path: Path, bench: str, *args: str, timeout: float = 120) -> str:
+    out = tmp_path / f"{bench}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / f"{bench}.py"), "--quick", *args, "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["env"]["cpu_model"] and doc["env"]["cpu_count"] and doc["config"]["quick"] is True
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "plots.py"), "--data", str(tmp_path), "--out",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, MPLBACKEND="Agg"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "out" / f"{bench}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    made = (tmp_path / "out" / "_figures.md").read_text()
+    section = made.split(f"### `bench/{bench}.py`")[1].split("### ")[0]
+    assert doc["env"]["cpu_model"] in section  # the CPU named, from the JSON when runs.json has no entry
+    return section
+
+
+def test_chunk_steps_json_is_drawn(tmp_path):
+    section = _json_then_plot(tmp_path, "chunk_steps")
+    assert "| linear d=10 sgd | 1 | 256 |" in section and "| `LogisticRegression()` | 256 |" in section
+
+
+@pytest.mark.slow
+def test_sparse_json_is_drawn(tmp_path):
+    pytest.importorskip("river")
+    section = _json_then_plot(tmp_path, "sparse", "--no-table", timeout=240)
+    assert "streamfit hashed LogisticRegression, AdaGrad, batch 1024 | 2,048 |" in section
