@@ -79,9 +79,15 @@ class FTRL(Optimizer):
         root_new = b.op("Sqrt", n_new)
         sigma = b.op("Div", b.op("Sub", root_new, b.op("Sqrt", state["n"])), s["lr"])
         z_new = b.op("Sub", b.op("Add", state["z"], g), b.op("Mul", sigma, w))
-        # clip(z, -l1, l1) - z: -(z - sign(z) * l1) beyond l1, exactly +0.0 within
-        shrunk = b.op("Sub", b.op("Clip", z_new, b.const(-self.l1), b.const(self.l1)), z_new)
-        denom = b.op("Add", b.op("Div", b.op("Add", root_new, b.const(self.beta)), s["lr"]), b.const(self.l2))
+        # clip(z, -l1, l1) - z: -(z - sign(z) * l1) beyond l1, exactly +0.0 within; -z without l1 (a node less:
+        # at batch 1 a step costs its node count)
+        if self.l1:
+            shrunk = b.op("Sub", b.op("Clip", z_new, b.const(-self.l1), b.const(self.l1)), z_new)
+        else:
+            shrunk = b.op("Neg", z_new)
+        denom = b.op("Div", b.op("Add", root_new, b.const(self.beta)), s["lr"])
+        if self.l2:  # + 0.0 changes nothing (the denominator is never -0.0)
+            denom = b.op("Add", denom, b.const(self.l2))
         return b.op("Div", shrunk, denom), {"z": z_new, "n": n_new}
 
     def numpy_update(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],

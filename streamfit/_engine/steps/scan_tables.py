@@ -154,9 +154,12 @@ class TableBlocks:
     scanned: dict[str, np.ndarray]
 
     @classmethod
-    def gather(cls, sparse: Any, arrays: tuple[np.ndarray, ...], steps: int, batch_size: int) -> "TableBlocks":
+    def gather(cls, sparse: Any, arrays: tuple[np.ndarray, ...], steps: int, batch_size: int,
+               lean: bool = False) -> "TableBlocks":
         """The blocks of the first ``steps * batch_size`` rows of the model inputs ``arrays``; raises the step
-        path's :class:`~streamfit.exceptions.BadInputError` for an id outside its table."""
+        path's :class:`~streamfit.exceptions.BadInputError` for an id outside its table.  ``lean``: for the lean
+        one-row body (:mod:`~streamfit._engine.steps.scan_lean`), which reads the positions' block rows only (no
+        scratch rows; the step-local ids are left empty)."""
         m = steps * batch_size
         uniqs: list[np.ndarray] = []
         carried: dict[str, np.ndarray] = {}
@@ -175,13 +178,19 @@ class TableBlocks:
             inv = inv.reshape(flat.shape).astype(np.int64)
             uniqs.append(uniq)
             u, p = len(uniq), flat.shape[1]
-            step_rows, step_inv = _step_rows(inv, u)
             table = sparse.arrays[t.name]
-            scratch_rows = np.zeros((p,) + table.shape[1:], table.dtype)  # p rows that start as the optimizer starts
-            scratch = [scratch_rows] + [sparse.optimizer.init_state(scratch_rows)[slot] for slot in sparse.state[t.name]]
             sources = [table] + list(sparse.state[t.name].values())
-            for (block, _), source, extra in zip(_carried(sparse, t), sources, scratch):
-                carried[block] = np.concatenate([source[uniq], extra.astype(source.dtype, copy=False)])
+            if lean:
+                step_rows = step_inv = np.zeros((steps, 0), np.int64)
+                for (block, _), source in zip(_carried(sparse, t), sources):
+                    carried[block] = source[uniq]
+            else:
+                step_rows, step_inv = _step_rows(inv, u)
+                scratch_rows = np.zeros((p,) + table.shape[1:], table.dtype)  # p rows that start as the optimizer starts
+                scratch = [scratch_rows] + [sparse.optimizer.init_state(scratch_rows)[slot]
+                                            for slot in sparse.state[t.name]]
+                for (block, _), source, extra in zip(_carried(sparse, t), sources, scratch):
+                    carried[block] = np.concatenate([source[uniq], extra.astype(source.dtype, copy=False)])
             at = 0
             for j, (i, _) in enumerate(slots):
                 width = parts[j].shape[1]

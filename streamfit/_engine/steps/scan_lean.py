@@ -1,0 +1,206 @@
+"""A lean Scan body for one-row steps of a hashed linear model (``Y = bias + sum_f table[ids_f]``).
+
+At ``batch_size=1`` a chunk's cost is the body's node count (about 0.2 us per node and iteration here): the
+generic body (:mod:`~streamfit._engine.steps.scan_tables`: the fused step graph, its loss, its gradient graph
+and the tables' rows update spliced in) has ~65 nodes.  For the hashed linear models the whole step is small
+enough to write by hand, and this module does, with the same update rule:
+
+* the bias is one more row of the carried block, whose columns are the weight and its optimizer state side by
+  side (``[rows + 1, 1 + slots]``): one ``Gather`` reads a row's ``F`` id positions and its bias, one
+  ``ScatterND`` writes them back;
+* the prediction is the sum of the gathered weights, the gradient ``dl/dy * grad_weight`` times each position's
+  multiplicity (an id that appears twice in a row gets twice the gradient, as the step path's sum per distinct
+  id gives it: every copy then computes the same new values);
+* the optimizer's own update nodes (the emitter of dense weights and of the rows update) run once over the
+  ``F + 1`` positions; a penalty (the standard :class:`~streamfit.penalties.Penalty`) is applied with a
+  per-position coefficient, zero where the weight is not penalized (the bias);
+* the loss is not computed in the body: the chunk computes every step's loss from the scanned-out predictions
+  after the Scan, with the loss's own nodes.
+
+The chunk graph keeps :func:`~streamfit._engine.steps.scan.build_chunk_model`'s inputs and outputs, so the
+chunk's host side (blocks, feeds, write back, replay on a non-finite step) is unchanged.  Results equal the
+step path's within float rounding (the sum's order differs: bias last).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import ModelProto, TensorProto, helper, numpy_helper
+
+from streamfit._engine.common.graph_builder import GraphBuilder
+from streamfit._engine.common.names import Names
+from streamfit._engine.common.onnx_helpers import prune
+from streamfit._engine.steps.scan_tables import table_names
+from streamfit.penalties import Penalty
+
+__all__ = ["LeanPlan", "lean_plan", "lean_chunk_model"]
+
+_P = "sfl_"  # this module's names
+
+
+@dataclass(frozen=True)
+class LeanPlan:
+    """What the lean body needs to know of a hashed linear trainer."""
+
+    table: str
+    bias: str
+    fields: int
+    slots: tuple[str, ...]
+    #: per-position L2 and L1 coefficients of the F id positions and of the bias (0: not penalized)
+    l2: tuple[float, float]
+    l1: tuple[float, float]
+
+
+def _const_int(pm: Any, name: str) -> list[int] | None:
+    for init in pm.model.graph.initializer:
+        if init.name == name:
+            return [int(v) for v in numpy_helper.to_array(init).ravel()]
+    return None
+
+
+def lean_plan(tr: Any) -> LeanPlan | None:
+    """The plan of ``tr``'s lean body, or None when its model or rules are not the hashed linear ones."""
+    sparse, pm = tr.tables, tr.prepared
+    if sparse is None or len(sparse.tables) != 1 or sparse.fold or tr.optimizer.shaped:
+        return None
+    t = sparse.tables[0]
+    if len(t.uses) != 1 or len(t.shape) != 2 or t.shape[1] != 1 or pm.buffers or pm.host or pm.train_differs:
+        return None
+    use = t.uses[0]
+    nodes = [(n.op_type, list(n.input), list(n.output)) for n in pm.model.graph.node]
+    if len(nodes) != 3 or nodes[0] != ("Gather", [t.name, use.ids], [use.rows]):
+        return None
+    (op1, in1, out1), (op2, in2, out2) = nodes[1], nodes[2]
+    reduce = pm.model.graph.node[1]
+    keep = [a.i for a in reduce.attribute if a.name == "keepdims"]
+    if op1 != "ReduceSum" or in1[:1] != [use.rows] or len(in1) != 2 or _const_int(pm, in1[1]) != [1] or keep != [0]:
+        return None
+    bias = next((w for w in pm.weights if w != t.name), None)
+    if op2 != "Add" or bias is None or sorted(in2) != sorted([bias, out1[0]]) or out2 != [pm.output_name]:
+        return None
+    if tuple(pm.initial[bias].shape) != (1, 1) or [w for w in pm.weights if w not in (bias, t.name)]:
+        return None
+    slots = tuple(sparse.state[t.name])
+    if list(tr.params.names) != [bias] + [Names.slot(bias, s) for s in slots]:
+        return None
+    ids = next(i for i in pm.inputs if i.name == use.ids)
+    if len(ids.shape) != 2 or not isinstance(ids.shape[1], int) or ids.shape[1] < 1:
+        return None
+    penalty = tr.penalty
+    l2, l1 = (0.0, 0.0), (0.0, 0.0)
+    if penalty is not None:
+        if type(penalty).gradient is not Penalty.gradient or type(penalty).proximal is not Penalty.proximal:
+            return None
+        on = (t.name in sparse.penalized, bias in pm.penalized)
+        l2 = tuple(penalty.l2 if p else 0.0 for p in on)  # type: ignore[assignment]
+        l1 = tuple(penalty.l1 if p else 0.0 for p in on)  # type: ignore[assignment]
+    return LeanPlan(t.name, bias, int(ids.shape[1]), slots, l2, l1)
+
+
+def _vi(name: str, elem: int, shape: list[Any] | None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _body(tr: Any, plan: LeanPlan, elem: int) -> onnx.GraphProto:
+    """One step: block ``M`` [R, C], positions ``pf`` [F+1], their ScatterND indices [F+1, 1], multiplicity
+    times grad weight [F+1, 1], the target [1, 1] and the optimizer's scalars -> the new block, the prediction."""
+    b = GraphBuilder(tr.dtype, prefix=_P + "b_")
+    F, C = plan.fields, 1 + len(plan.slots)
+    scalars = {s: Names.scalar(s) for s in tr.optimizer.scalar_names}
+    rows = b.op("Gather", "M", "pf", axis=0)
+    if C > 1:
+        parts = [b.name("col") for _ in range(C)]
+        b.nodes.append(helper.make_node("Split", [rows], parts, axis=1, name=b.name("Split")))
+    else:
+        parts = [rows]
+    w, state = parts[0], dict(zip(plan.slots, parts[1:]))
+    # y = bias + sum of the id positions' weights: the step path's operations in its order
+    lin_w, bias_w = b.name("lin_w"), b.name("bias_w")
+    b.nodes.append(helper.make_node("Split", [w, b.const([F, 1], np.int64)], [lin_w, bias_w], axis=0,
+                                    name=b.name("Split")))
+    y = b.op("Add", bias_w, b.op("ReduceSum", lin_w, b.const([0], np.int64), keepdims=1), out=_P + "y")  # [1, 1]
+    _, dl = tr.loss.terms(b, y, "t")
+    g = b.op("Mul", dl, "cgw")  # [F + 1, 1]
+    per_position = lambda pair: b.const(np.array([pair[0]] * F + [pair[1]]).reshape(F + 1, 1))  # noqa: E731
+    if any(plan.l2):
+        g = b.op("Add", g, b.op("Mul", w, per_position(plan.l2)))
+    kw = {"shape": (-1, 1)} if tr.optimizer.shaped else {}
+    new, new_state = tr.optimizer.update(b, w, g, state, scalars, **kw)
+    if any(plan.l1):
+        shrunk = b.op("Relu", b.op("Sub", b.op("Abs", new), b.op("Mul", scalars["lr"], per_position(plan.l1))))
+        new = b.op("Mul", b.op("Sign", new), shrunk)
+    cols = [new] + [new_state[s] for s in plan.slots]
+    new_rows = b.op("Concat", *cols, axis=1) if C > 1 else cols[0]
+    b.op("ScatterND", "M", "pidx", new_rows, out=_P + "M_new")
+    inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", TensorProto.INT64, [F + 1]),
+              _vi("pidx", TensorProto.INT64, [F + 1, 1]), _vi("cgw", elem, [F + 1, 1]), _vi("t", elem, [1, 1])]
+    inputs += [_vi(s, elem, []) for s in scalars.values()]
+    outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, [1, 1])]
+    graph = helper.make_graph(b.nodes, "streamfit_lean_step", inputs, outputs, b.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    prune(model)  # the loss terms' per-row loss: computed after the Scan
+    return model.graph
+
+
+def lean_chunk_model(tr: Any, plan: LeanPlan, state: list[str], scanned: list[str], per_step: list[str]
+                     ) -> ModelProto:
+    """The chunk graph of :func:`~streamfit._engine.steps.scan.build_chunk_model` (same inputs and outputs for
+    these ``state``, ``scanned`` and ``per_step`` names) with the lean body."""
+    b = GraphBuilder(tr.dtype, prefix=_P + "o_")
+    elem = b.elem
+    X = lambda n: "sfc_x_" + n  # noqa: E731
+    IN = lambda n: "sfc_in_" + n  # noqa: E731
+    OUT = lambda n: "sfc_out_" + n  # noqa: E731
+    blocks, _ = table_names(tr.tables)  # the table's block, then its state blocks
+    dense = [plan.bias] + [Names.slot(plan.bias, s) for s in plan.slots]
+    F = plan.fields
+    # the carried block: weight and state side by side, the bias as its last row
+    table_block = b.op("Concat", *[IN(n) for n in blocks], axis=1) if len(blocks) > 1 else IN(blocks[0])
+    bias_row = b.op("Concat", *[IN(n) for n in dense], axis=1) if len(dense) > 1 else IN(dense[0])
+    M = b.op("Concat", table_block, bias_row, axis=0)
+    # the positions: each step's F block rows (the chunk's local ids), then the bias row
+    pos_name = next(n for n in scanned if n.startswith("sfc_pos_"))
+    pos = b.op("Reshape", X(pos_name), b.const([-1, F], np.int64))  # [S, F]
+    rows_r = b.op("Shape", IN(blocks[0]), start=0, end=1)  # [1]: the bias row's index
+    steps = b.op("Shape", pos, start=0, end=1)
+    bias_col = b.op("Expand", b.op("Reshape", rows_r, b.const([1, 1], np.int64)),
+                    b.op("Concat", steps, b.const([1], np.int64), axis=0))
+    pf = b.op("Concat", pos, bias_col, axis=1)  # [S, F + 1]
+    pidx = b.op("Unsqueeze", pf, b.const([2], np.int64))  # [S, F + 1, 1]
+    same = b.op("Equal", pidx, b.op("Unsqueeze", pf, b.const([1], np.int64)))  # [S, F + 1, F + 1]
+    mult = b.op("ReduceSum", b.op("Cast", same, to=elem), b.const([2], np.int64), keepdims=1)  # [S, F + 1, 1]
+    gw = b.op("Reshape", X(Names.grad_weight), b.const([-1, 1, 1], np.int64))
+    cgw = b.op("Mul", mult, gw)
+    target = b.op("Reshape", X(Names.target), b.const([-1, 1, 1], np.int64))
+    sc = [X(n) for n in per_step]
+    scan_out = [_P + "M_final", _P + "ys"]
+    b.nodes.append(helper.make_node("Scan", [M, pf, pidx, cgw, target] + sc, scan_out, num_scan_inputs=4 + len(sc),
+                                    body=_body(tr, plan, elem), name=_P + "scan"))
+    b.op("Identity", scan_out[1], out="sfc_y")  # [S, 1, 1]
+    # every step's loss, from its prediction (before its update)
+    per_row, _ = tr.loss.terms(b, scan_out[1], target)
+    lw = b.op("Reshape", X(Names.loss_weight), b.const([-1, 1, 1], np.int64))
+    b.op("ReduceSum", b.op("Mul", per_row, lw), b.const([1, 2], np.int64), keepdims=0, out="sfc_losses")
+    b.op("ReduceSum", scan_out[0], keepdims=0, out="sfc_check")
+    # the final block back into the table's blocks and the bias
+    C = len(blocks)
+    table_rows = b.op("Slice", scan_out[0], b.const([0], np.int64), rows_r, b.const([0], np.int64))
+    bias_rows = b.op("Slice", scan_out[0], rows_r, b.const([1 << 62], np.int64), b.const([0], np.int64))
+    for source, names in ((table_rows, blocks), (bias_rows, dense)):
+        if C > 1:
+            b.nodes.append(helper.make_node("Split", [source], [OUT(n) for n in names], axis=1, name=b.name("Split")))
+        else:
+            b.op("Identity", source, out=OUT(names[0]))
+    inputs = [_vi(IN(n), elem, [1, 1] if n in dense else ["R", 1]) for n in state]
+    integer = set(table_names(tr.tables)[1]) | {i.name for i in tr.prepared.inputs if i.dtype.kind in "iu"}
+    if tr.loss.integer_labels:
+        integer.add(Names.target)
+    inputs += [_vi(X(n), TensorProto.INT64 if n in integer else elem, None) for n in scanned + per_step]
+    outputs = [_vi(OUT(n), elem, [1, 1] if n in dense else ["R", 1]) for n in state]
+    outputs += [_vi("sfc_losses", elem, ["S"]), _vi("sfc_y", elem, None), _vi("sfc_check", elem, [])]
+    graph = helper.make_graph(b.nodes, "streamfit_lean_chunk", inputs, outputs, b.initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
