@@ -36,6 +36,7 @@ from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
 from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
+from streamfit._engine.steps.scan_lean import lean_chunk_model, lean_plan
 from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_tables
 from streamfit.exceptions import BadInputError
 from streamfit.schedules.base import Schedule
@@ -198,13 +199,15 @@ class ChunkSteps:
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self._built: dict[tuple[bool, bool, tuple[str, ...]], tuple[Any, list[str], list[str], list[str]] | None] = {}
+        self._built: dict[tuple[bool, bool, tuple[str, ...], bool], tuple[Any, list[str], list[str], list[str]] | None] = {}
+        #: the keys built with the lean one-row body of a hashed linear model (steps/scan_lean.py)
+        self._lean: set[tuple[bool, bool, tuple[str, ...], bool]] = set()
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
         self.flat = True
         self.layout: FlatLayout | None = None
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
-        self.models: dict[tuple[bool, bool, tuple[str, ...]], ModelProto] = {}
+        self.models: dict[tuple[bool, bool, tuple[str, ...], bool], ModelProto] = {}
         self.why_not: str | None = None
 
     def _kind(self, rows: int) -> tuple[bool, bool]:
@@ -216,10 +219,10 @@ class ChunkSteps:
                               and rows * fused._weights_size < fused.parallel_min_work)  # type: ignore[union-attr]
         return large, light
 
-    def _build(self, key: tuple[bool, bool, tuple[str, ...]]) -> tuple[Any, list[str], list[str], list[str]] | None:
+    def _build(self, key: tuple[bool, bool, tuple[str, ...], bool]) -> tuple[Any, list[str], list[str], list[str]] | None:
         if key in self._built:
             return self._built[key]
-        large, light, host_steps = key
+        large, light, host_steps, one_row = key
         tr = self.trainer
         strategy = tr._strategy
         step = strategy.large_graph() if large else strategy.model  # type: ignore[union-attr]
@@ -229,7 +232,8 @@ class ChunkSteps:
             return None
         state = [n for n in tr.params.names]
         scanned: list[str] = []
-        flat = flat_step_graph(tr) if not large and self.flat else None
+        plan = lean_plan(tr) if one_row and not large and not host_steps else None
+        flat = flat_step_graph(tr) if not large and self.flat and plan is None else None
         if flat is not None:  # one parameter vector: the optimizer's update emitted once
             step, self.layout = flat
             state = self.layout.state_names() + list(tr.prepared.buffers)
@@ -248,7 +252,11 @@ class ChunkSteps:
         if tr.prepared.train_differs:
             eval_model = tr.prepared.predict_model(list(tr.prepared.weights) + list(tr.prepared.buffers)
                                                    + list(tr.prepared.host))
-        model = build_chunk_model(step, state, scanned, per_step, tr.prepared.output_name, eval_model)
+        if plan is not None:
+            self._lean.add(key)
+            model = lean_chunk_model(tr, plan, state, scanned, per_step)
+        else:
+            model = build_chunk_model(step, state, scanned, per_step, tr.prepared.output_name, eval_model)
         options = tr.small_batch_options if light else tr.options
         session = make_session(model.SerializeToString(), options, tr.device, tr.dtype)
         refs = [i.name for i in model.graph.input][len(state) + len(scanned) + len(per_step):]
@@ -258,12 +266,16 @@ class ChunkSteps:
         return built
 
     def available(self, batch_size: int, host_steps: tuple[str, ...] = ()) -> bool:
-        return self._build(self._kind(batch_size) + (host_steps,)) is not None
+        return self._build(self._kind(batch_size) + (host_steps, batch_size == 1)) is not None
+
+    def lean(self, rows: int, host_steps: tuple[str, ...] = ()) -> bool:
+        """Whether ``rows`` rows per step run the lean one-row body (steps/scan_lean.py)."""
+        return self._kind(rows) + (host_steps, rows == 1) in self._lean
 
     def names(self, rows: int, host_steps: tuple[str, ...] = ()) -> list[str]:
         """The per-step inputs of the chunk graph for ``rows`` rows per step (scalars, then the host tensors
         given per step), in their order."""
-        built = self._build(self._kind(rows) + (host_steps,))
+        built = self._build(self._kind(rows) + (host_steps, rows == 1))
         assert built is not None
         return built[2]
 
@@ -275,7 +287,7 @@ class ChunkSteps:
         losses, the outputs [steps, rows, *tail], whether all is finite, and the final blocks.  The final dense
         state is in the spare ping-pong set."""
         tr = self.trainer
-        built = self._build(self._kind(rows) + (host_steps,))
+        built = self._build(self._kind(rows) + (host_steps, rows == 1))
         assert built is not None
         session, scanned, per_step, refs = built
         cpu = C.cpu_device()
@@ -303,7 +315,8 @@ class ChunkSteps:
             else:
                 io.bind_ortvalue_input(name, host[name])
         live, spare = tr.params.live(), tr.params.spare()
-        layout = self.layout if not self._kind(rows)[0] else None
+        key = self._kind(rows) + (host_steps, rows == 1)
+        layout = self.layout if not key[0] and key not in self._lean else None
         flat_out: dict[str, np.ndarray] = {}
         dense = list(tr.params.names)
         if layout is not None:  # the weights and their slots packed into one vector each
@@ -400,7 +413,7 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
     blocks = None
     if tr.tables is not None:
         try:
-            blocks = TableBlocks.gather(tr.tables, arrays, steps, batch_size)
+            blocks = TableBlocks.gather(tr.tables, arrays, steps, batch_size, chunks.lean(batch_size, names))
         except BadInputError:  # an id outside its table: the steps before it are trained, then the step path raises
             return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
         feeds.update(blocks.scanned)
