@@ -54,10 +54,6 @@ def test_the_extension_api_event_types_and_daemon_helpers_are_public():
     assert linear_model(2).graph.input[0].name == "X" and two_input_model(3, 10).graph.input[1].name == "ids"
 
 
-# pages whose examples show an engine-level function on purpose (no public name for it yet), and what they import
-PRIVATE_ON_PURPOSE: dict[str, set[str]] = {}  # (chunked-steps.md shows Trainer.step_chunk now)
-
-
 def test_readme_and_docs_examples_import_only_public_names():
     pages = [README, *sorted((ROOT.parent / "docs").rglob("*.md"))]
     found, private = "", {}
@@ -65,7 +61,6 @@ def test_readme_and_docs_examples_import_only_public_names():
         code = "\n".join(re.findall(r"```python\n(.*?)```", page.read_text(), re.S))
         found += code
         names = set(re.findall(r"\bstreamfit(?:\.\w+)*\._\w+", code))
-        names -= PRIVATE_ON_PURPOSE.get(page.relative_to(ROOT.parent).as_posix(), set())
         if names:
             private[page.relative_to(ROOT.parent).as_posix()] = sorted(names)
     assert "import mlp_model" in found and "import two_input_model" in found  # the examples are there
