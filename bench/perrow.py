@@ -3,6 +3,7 @@
 
     python bench/perrow.py                    # every section, a few minutes on 2 shared cores
     python bench/perrow.py --quick            # smoke run: tiny sizes, one round
+    python bench/perrow.py --json docs/benchmarks/data/perrow.json   # also the figures as JSON (bench/plots.py)
     python bench/perrow.py --baseline 8b225c9 # also measure section 4 on that commit's tree (a git worktree)
 
 Sections (every ratio printed with met/MISSED against the issue's target, collected at the end):
@@ -51,7 +52,7 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
-from _cpu import cpu_model, has_avx512  # noqa: E402
+from _cpu import cpu_model, has_avx512, run_env  # noqa: E402
 
 #: main when issue 20's work started: section 4's baseline
 BASELINE = "8b225c9"
@@ -74,6 +75,8 @@ class Target:
 
 
 TARGETS: list[Target] = []
+#: section 1's figures, one per stream and configuration, for --json
+STREAM_RESULTS: list[dict[str, Any]] = []
 
 
 def target(what: str, value: float, limit: float, at_most: bool = True) -> str:
@@ -219,6 +222,9 @@ def section_streams(args: argparse.Namespace) -> None:
                 v2 = target(f"{name}: {label}, accuracy - River's", value - ref, -0.005, at_most=False)
             print(f"{name:<14}{len(s.X):>6}  {label:<30}{times[key]:>12.3f}{times['river']:>9.3f}{ratio:>7.2f}  "
                   f"{value:>9.4f}{ref:>8.4f}   time {v1}, {metric} {v2}")
+            STREAM_RESULTS.append({"stream": name, "rows": len(s.X), "configuration": label, "streamfit_s": times[key],
+                                   "river_s": times["river"], "time_ratio": ratio, "metric": metric, "value": value,
+                                   "river_value": ref})
         print(f"{name:<14}{len(s.X):>6}  {'RiverClassifier/Regressor()':<30}{times['wrapper']:>12.3f}"
               f"{times['river']:>9.3f}{times['wrapper'] / times['river']:>7.2f}  {last['wrapper']:>9.4f}{ref:>8.4f}"
               "   (information: River's progressive_val_score, one call per row, from untrained: its build timed)")
@@ -471,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vw-rows", type=int, default=20_000)
     parser.add_argument("--baseline", help="git revision to measure section 4 on (default: the recorded figures)")
     parser.add_argument("--sections", default="1,2,3,4,5,6")
+    parser.add_argument("--json", metavar="PATH", help="also write section 1's figures and every target as JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -483,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime
     import streamfit
 
+    env = run_env()
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"# bench/perrow.py at {head or '?'}: CPU {cpu_model()} ({os.cpu_count()} cores), AVX-512 "
           f"{'yes' if has_avx512() else 'no'}, load average {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}, "
@@ -496,7 +504,20 @@ def main(argv: list[str] | None = None) -> int:
         print(t.line())
     met = sum(t.ok for t in TARGETS)
     print(f"{met} of {len(TARGETS)} met")
+    if args.json:
+        write_json(args, env)
     return 0
+
+
+def write_json(args: argparse.Namespace, env: dict[str, Any]) -> None:
+    doc = {"env": {**env, "loadavg_end": list(os.getloadavg())},
+           "config": {"quick": args.quick, "rounds": args.rounds, "chunk": args.chunk, "vw_rows": args.vw_rows,
+                      "sections": args.sections, "limit": args.limit},
+           "streams": STREAM_RESULTS,
+           "targets": [{"what": t.what, "value": t.value, "limit": t.limit, "ok": t.ok} for t in TARGETS]}
+    with open(args.json, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
     python bench/river_defaults.py --json docs/benchmarks/data/river_defaults.json
     python bench/chunk_steps.py --json docs/benchmarks/data/chunk_steps.json
     python bench/sparse.py --json docs/benchmarks/data/sparse.json
+    python bench/perrow.py --json docs/benchmarks/data/perrow.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -35,7 +36,7 @@ from _cpu import cpu_model  # noqa: E402
 
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
-BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "chunk_steps", "sparse")
+BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "perrow", "chunk_steps", "sparse")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -179,6 +180,48 @@ def _env_line(doc: dict[str, Any], cpu: str, when: str) -> str:
     env = doc.get("env", {})
     return (f"{cpu}, {env.get('cpu_count', '?')} cores, load {_load(env.get('loadavg_start'))} at start, "
             f"{_load(env.get('loadavg_end'))} at the end, {when}")
+
+
+def perrow(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    rows, config = doc["streams"], doc["config"]
+    streams = list(dict.fromkeys(r["stream"] for r in rows))
+    configs = list(dict.fromkeys(r["configuration"] for r in rows))
+    by = {(r["stream"], r["configuration"]): r for r in rows}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    width = 0.8 / max(1, len(configs))
+    for i, conf in enumerate(configs):
+        xs = [k + (i - (len(configs) - 1) / 2) * width for k in range(len(streams))]
+        axes[0].bar(xs, [by[(st, conf)]["time_ratio"] for st in streams], width, label=f"streamfit, {conf}")
+        axes[1].bar(xs, [by[(st, conf)]["value"] / by[(st, conf)]["river_value"] for st in streams], width,
+                    label=f"streamfit, {conf}")
+    axes[0].axhline(1.0, color="tab:grey", linestyle="--", label="River's time")
+    axes[0].set_title("time, predict then learn, batch_size=1", fontsize=9)
+    axes[0].set_ylabel("CPU time / River's (lower is faster)")
+    axes[1].axhline(1.0, color="tab:grey", linestyle="--", label="River's metric")
+    axes[1].set_title("progressive accuracy / River's (TrumpApproval: MAE, lower is better)", fontsize=9)
+    axes[1].set_ylabel("metric / River's")
+    for ax in axes:
+        ax.set_xticks(range(len(streams)))
+        ax.set_xticklabels([f"{st} ({by[(st, configs[0])]['rows']} rows)" for st in streams], fontsize=8)
+        ax.legend(fontsize=7)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"bench/perrow.py: one step per row, rows given in chunks of {config['chunk']}, beside River's "
+                 f"learn_one (best of {config['rounds']} rounds)\n{_env_line(doc, cpu, when)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "perrow.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; sections {config['sections']}, CPU seconds (best of {config['rounds']} "
+             f"interleaved rounds), rows given in chunks of {config['chunk']}.", "",
+             "| stream | rows | configuration | streamfit s | River s | ratio | metric | streamfit | River |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['stream']} | {r['rows']} | {r['configuration']} | {r['streamfit_s']:.3f} | {r['river_s']:.3f} | "
+              f"{r['time_ratio']:.2f} | {r['metric']} | {r['value']:.4f} | {r['river_value']:.4f} |" for r in rows]
+    targets = doc["targets"]
+    lines += ["", f"Targets: {sum(t['ok'] for t in targets)} of {len(targets)} met.", "",
+              "| target | value | limit | |", "|---|---|---|---|"]
+    lines += [f"| {t['what']} | {t['value']:.3f} | {t['limit']:g} | {'met' if t['ok'] else 'MISSED'} |"
+              for t in targets]
+    return lines
 
 
 def chunk_steps(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
