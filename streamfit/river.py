@@ -64,8 +64,8 @@ def _check_dense(estimator: Any) -> None:
 
 def _widened(state: Mapping[str, Any], width: int, optimizer: Any) -> dict[str, Any]:
     """``state`` (a ready-made model's ``state_dict``) for ``width`` input features, the old ones first: the
-    new rows of the first layer zero, their optimizer slots as the optimizer starts them, the scaler's mean
-    and sum of squares 0 (the feature was 0 in every row so far)."""
+    new rows of the first layer zero, their optimizer slots as the optimizer starts them, the scaler's
+    statistics of the new features 0 (the feature was 0 in every row so far)."""
     trainer = dict(state["trainer"])
     weights = dict(trainer["weights"])
     old = weights[_FIRST_LAYER]
@@ -81,7 +81,9 @@ def _widened(state: Mapping[str, Any], width: int, optimizer: Any) -> dict[str, 
     out = {**state, "trainer": trainer, "n_features_in_": width}
     if "scaler" in state:
         scaler = dict(state["scaler"])
-        for key in ("mean", "m2"):
+        for key in ("mean", "m2", "shift", "s1", "s2"):
+            if key not in scaler:
+                continue
             arr = np.asarray(scaler[key])
             scaler[key] = np.concatenate([arr, np.zeros(width - len(arr), arr.dtype)])
         out["scaler"] = scaler

@@ -81,3 +81,19 @@ def test_a_nonfinite_step_inside_a_call_stops_there_with_the_statistics_of_step_
         for s in range(0, 40, 2):
             b.partial_fit(X[s:s + 2], y[s:s + 2])
     _same_state(a, b)
+
+
+def test_the_loop_keeps_only_what_depends_on_the_weights() -> None:
+    """The standardization (rows and per-step statistics only) runs before the Scan, the log loss (outputs and
+    targets only) after it: the body is the forward pass, the gradient and the update."""
+    X, _, labels, _ = _data(64)
+    est = LogisticRegression(batch_size=1, optimizer="sgd", learning_rate="constant", eta0=0.05, penalty=None)
+    est.partial_fit(X, labels, classes=["no", "yes"])
+    (model,) = est.trainer_.__dict__["_chunk_steps"].models.values()
+    ops = [n.op_type for n in model.graph.node]
+    scan = model.graph.node[ops.index("Scan")]
+    body = [n.op_type for n in next(a.g for a in scan.attribute if a.name == "body").node]
+    assert ops[:ops.index("Scan")].count("Div") == 1 and "Div" not in body  # (X - mean) / scale, once
+    assert {"Log", "Exp"} <= set(ops[ops.index("Scan"):]) and not {"Log", "Exp"} & set(body)
+    assert len(body) <= 8  # MatMul, Add, Sigmoid, Sub, Mul (the gradient weight), Gemm, ReduceSum, Sub
+    assert np.isfinite(est.loss_)

@@ -93,12 +93,63 @@ def test_merge_moments_equals_two_pass_statistics_for_any_split_and_weights():
     assert count == w.sum() and isinstance(count, float)
 
 
+def test_running_scaler_equals_two_pass_statistics_for_any_split_weights_and_offsets():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((1000, 4)) * [1e-3, 1, 1e3, 1e5] + [0, 5, -1e4, 1e6]
+    w = rng.integers(0, 4, 1000).astype(np.float64)
+    s = RunningScaler(4)
+    cuts = np.sort(rng.choice(np.arange(1, 1000), 30, replace=False))
+    for k, (part, wp) in enumerate(zip(np.split(X, cuts), np.split(w, cuts))):
+        if k % 3 == 0:  # some parts row by row, unweighted rows repeated by their weight
+            for row, weight in zip(part, wp):
+                for _ in range(int(weight)):
+                    s.update_row(row.tolist())
+        elif k % 3 == 1:
+            s.update(part, wp)
+        else:
+            for row, weight in zip(part, wp):
+                s.update_steps(np.repeat(row[None], int(weight), axis=0))
+    ref_mean = np.average(X, axis=0, weights=w)
+    np.testing.assert_allclose(s.mean_, ref_mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(s.var_, np.average((X - ref_mean) ** 2, axis=0, weights=w), rtol=1e-9)
+    assert s.count == w.sum()
+
+
+def test_update_steps_gives_the_statistics_of_update_row_bit_for_bit():
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((300, 5)) * [1e-2, 1, 10, 1e3, 0] + [0.5, -3, 40, 1e5, 7]
+    a, b = RunningScaler(5), RunningScaler(5)
+    a.update(X[:7], rng.uniform(0, 2, 7))  # a fractional count first
+    b.load_state_dict(a.state_dict())
+    means, scales = a.update_steps(X[7:])
+    for k, row in enumerate(X[7:].tolist()):
+        b.update_row(row)
+        mean, scale = b.float64()
+        assert means[k].tolist() == mean and scales[k].tolist() == scale, k
+    for key, value in a.state_dict().items():
+        np.testing.assert_array_equal(value, b.state_dict()[key])
+    assert scales[-1, 4] == 1.0  # the constant feature
+
+
+def test_an_older_scaler_state_of_mean_and_m2_still_loads():
+    s = RunningScaler(2)
+    s.load_state_dict({"count": np.array(4.0), "mean": np.array([1.0, 2.0]), "m2": np.array([4.0, 0.0])})
+    np.testing.assert_array_equal(s.mean_, [1.0, 2.0])
+    np.testing.assert_array_equal(s.scale_, [1.0, 1.0])  # sqrt(4 / 4); the second feature constant
+    s.update_row([3.0, 2.0])
+    np.testing.assert_allclose(s.mean_, [1.4, 2.0])
+    np.testing.assert_allclose(s.var_, [(4.0 + 4 * 0.4 ** 2 + 1.6 ** 2) / 5, 0.0])
+
+
 def test_scaler_state_is_plain_arrays_and_constant_features_keep_scale_one():
     s = RunningScaler(2)
     s.update(np.array([[1.0, 7.0], [3.0, 7.0], [5.0, 7.0]]))
     state = s.state_dict()
     assert {k: (v.dtype, v.shape) for k, v in state.items()} == {
-        "count": (np.float64, ()), "mean": (np.float64, (2,)), "m2": (np.float64, (2,))}
+        "count": (np.float64, ()), "shift": (np.float64, (2,)), "s1": (np.float64, (2,)), "s2": (np.float64, (2,)),
+        "mean": (np.float64, (2,)), "m2": (np.float64, (2,))}
+    np.testing.assert_array_equal(state["mean"], [3.0, 7.0])
+    np.testing.assert_array_equal(state["m2"], [8.0, 0.0])
     twin = RunningScaler(2)
     twin.load_state_dict(state)
     np.testing.assert_array_equal(twin.scale_, [np.sqrt(8 / 3), 1.0])

@@ -17,6 +17,7 @@ import numpy as np
 
 from streamfit._engine.common.names import Names
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
+from streamfit.models.scaler import RunningScaler
 from streamfit.exceptions import NonFiniteError
 
 __all__ = ["chunk_pass"]
@@ -29,19 +30,28 @@ def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, slices: list
     float64 (mean, scale) before each step, and (``transform``) each step's rows standardized with the
     statistics after its own rows."""
     steps, width = len(slices), rows.shape[1]
+    if sw is None and len(rows) == steps and isinstance(scaler, RunningScaler):  # one row per step: cumulative sums
+        first = scaler.float64() if before else None
+        mean64, scale64 = scaler.update_steps(rows)
+        mean32, scale32 = mean64.astype(np.float32), scale64.astype(np.float32)
+        b_mean = b_scale = None
+        if first is not None:
+            b_mean = np.concatenate([np.array([first[0]]), mean64[:-1]])
+            b_scale = np.concatenate([np.array([first[1]]), scale64[:-1]])
+        scaled = None
+        if transform:
+            if rows.dtype == np.float32:
+                scaled = (rows - mean32) / scale32
+            else:
+                dtype = rows.dtype if rows.dtype.kind == "f" else np.dtype(np.float32)
+                scaled = ((rows.astype(dtype, copy=False) - mean64.astype(dtype)) / scale64.astype(dtype)
+                          ).astype(np.float32, copy=False)
+        return mean32, scale32, b_mean, b_scale, scaled
     mean32 = np.empty((steps, width), np.float32)
     scale32 = np.empty((steps, width), np.float32)
     before_mean = np.empty((steps, width)) if before else None
     before_scale = np.empty((steps, width)) if before else None
     scaled = np.empty(rows.shape, np.float32) if transform else None
-    one_row = sw is None and len(rows) == steps and width <= scaler.small and not before and not transform
-    if one_row and type(rows) is np.ndarray and rows.ndim == 2:  # Welford's update per row on Python floats
-        mean, scale = scaler.float32()
-        for k, row in enumerate(rows.tolist()):
-            scaler.update_row(row)  # writes the float32 mean and scale in place
-            mean32[k] = mean
-            scale32[k] = scale
-        return mean32, scale32, None, None, None
     for k, sl in enumerate(slices):
         if before_mean is not None and before_scale is not None:
             before_mean[k], before_scale[k] = scaler.mean_, scaler.scale_
@@ -93,8 +103,11 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     if outputs is not None:
         out = result.outputs.reshape((len(X),) + outputs.shape[1:])
         if before is not None:
-            for k, sl in enumerate(slices):
-                out[sl] = est._to_target_units(out[sl], before[0][k], before[1][k])
+            if len(slices) == len(X):  # one row per step: each row with its step's statistics, at once
+                out = est._to_target_units(out, before[0].reshape(out.shape), before[1].reshape(out.shape))
+            else:
+                for k, sl in enumerate(slices):
+                    out[sl] = est._to_target_units(out[sl], before[0][k], before[1][k])
         outputs[...] = out
     est.t_ = trainer.n_steps
     est.loss_ = _mean_loss(result, slices)
@@ -102,9 +115,11 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
 
 
 def _mean_loss(result: ChunkResult, slices: list[slice]) -> float:
-    total, rows = 0.0, 0
-    for loss, sl in zip(result.losses, slices):
-        if np.isfinite(loss):
-            total += float(loss) * (sl.stop - sl.start)
-            rows += sl.stop - sl.start
-    return total / rows if rows else float("nan")
+    """The rows' mean loss over the finite steps (summed in step order, as a loop over the steps would)."""
+    sizes = np.array([sl.stop - sl.start for sl in slices], np.float64) if len(slices) != len(result.losses) or \
+        len(slices) != slices[-1].stop else np.ones(len(slices))
+    finite = np.isfinite(result.losses)
+    rows = int(sizes[finite].sum())
+    if not rows:
+        return float("nan")
+    return float(np.cumsum(result.losses[finite].astype(np.float64) * sizes[finite])[-1]) / rows

@@ -1,9 +1,9 @@
 """Online standardization: a running per-feature mean and variance, merged batch by batch.
 
-The merge is Chan, Golub & LeVeque's parallel update (Welford's for one row): a batch's weighted count,
-mean and sum of squared deviations are computed in float64 and combined with the running ones, so the
-result equals the two-pass statistics of everything seen, whatever the batch sizes.  Counts are
-float64 (sums of sample weights), so weighted rows count by their weight and zero-weight rows not at all.
+The statistics are float64 sums of each row's (weighted) deviations from a shift and of their squares, so
+the statistics after each row of a chunk are cumulative sums, computed at once with the bits of one row at a
+time.  Counts are float64 (sums of sample weights), so weighted rows count by their weight and zero-weight
+rows not at all.  :func:`merge_moments` is Chan, Golub & LeVeque's parallel update of (count, mean, m2).
 """
 
 from __future__ import annotations
@@ -47,7 +47,11 @@ def merge_moments(count: float, mean: np.ndarray, m2: np.ndarray, X: np.ndarray,
 class RunningScaler:
     """Per-feature running mean and variance; :meth:`transform` standardizes with the current ones.
 
-    A feature whose spread is below float32 resolution (constant so far) gets scale 1, as in
+    The statistics are sums of the rows' deviations from a fixed shift (the first row seen): ``s1 = sum w (x - k)``
+    and ``s2 = sum w (x - k)^2``.  A row adds to them, so the statistics after every row of a chunk are
+    cumulative sums (:meth:`update_steps`, vectorized) with the same bits as one row at a time, and the shift
+    keeps the variance ``(s2 - s1^2 / n) / n`` accurate while the mean stays within many standard deviations of
+    the first row.  A feature whose spread is below float32 resolution (constant so far) gets scale 1, as in
     scikit-learn's ``StandardScaler``.
 
     >>> import numpy as np
@@ -67,14 +71,15 @@ class RunningScaler:
         self._bound = False  # float32 mean and scale written into arrays given by bind()
         self._f32: tuple[np.ndarray, np.ndarray] | None = None  # float32 mean and scale, until the next update
         self.count = 0.0
-        self.mean_ = np.zeros(n_features)
-        self.m2_ = np.zeros(n_features)
+        self._shift: list[float] | None = None  # set by the first row
+        self._s1 = [0.0] * n_features
+        self._s2 = [0.0] * n_features
 
     def bind(self, mean: np.ndarray, scale: np.ndarray) -> None:
         """Keep the float32 mean and scale in these arrays from now on (every update writes them in place):
         the arrays a trainer's graph reads (its host tensors), so scaling costs no host work per row."""
-        if mean.shape != (len(self._mean),) or scale.shape != mean.shape:
-            raise ValueError(f"bind() needs two arrays of shape ({len(self._mean)},), got {mean.shape}, {scale.shape}")
+        if mean.shape != (len(self._s1),) or scale.shape != mean.shape:
+            raise ValueError(f"bind() needs two arrays of shape ({len(self._s1)},), got {mean.shape}, {scale.shape}")
         self._f32 = (mean, scale)
         self._bound = True
         self._stale()
@@ -84,83 +89,86 @@ class RunningScaler:
         f32 = self.__dict__.get("_f32")
         if not self.__dict__.get("_bound") or f32 is None:
             self._f32 = None
-        elif len(self.__dict__.get("_m2", ())) == len(self._mean):  # both set (not halfway through a load)
-            f32[0][:] = self._mean
-            f32[1][:] = self._scale_list()
+        else:
+            mean, scale = self.float64()
+            f32[0][:] = mean
+            f32[1][:] = scale
 
-    # the statistics are kept as Python floats; mean_/m2_ are float64 arrays made on demand
+    def _shift_of(self, row: Any) -> list[float]:
+        if self._shift is None:
+            self._shift = [float(v) for v in row]
+        return self._shift
+
     @property
     def mean_(self) -> np.ndarray:
         """Running mean of each feature (float64)."""
-        return np.array(self._mean, np.float64)
+        return np.array(self.float64()[0], np.float64)
 
     @mean_.setter
-    def mean_(self, value: np.ndarray) -> None:
-        self._mean = np.asarray(value, np.float64).reshape(-1).tolist()
+    def mean_(self, value: np.ndarray) -> None:  # the deviations are then measured from this mean
+        m2 = self.m2_
+        self._shift = np.asarray(value, np.float64).reshape(-1).tolist()
+        self._s1 = [0.0] * len(self._shift)
+        self._s2 = m2.tolist() if len(m2) == len(self._shift) else [0.0] * len(self._shift)
         self._stale()
 
     @property
     def m2_(self) -> np.ndarray:
         """Running sum of squared deviations from the mean of each feature (float64)."""
-        return np.array(self._m2, np.float64)
+        n = self.count
+        if n <= 0:
+            return np.zeros(len(self._s1))
+        return np.array([s2 - s1 * (s1 / n) for s1, s2 in zip(self._s1, self._s2)], np.float64)
 
     @m2_.setter
-    def m2_(self, value: np.ndarray) -> None:
-        self._m2 = np.asarray(value, np.float64).reshape(-1).tolist()
+    def m2_(self, value: np.ndarray) -> None:  # with the mean as the shift (see mean_'s setter)
+        self._shift = self.float64()[0] if self._shift is not None else [0.0] * len(self._s1)
+        self._s1 = [0.0] * len(self._shift)
+        self._s2 = np.asarray(value, np.float64).reshape(-1).tolist()
         self._stale()
 
     @property
     def var_(self) -> np.ndarray:
         """Population variance of each feature (0 before any row)."""
-        return self.m2_ / self.count if self.count > 0 else np.zeros_like(self.m2_)
+        return self.m2_ / self.count if self.count > 0 else np.zeros(len(self._s1))
 
     @property
     def scale_(self) -> np.ndarray:
         """Standard deviation of each feature, with 1 for features that have been constant."""
-        scale = np.sqrt(self.var_)
-        constant = scale <= np.maximum(10 * np.finfo(np.float64).eps, 4 * _EPS32 * np.abs(self.mean_))
-        return np.where(constant, 1.0, scale)
-
-    def _scale_list(self) -> list[float]:
-        """:attr:`scale_` as Python floats, computed as :attr:`scale_` computes it."""
-        if len(self._mean) > self.small:
-            return self.scale_.tolist()
-        count, eps4, sqrt = self.count, 4 * _EPS32, math.sqrt
-        if count <= 0:
-            return [1.0] * len(self._mean)
-        out = []
-        for m, s2 in zip(self._mean, self._m2):
-            scale = sqrt(s2 / count)
-            out.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
-        return out
+        return np.array(self.float64()[1], np.float64)
 
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
-        """Merge the rows of ``X`` (weighted by ``sample_weight``) into the statistics."""
-        if sample_weight is None and len(X) == 1 and len(self._mean) <= self.small:  # one row: Welford's update
+        """Add the rows of ``X`` (weighted by ``sample_weight``) to the statistics."""
+        if sample_weight is None and len(X) == 1 and len(self._s1) <= self.small:  # one row, on Python floats
             self.update_row(X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else
                             np.asarray(X).reshape(-1).tolist())
             return
-        self.count, self.mean_, self.m2_ = merge_moments(self.count, self.mean_, self.m2_, X, sample_weight)
+        X = np.asarray(X, np.float64).reshape(len(X), -1)
+        w = None if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1)
+        total = float(len(X)) if w is None else float(w.sum())
+        if total <= 0.0:
+            return
+        D = X - np.array(self._shift_of(X[0]), np.float64)
+        if w is None:
+            s1, s2 = D.sum(axis=0), (D * D).sum(axis=0)
+        else:
+            s1, s2 = w @ D, w @ (D * D)
+        self._s1 = (np.array(self._s1) + s1).tolist()
+        self._s2 = (np.array(self._s2) + s2).tolist()
+        self.count += total
+        self._stale()
 
     def update_row(self, row: list[float]) -> None:
-        """Welford's update by one unweighted row given as Python floats (the one-row path of a stream).
-
-        The float32 mean and scale that :meth:`transform` uses are refreshed in place in the same pass, so
-        a per-event stream pays one loop over the features per row and no numpy calls but two.
-        """
-        count = self.count + 1.0
-        inv = 1.0 / count
-        mean, m2, scales = [], [], []
-        eps4, sqrt = 4 * _EPS32, math.sqrt
-        for x, m, s2 in zip(row, self._mean, self._m2):
-            delta = x - m
-            m += delta * inv
-            s2 += delta * (x - m)
-            mean.append(m)
-            m2.append(s2)
-            scale = sqrt(s2 / count)  # as scale_ computes it: the same float64 operations, the same bits
-            scales.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
-        self._mean, self._m2, self.count = mean, m2, count
+        """One unweighted row given as Python floats (the one-row path of a stream): its deviations added to
+        the sums, and the float32 mean and scale that :meth:`transform` uses refreshed in place."""
+        shift = self._shift if self._shift is not None else self._shift_of(row)
+        s1, s2 = [], []
+        for x, k, a, b in zip(row, shift, self._s1, self._s2):
+            d = x - k
+            s1.append(a + d)
+            s2.append(b + d * d)
+        self._s1, self._s2, self.count = s1, s2, self.count + 1.0
+        mean, scales = self.float64()
         f32 = self._f32
         if f32 is None:
             self._f32 = (np.array(mean, np.float32), np.array(scales, np.float32))
@@ -169,34 +177,49 @@ class RunningScaler:
             f32[1][:] = scales
 
     def update_value(self, x: float) -> None:
-        """:meth:`update_row` of a one-feature scaler (a regressor's target): the same float64 operations on
-        one Python float, without the per-feature lists."""
-        count = self.count + 1.0
-        m, s2 = self._mean[0], self._m2[0]
-        delta = x - m
-        m += delta * (1.0 / count)
-        s2 += delta * (x - m)
-        scale = math.sqrt(s2 / count)
-        self._mean, self._m2, self.count = [m], [s2], count
-        scale = 1.0 if scale <= _TOL64 or scale <= 4 * _EPS32 * abs(m) else scale
-        f32 = self._f32
-        if f32 is None:
-            self._f32 = (np.array([m], np.float32), np.array([scale], np.float32))
-        else:
-            f32[0][0] = m
-            f32[1][0] = scale
+        """:meth:`update_row` of a one-feature scaler (a regressor's target)."""
+        self.update_row([x])
+
+    def update_steps(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the rows of ``X`` one at a time, as :meth:`update_row` on each in turn (the same bits: the sums
+        are cumulative), and return the float64 mean and scale after each row ([n, features] each)."""
+        if not len(X):
+            return np.empty((0, len(self._s1))), np.empty((0, len(self._s1)))
+        X = np.asarray(X, np.float64).reshape(len(X), -1)
+        D = X - np.array(self._shift_of(X[0].tolist()), np.float64)
+        S1 = np.cumsum(np.concatenate([np.array([self._s1]), D]), axis=0)[1:]
+        S2 = np.cumsum(np.concatenate([np.array([self._s2]), D * D]), axis=0)[1:]
+        n = np.cumsum(np.concatenate([[self.count], np.ones(len(X))]))[1:, None]  # count + 1.0 per row, in turn
+        self._s1, self._s2, self.count = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
+        mean, scale = _statistics(np.array(self._shift), S1, S2, n)
+        self._stale()
+        return mean, scale
 
     def float32(self) -> tuple[np.ndarray, np.ndarray]:
         """The current mean and scale as float32 arrays (what :meth:`transform` and the exported graph use).
 
         The arrays are reused and updated in place by :meth:`update_row`: read, do not keep or modify."""
         if self._f32 is None:
-            self._f32 = (np.array(self._mean, np.float32), np.array(self._scale_list(), np.float32))
+            mean, scale = self.float64()
+            self._f32 = (np.array(mean, np.float32), np.array(scale, np.float32))
         return self._f32
 
     def float64(self) -> tuple[list[float], list[float]]:
         """The current mean and scale as Python floats (float64: the bits of :attr:`mean_`, :attr:`scale_`)."""
-        return self._mean, self._scale_list()
+        n, shift = self.count, self._shift
+        if shift is None:
+            return [0.0] * len(self._s1), [1.0] * len(self._s1)
+        if n <= 0:  # no rows (statistics set directly, or all weights zero): the shift is the mean
+            return list(shift), [1.0] * len(self._s1)
+        eps4, sqrt = 4 * _EPS32, math.sqrt
+        means, scales = [], []
+        for k, s1, s2 in zip(shift, self._s1, self._s2):
+            d = s1 / n
+            m = k + d
+            scale = sqrt(max((s2 - s1 * d) / n, 0.0))
+            means.append(m)
+            scales.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
+        return means, scales
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """``(X - mean) / scale`` computed in ``X``'s float type (as the exported graph computes it)."""
@@ -208,20 +231,40 @@ class RunningScaler:
         return (X.astype(dtype, copy=False) - self.mean_.astype(dtype)) / self.scale_.astype(dtype)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Plain arrays: ``count`` (float64 scalar), ``mean`` and ``m2`` (float64, one per feature)."""
-        return {"count": np.array(self.count, np.float64), "mean": self.mean_.copy(), "m2": self.m2_.copy()}
+        """Plain arrays: ``count`` (float64 scalar); per feature (float64): ``shift``, the sums ``s1`` and ``s2`` of
+        the rows' deviations from it and their squares, and (derived, for readers) ``mean`` and ``m2``."""
+        shift = self._shift if self._shift is not None else [0.0] * len(self._s1)
+        return {"count": np.array(self.count, np.float64), "shift": np.array(shift, np.float64),
+                "s1": np.array(self._s1, np.float64), "s2": np.array(self._s2, np.float64),
+                "mean": self.mean_, "m2": self.m2_}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict`; the number of features must match."""
-        mean, m2 = np.asarray(state["mean"], np.float64), np.asarray(state["m2"], np.float64)
-        if mean.shape != self.mean_.shape or m2.shape != self.m2_.shape:
-            raise ValueError(f"scaler state has {mean.shape[0] if mean.ndim else 0} features, expected "
-                             f"{self.mean_.shape[0]}")
+        """Restore from :meth:`state_dict` (or an older one of ``count``, ``mean``, ``m2``: the deviations are
+        then measured from that mean); the number of features must match."""
+        keys = ("shift", "s1", "s2") if "s1" in state else ("mean", "m2")
+        arrays = [np.asarray(state[k], np.float64).reshape(-1) for k in keys]
+        if any(a.shape != (len(self._s1),) for a in arrays):
+            raise ValueError(f"scaler state has {arrays[0].shape[0]} features, expected {len(self._s1)}")
         self.count = float(np.asarray(state["count"], np.float64))
-        self.mean_, self.m2_ = mean, m2
+        if len(arrays) == 3:
+            self._shift, self._s1, self._s2 = (a.tolist() for a in arrays)
+        else:
+            self._shift, self._s1, self._s2 = arrays[0].tolist(), [0.0] * len(self._s1), arrays[1].tolist()
+        if self.count <= 0 and not any(self._shift):
+            self._shift = None
+        self._stale()
 
     def __repr__(self) -> str:
-        return f"RunningScaler(n_features={len(self._mean)}, count={self.count})"
+        return f"RunningScaler(n_features={len(self._s1)}, count={self.count})"
+
+
+def _statistics(shift: np.ndarray, S1: np.ndarray, S2: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and scale from the sums, with :meth:`RunningScaler.float64`'s operations elementwise."""
+    d = S1 / n
+    mean = shift + d
+    scale = np.sqrt(np.maximum((S2 - S1 * d) / n, 0.0))
+    constant = (scale <= _TOL64) | (scale <= 4 * _EPS32 * np.abs(mean))
+    return mean, np.where(constant, 1.0, scale)
 
 
 class FixedScaler:

@@ -49,6 +49,15 @@ class Adam(Optimizer):
         step = t + 1
         return lr, lr / (1.0 - self.beta1 ** step), 1.0 / math.sqrt(1.0 - self.beta2 ** step)
 
+    def scalars_of_steps(self, lrs: np.ndarray, t: int) -> np.ndarray:
+        if type(self).scalars is not Adam.scalars:
+            return super().scalars_of_steps(lrs, t)
+        lrs = np.asarray(lrs, np.float64)
+        b1, b2 = self.beta1, self.beta2  # the powers as Python computes them (numpy's may differ in the last bit)
+        bc1 = np.array([1.0 - b1 ** s for s in range(t + 1, t + 1 + len(lrs))], np.float64)
+        bc2 = np.array([1.0 - b2 ** s for s in range(t + 1, t + 1 + len(lrs))], np.float64)
+        return np.stack([lrs, lrs / bc1, 1.0 / np.sqrt(bc2)], axis=1)
+
     def _moments(self, b: GraphBuilder, g: str, state: Mapping[str, str]) -> tuple[str, str]:
         m = b.op("Add", b.op("Mul", state["exp_avg"], b.const(self.beta1)),
                  b.op("Mul", g, b.const(1.0 - self.beta1)))

@@ -60,6 +60,15 @@ class Optimizer(Parameters, abc.ABC):
         """Scalar inputs for the step that follows ``t`` completed steps."""
         return (lr,)
 
+    def scalars_of_steps(self, lrs: np.ndarray, t: int) -> np.ndarray:
+        """:meth:`scalars` of ``len(lrs)`` steps at once ([steps, len(scalar_names)], float64): step ``j`` at rate
+        ``lrs[j]`` after ``t + j`` completed steps (a chunk of steps reads them together).  A rule that overrides
+        :meth:`scalars` may override this with the same arithmetic on arrays."""
+        if type(self).scalars is Optimizer.scalars:
+            return np.asarray(lrs, np.float64).reshape(-1, 1)
+        return np.array([self.scalars(float(lr), t + j) for j, lr in enumerate(lrs)], np.float64).reshape(
+            len(lrs), len(self.scalar_names))
+
     @abc.abstractmethod
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:

@@ -10,7 +10,10 @@ import abc
 import inspect
 import math
 import numbers
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Schedule", "as_schedule", "schedule_from_state_dict"]
 
@@ -91,6 +94,20 @@ class Schedule(abc.ABC):
     def lr(self) -> float:
         """Learning rate to use for the step about to run."""
         return float(self._lr(self._t))
+
+    def rates(self, n: int) -> "np.ndarray":
+        """The learning rates of the next ``n`` steps (float64), as :attr:`lr` gives them step by step; a chunk of
+        steps reads them at once.  Only for a schedule whose rate does not depend on the losses."""
+        import numpy as np
+
+        t0 = self._t
+        return np.array([self._lr(t0 + j) for j in range(n)], np.float64)
+
+    def advance(self, n: int) -> None:
+        """:meth:`step` ``n`` times, for a schedule whose rate does not depend on the losses (a chunk's steps)."""
+        if type(self)._update is not Schedule._update:
+            raise TypeError(f"the {type(self).__name__} schedule reacts to each step's loss: call step(loss)")
+        self._t += int(n)
 
     def step(self, loss: float | None = None) -> None:
         """Advance by one batch; ``loss`` is the batch's mean loss (``None`` if the schedule ignores it)."""

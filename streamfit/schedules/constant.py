@@ -5,6 +5,8 @@ The default when an optimizer is given a plain float (scikit-learn's ``learning_
 
 from __future__ import annotations
 
+import numpy as np
+
 from streamfit.schedules.base import Schedule, _check_real
 
 __all__ = ["Constant"]
@@ -37,3 +39,6 @@ class Constant(Schedule):
 
     def _lr(self, t: int) -> float:
         return self.eta0
+
+    def rates(self, n: int) -> np.ndarray:
+        return np.full(n, float(self.eta0))

@@ -37,6 +37,7 @@ from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
 from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
 from streamfit._engine.steps.scan_lean import lean_chunk_model, lean_plan
+from streamfit._engine.steps.scan_lift import Lifted, lift
 from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_tables
 from streamfit.exceptions import BadInputError
 from streamfit.schedules.base import Schedule
@@ -110,14 +111,15 @@ def _splice_eval(body: onnx.GraphProto, eval_model: ModelProto, kept: set[str], 
 
 
 def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], per_step: list[str],
-                      output: str, eval_model: ModelProto | None = None) -> ModelProto:
+                      output: str, eval_model: ModelProto | None = None, lift_nodes: bool = True) -> ModelProto:
     """The chunk graph: a ``Scan`` whose body is ``step`` (the fused step graph).
 
     ``state`` are the carried tensors (``step`` reads ``s`` and writes ``Names.new(s)``), ``scanned`` the per-row
     inputs (given as [steps, rows, ...]), ``per_step`` the per-step values (scalars, host tensors; given as [steps, ...]); every other input of
     ``step`` is read from the outer graph under its own name.  Outputs: ``sfc_out_<s>`` (the final state),
     ``sfc_losses`` [steps], ``sfc_y`` [steps, rows, ...] (``eval_model``'s output when given, else ``output``) and
-    ``sfc_check`` (the sum of the final state: finite when all of it is).
+    ``sfc_check`` (the sum of the final state: finite when all of it is).  With ``lift_nodes``, what does not
+    depend on the carried state runs outside the loop (:mod:`~streamfit._engine.steps.scan_lift`).
     """
     inputs = {i.name: i for i in step.graph.input}
     missing = [n for n in state + scanned + per_step if n not in inputs]
@@ -149,18 +151,38 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     model.graph.initializer.extend(kept_inits)
     outer_refs = [i for i in outer_refs if i.name in used]
     body = model.graph
+    x_names = {n: _PREFIX + "x_" + n for n in scanned + per_step}
+    lifted = Lifted()
+    if lift_nodes:  # what does not depend on the state runs once per chunk, outside the loop
+        lifted, outer_refs = _lift_body(body, list(step.opset_import), state, scanned + per_step, outer_refs,
+                                        x_names, y_out)
 
+    graph = _outer_graph(body, state, scanned + per_step, inputs, outs, output, outer_refs, x_names, lifted)
+    return helper.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
+
+
+def _outer_graph(body: onnx.GraphProto, state: list[str], scanned: list[str], inputs: dict[str, onnx.ValueInfoProto],
+                 outs: dict[str, onnx.ValueInfoProto], output: str, outer_refs: list[onnx.ValueInfoProto],
+                 x_names: dict[str, str], lifted: Lifted) -> onnx.GraphProto:
+    """The chunk graph around the Scan of ``body``: the lifted nodes before and after it, the final check."""
     outer_in: list[onnx.ValueInfoProto] = []
     for n in state:
         outer_in.append(_vi(_PREFIX + "in_" + n, inputs[n], shape=_dims(inputs[n])))
-    for n in scanned + per_step:
+    for n in scanned:
         dims = _dims(inputs[n])
         outer_in.append(_vi(_PREFIX + "x_" + n, inputs[n], shape=None if dims is None else ["S"] + dims))
     outer_in += outer_refs
-    scan_out = [_PREFIX + "out_" + n for n in state] + [_PREFIX + "losses", _PREFIX + "y"]
-    nodes = [helper.make_node("Scan", [v.name for v in outer_in[:len(state) + len(scanned) + len(per_step)]],
-                              scan_out, num_scan_inputs=len(scanned) + len(per_step), body=body,
-                              name="sfc_scan")]
+    scan_in = [_PREFIX + "in_" + n for n in state] + [x_names[n] for n in scanned if n not in lifted.unused]
+    scan_in += [outer for _, outer in lifted.scanned]
+    losses = _PREFIX + "losses"
+    scan_out = [_PREFIX + "out_" + n for n in state] + ([losses] if lifted.losses is None else [])
+    scan_out += [_PREFIX + "y"] + [outer for _, outer in lifted.outputs]
+    nodes = list(lifted.before)
+    nodes.append(helper.make_node("Scan", scan_in, scan_out, num_scan_inputs=len(scan_in) - len(state), body=body,
+                                  name="sfc_scan"))
+    nodes += lifted.after
+    if lifted.losses is not None:
+        nodes.append(helper.make_node("Identity", [lifted.losses], [losses]))
     elem = outs[Names.loss].type.tensor_type.elem_type
     sums = []
     for n in state:
@@ -172,8 +194,35 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     outer_out += [helper.make_tensor_value_info(_PREFIX + "losses", elem, ["S"]),
                   _vi(_PREFIX + "y", outs[output], shape=None),
                   helper.make_tensor_value_info(_PREFIX + "check", elem, [])]
-    graph = helper.make_graph(nodes, "streamfit_chunk", outer_in, outer_out)
-    return helper.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
+    graph = helper.make_graph(nodes, "streamfit_chunk", outer_in, outer_out, initializer=lifted.initializers)
+    return graph
+
+
+def _lift_body(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: list[str],
+               inputs: list[str], outer_refs: list[onnx.ValueInfoProto], x_names: dict[str, str],
+               y_out: str) -> tuple[Lifted, list[onnx.ValueInfoProto]]:
+    """:func:`~streamfit._engine.steps.scan_lift.lift` on ``body``, its ports and initializers updated; the outer
+    references still read."""
+    lifted = lift(body, opsets, state, inputs, [], {i.name for i in outer_refs}, Names.loss, x_names,
+                  {y_out: _PREFIX + "y"})
+    kept_in = [i for i in body.input if i.name not in lifted.unused]
+    del body.input[:]
+    body.input.extend(kept_in + [lifted.types[n] for n, _ in lifted.scanned])
+    if lifted.losses is not None:
+        kept_out = [o for o in body.output if o.name != Names.loss]
+        del body.output[:]
+        body.output.extend(kept_out)
+    body.output.extend(lifted.types[n] for n, _ in lifted.outputs)
+    used = {n for node in body.node for n in node.input} | {o.name for o in body.output}
+    kept_inits = [i for i in body.initializer if i.name in used]
+    del body.initializer[:]
+    body.initializer.extend(kept_inits)
+    return lifted, [i for i in outer_refs if i.name in used or i.name in _lifted_reads(lifted)]
+
+
+def _lifted_reads(lifted: Lifted) -> set[str]:
+    """The outer names the lifted nodes read."""
+    return {i for n in lifted.before + lifted.after for i in n.input}
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[Any] | None:
@@ -425,8 +474,7 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
         blocks.write_back(tr.tables, new_blocks)
     tr.params.swap()
     tr.n_steps += steps
-    for loss in losses:
-        tr.schedule.step(float(loss))
+    tr.schedule.advance(steps)  # its rate does not depend on the losses (chunk_unsupported)
     tr.last_loss = float(losses[-1])
     outputs = np.empty((n,) + y_tail, tr.dtype)
     outputs[:m] = out.reshape((m,) + y_tail)
@@ -490,10 +538,9 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
                      ) -> dict[str, np.ndarray]:
     """The Scan's per-step inputs (by name, in ``names`` order) as the step path would feed each step, and
     ``"lrs"``: the steps' learning rates (the schedule's rate does not depend on the losses: chunk_unsupported)."""
-    t0 = tr.schedule.t
-    lrs = np.array([tr.schedule._lr(t0 + j) for j in range(steps)], np.float64) * tr.lr_scale
-    rows = [tr.optimizer.scalars(float(lr), tr.n_steps + j) for j, lr in enumerate(lrs)]
+    lrs = tr.schedule.rates(steps) * tr.lr_scale
     columns = {Names.scalar(s): i for i, s in enumerate(tr.optimizer.scalar_names)}
+    table = tr.optimizer.scalars_of_steps(lrs, tr.n_steps) if any(n in columns for n in names) else None
     out: dict[str, np.ndarray] = {}
     for name in names:
         if name == Names.decay:
@@ -501,7 +548,8 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
         elif name in host:
             out[name] = host[name][:steps]
         else:
-            out[name] = np.array([row[columns[name]] for row in rows], tr.dtype)
+            assert table is not None
+            out[name] = table[:, columns[name]].astype(tr.dtype)
     out["lrs"] = lrs
     return out
 
