@@ -214,11 +214,29 @@ def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: li
         for o in node.output:
             if o in read and o not in {i.name for i in body.input}:
                 lifted.scanned.append((o, outer.stacked[o]))
+    kept = _without_identities(kept, set(outputs) | {name for name, _ in lifted.outputs})
     del body.node[:]
     body.node.extend(kept)
     produced = {o for n in kept for o in n.output} | {n for n, _ in lifted.scanned}
     lifted.unused = {n for n in scanned + per_step if n not in read and n not in produced}
     return lifted
+
+
+def _without_identities(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` without the Identity nodes whose output is not a graph output: their readers read the input."""
+    alias = {n.output[0]: n.input[0] for n in nodes if n.op_type == "Identity" and n.output[0] not in outputs}
+    if not alias:
+        return nodes
+    out = []
+    for node in nodes:
+        if node.output and node.output[0] in alias and node.op_type == "Identity":
+            continue
+        for i, name in enumerate(node.input):
+            while name in alias:
+                name = alias[name]
+            node.input[i] = name
+        out.append(node)
+    return out
 
 
 def _ancestors(names: list[str], producer: dict[str, onnx.NodeProto]) -> set[int]:
