@@ -4,6 +4,7 @@ predict-then-learn on River's Phishing stream against River.
 
     python bench/inputs.py            # full run, about a minute
     python bench/inputs.py --quick    # smoke run (CI)
+    python bench/inputs.py --json docs/benchmarks/data/inputs.json   # also every ratio as JSON (bench/plots.py)
 
 Targets (issue 10, item 5), each printed as met/MISSED with the ratio measured in this run:
 
@@ -46,6 +47,7 @@ first); the figures are medians too.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -61,7 +63,7 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")):
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also when imported as a module
-from _cpu import cpu_model  # noqa: E402
+from _cpu import cpu_model, run_env  # noqa: E402
 
 
 
@@ -394,9 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: few calls and rounds")
     p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--json", metavar="PATH", help="also write every ratio and its target as JSON")
     args = p.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 15)
     calls = 50 if args.quick else 400
+    env = run_env()
     import onnxruntime as ort
 
     from streamfit import LinearRegressor, LogisticRegression
@@ -515,6 +519,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         sign = ">=" if what.startswith("Phishing accuracy") else "<="
         out(f"{'met' if met else 'MISSED':7s}{what}: {value:.3f} (target {sign} {bound})")
+    if args.json:
+        doc = {"env": {**env, "loadavg_end": list(os.getloadavg())},
+               "config": {"quick": args.quick, "rounds": rounds, "calls": calls, "stream_rows": rows},
+               "results": [{"what": what, "value": float(value), "target": None if bound != bound else bound,
+                            "at_least": what.startswith("Phishing accuracy"), "met": bool(met)}
+                           for what, value, bound, met in results]}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        out(f"\nwrote {args.json}")
     return 0
 
 

@@ -7,6 +7,7 @@
     python bench/chunk_steps.py --json docs/benchmarks/data/chunk_steps.json
     python bench/sparse.py --json docs/benchmarks/data/sparse.json
     python bench/perrow.py --json docs/benchmarks/data/perrow.json
+    python bench/inputs.py --json docs/benchmarks/data/inputs.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -36,7 +37,7 @@ from _cpu import cpu_model  # noqa: E402
 
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
-BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "perrow", "chunk_steps", "sparse")
+BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -180,6 +181,44 @@ def _env_line(doc: dict[str, Any], cpu: str, when: str) -> str:
     env = doc.get("env", {})
     return (f"{cpu}, {env.get('cpu_count', '?')} cores, load {_load(env.get('loadavg_start'))} at start, "
             f"{_load(env.get('loadavg_end'))} at the end, {when}")
+
+
+def _short(what: str) -> str:
+    """A target's text without its parenthesized explanation, for a plot's axis."""
+    head = what.split(" (information")[0].replace(" (batch 1)", "").replace(" (defaults: standardize=True)", "")
+    head = head.replace("(standardize=False, standardize_target=False)", "(plain)").replace("InferenceSession", "session")
+    return head if len(head) <= 66 else head[:63] + "..."
+
+
+def inputs(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    results, config = doc["results"], doc["config"]
+    ratios = [r for r in results if not r["at_least"]]  # the accuracy difference is no ratio
+    fig, ax = plt.subplots(figsize=(11, 0.38 * len(ratios) + 1.6))
+    ys = range(len(ratios))
+    colors = ["tab:grey" if r["target"] is None else "tab:blue" if r["met"] else "tab:red" for r in ratios]
+    ax.barh(list(ys), [r["value"] for r in ratios], color=colors)
+    targets = [(y, r["target"]) for y, r in zip(ys, ratios) if r["target"] is not None]
+    ax.plot([t for _, t in targets], [y for y, _ in targets], "k|", markersize=14, label="target (at most)")
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([_short(r["what"]) for r in ratios], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="tab:grey", linewidth=0.8)
+    ax.set_xlabel("ratio (blue: target met, red: missed, grey: information)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"bench/inputs.py: batch 1, CPU time of the calling thread, {config['rounds']} rounds of "
+                 f"{config['calls']} calls\n{_env_line(doc, cpu, when)}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "inputs.png", dpi=90, bbox_inches="tight")  # the long labels kept whole
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; medians of {config['rounds']} rounds of {config['calls']} calls, River's "
+             f"Phishing stream ({config['stream_rows']} rows) for the stream figures.", "",
+             "| figure | value | target | |", "|---|---|---|---|"]
+    for r in results:
+        bound = "" if r["target"] is None else (">= " if r["at_least"] else "<= ") + f"{r['target']:g}"
+        verdict = "information" if r["target"] is None else "met" if r["met"] else "MISSED"
+        lines.append(f"| {r['what']} | {r['value']:.3f} | {bound} | {verdict} |")
+    return lines
 
 
 def perrow(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:

@@ -1,6 +1,6 @@
 """The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
 its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (chunk_steps.py's
-smoke run, a few seconds; sparse.py's and perrow.py's, ~10-15 s each, are marked slow). The drawing of the committed JSON and the
+smoke run, a few seconds; sparse.py's, perrow.py's and inputs.py's, ~10-15 s each, are marked slow). The drawing of the committed JSON and the
 generated _figures.md are checked by tests/test_bench.py."""
 
 from __future__ import annotations
@@ -68,3 +68,10 @@ def test_perrow_json_is_drawn(tmp_path):
     pytest.importorskip("river")
     section = _json_then_plot(tmp_path, "perrow", "--sections", "1", timeout=240)
     assert "| Phishing | 300 | defaults |" in section and "Targets: " in section
+
+
+@pytest.mark.slow
+def test_inputs_json_is_drawn(tmp_path):
+    pytest.importorskip("river")
+    section = _json_then_plot(tmp_path, "inputs", timeout=240)
+    assert "| LinearRegressor() (defaults) partial_fit / Trainer.step (batch 1) |" in section
