@@ -52,7 +52,10 @@ class PreflightResult:
 
     def message(self) -> str:
         if self.ok:
-            what = "the fused step" if any("fused step" in n for n in self.notes) else "both step strategies"
+            only_fused = any("(no forward/backward stage)" in n for n in self.notes)
+            what = "the fused step" if only_fused else "both step strategies"
+            if any(FALLBACK_NOTE in n for n in self.notes):
+                what = "the forward/backward step: the fused step fails on this model"
             return f"model {self.model_sha256[:12]}: preflight passed ({what}, 1/7/64 rows)"
         where = f" in op {self.op}" if self.op else ""
         crash = " (a crash inside onnxruntime-training: it would kill a training process)" if self.signal else ""
@@ -403,6 +406,7 @@ def _run_child(spec: dict[str, Any]) -> None:
         kinds, skipped = _kinds(spec)
         if skipped:
             _emit(event="notes", notes=[skipped])
+        fell_back: set[str] = set()  # the strategies whose fallback was said
         stream = _read_rows(spec.get("rows"))
         if stream is not None:
             _emit(event="notes", notes=[f"preflight on the stream's first {len(next(iter(stream.values())))} rows"])
@@ -415,7 +419,7 @@ def _run_child(spec: dict[str, Any]) -> None:
                 trainers[kind] = _make(spec, kind)
             stage = f"{kind}, {rows} rows"
             _emit(event="start", stage=stage)
-            update = _run_stage(trainers[kind], kind, rows, stream, record=kind not in first)
+            update = _run_stage(trainers[kind], kind, rows, stream, record=kind not in first, said=fell_back)
             if update is not None:
                 first[kind] = {"rows": rows, "update": update}
         note = _disagreement(first)
@@ -427,7 +431,14 @@ def _run_child(spec: dict[str, Any]) -> None:
     _emit(event="done")
 
 
-def _run_stage(trainer: Any, kind: str, rows: int, stream: Any, record: bool) -> Any:
+#: how a ModelError of onnxruntime refusing a batch at run time begins (common/ort_errors.as_model_error)
+_RUN_FAILURES = ("onnxruntime failed predicting", "onnxruntime failed running")
+#: said when the fused step fails on a model the forward/backward step trains
+FALLBACK_NOTE = ("a run falls back to step='forward_backward' (slower), which trains this model: the fused step "
+                 "does not")
+
+
+def _run_stage(trainer: Any, kind: str, rows: int, stream: Any, record: bool, said: set[str]) -> Any:
     """One step of ``rows`` rows (the stream's, else synthetic); the update of the weights when ``record``.
     A failure the inputs may cause (a non-finite step, onnxruntime refusing a shape or an index on them) is a
     warning note, not a refusal: the graphs were built, and the run's own rows may be fine."""
@@ -450,12 +461,15 @@ def _run_stage(trainer: Any, kind: str, rows: int, stream: Any, record: bool) ->
         _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on {what} (they may not look like this "
                                     "model's data: the step graphs were built and ran)"])
         return None
-    except ModelError as exc:  # onnxruntime refused these inputs at a node
+    except ModelError as exc:
+        if not str(exc).startswith(_RUN_FAILURES):  # the model's fault: a step that cannot be built
+            raise
         _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {exc} on {what} (the step graphs were built; "
                                     "a batch of the run that meets the same fails with this error)"])
         return None
-    if trainer.fallback:
-        raise RuntimeError(trainer.fallback)
+    if trainer.fallback and kind not in said:  # trains, in the other strategy
+        said.add(kind)
+        _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: {trainer.fallback}; {FALLBACK_NOTE}"])
     if not np.isfinite(loss):
         _emit(event="notes", notes=[f"WARNING: {kind}, {rows} rows: non-finite loss {loss} on {what} (they may "
                                     "not look like this model's data)"])

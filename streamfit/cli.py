@@ -283,18 +283,20 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _weight_report(model: str, weights: Sequence[str] | None = None, freeze: Sequence[str] = ()) -> list[str]:
-    """Which initializers train, which are constants and why, what the exporter made (none for a model that
-    cannot be prepared: the preflight said why)."""
+    """Which gradient builders differentiate the model, which initializers train, which are constants and why,
+    what the exporter made (none for a model that cannot be prepared: the preflight said why)."""
     from streamfit._engine.prepare.constants import weight_report
     from streamfit._engine.prepare.model import prepare_model
     from streamfit.exceptions import StreamfitError
+
+    from streamfit._engine.gradient.autodiff import builders_note
 
     try:
         pm = prepare_model(model, weights, freeze=freeze)
     except StreamfitError:
         return []
     source = pm.inference if pm.inference is not None else pm.model
-    return weight_report(source.graph.initializer, pm.weights, pm.constants)
+    return [builders_note(pm)] + weight_report(source.graph.initializer, pm.weights, pm.constants)
 
 
 def _checkpoint_weight_report(ckpt: Any) -> list[str]:

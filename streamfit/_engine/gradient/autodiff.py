@@ -25,7 +25,8 @@ from streamfit._engine.gradient.rewrites import propagate_matmul_shapes, remove_
 from streamfit._engine.prepare.model import PreparedModel
 from streamfit.exceptions import ModelError
 
-__all__ = ["SUPPORTED", "NO_GRADIENT", "build_own_gradient", "unsupported_ops"]
+__all__ = ["SUPPORTED", "NO_GRADIENT", "build_own_gradient", "unsupported_ops", "unsupported_nodes",
+           "builders_note"]
 
 Shape = list  # ints, symbols or None per dim
 
@@ -259,13 +260,28 @@ def _differentiable(node: NodeProto) -> tuple[int, ...]:
 
 def unsupported_ops(pm: PreparedModel, input_grads: Sequence[str] = ()) -> list[str]:
     """The ops on a gradient path of ``pm`` that this builder does not differentiate (empty: it can build it)."""
+    return sorted(unsupported_nodes(pm, input_grads))
+
+
+def unsupported_nodes(pm: PreparedModel, input_grads: Sequence[str] = ()) -> dict[str, list[str]]:
+    """:func:`unsupported_ops` with the nodes of each op (``{"Erf": ["/gelu/Erf", ...]}``), in graph order."""
     needs = _requires_grad(pm.model, set(pm.weights) | set(input_grads))
-    bad = []
+    bad: dict[str, list[str]] = {}
     for node in pm.model.graph.node:
         if any(node.input[i] in needs for i in _differentiable(node)) and \
                 (node.domain not in ("", "ai.onnx") or node.op_type not in SUPPORTED):
-            bad.append(f"{node.domain + ':' if node.domain not in ('', 'ai.onnx') else ''}{node.op_type}")
-    return sorted(set(bad))
+            op = f"{node.domain + ':' if node.domain not in ('', 'ai.onnx') else ''}{node.op_type}"
+            bad.setdefault(op, []).append(node.name or node.output[0])
+    return bad
+
+
+def _named(bad: dict[str, list[str]]) -> str:
+    """``Erf (nodes '/a/Erf', '/b/Erf'), Softmax (node 'sm')``: at most three nodes per op."""
+    def nodes(names: list[str]) -> str:
+        shown = ", ".join(repr(n) for n in names[:3]) + (f", ... ({len(names)} in all)" if len(names) > 3 else "")
+        return f"node{'s' if len(names) > 1 else ''} {shown}"
+
+    return ", ".join(f"{op} ({nodes(names)})" for op, names in sorted(bad.items()))
 
 
 def _requires_grad(model: ModelProto, sources: set[str]) -> set[str]:
@@ -284,13 +300,16 @@ def _grad_of(tensor: str) -> str:
 def build_own_gradient(pm: PreparedModel, input_grads: Sequence[str] = ()) -> GradientGraphs:
     """The gradient graphs of ``pm`` (as :func:`~streamfit._engine.gradient.builders.build_gradient_graphs`
     returns them), built here."""
-    bad = unsupported_ops(pm, input_grads)
+    bad = unsupported_nodes(pm, input_grads)
     if bad:
-        raise ModelError(f"the gradient of ops {bad} needs onnxruntime-training at train time (Python <= 3.12); "
+        raise ModelError(f"streamfit's own gradient builder cannot differentiate {_named(bad)}: the gradient of ops "
+                         f"{sorted(bad)} needs onnxruntime-training at train time (Python <= 3.12); "
                          f"streamfit's own gradient builder covers {sorted(SUPPORTED)}.  Compile the model on "
                          "Python <= 3.12 (`streamfit compile MODEL -o model.train.onnx`) and train the artifact here")
     model = pm.with_host_inputs(pm.model)  # host tensors: inputs the caller sets, never folded as constants
     graph = model.graph
+    for node in graph.node:  # a copy: every node gets a name an error can give
+        node.name = node.name or node.output[0]
     shapes = shape_table(model, pm.initial)
     sources = set(pm.weights) | set(input_grads)
     needs = _requires_grad(model, sources)
@@ -362,7 +381,13 @@ def _backward(e: _Emitter, graph: GraphProto, needs: set[str], sources: set[str]
                 outs.append(part)
             else:
                 outs.append("")
-        SUPPORTED[node.op_type][1](e, node, dys, need, outs)
+        try:
+            SUPPORTED[node.op_type][1](e, node, dys, need, outs)
+        except ModelError:
+            raise
+        except Exception as exc:  # a rule meeting what it cannot handle (a shape unknown statically, ...)
+            raise ModelError(f"streamfit's own gradient builder cannot differentiate {node.op_type} node "
+                             f"{node.name or node.output[0]!r}: {type(exc).__name__}: {exc}") from exc
     found = {t: gradient(t) for t in sources}
     missing = [t for t, g in found.items() if g is None]
     if missing:
@@ -420,3 +445,16 @@ def _collapse_identities(nodes: list[NodeProto]) -> None:
 
 def _elem(pm: PreparedModel) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(pm.dtype))
+
+
+def builders_note(pm: PreparedModel) -> str:
+    """Which gradient builders can differentiate ``pm``, in a line (``streamfit check`` prints it):
+    onnxruntime-training's knows any op it registers; streamfit's own (the only one on an onnxruntime without
+    training, Python 3.13+) the ops of :data:`SUPPORTED`, naming the nodes it cannot."""
+    bad = unsupported_nodes(pm)
+    if not bad:
+        return ("gradient: streamfit's own builder differentiates this model too (it trains on an onnxruntime "
+                "without training, Python 3.13+)")
+    return (f"gradient: onnxruntime-training's builder only; streamfit's own cannot differentiate {_named(bad)} "
+            "(on an onnxruntime without training, Python 3.13+: compile an artifact with `streamfit compile` "
+            "where onnxruntime-training is installed)")
