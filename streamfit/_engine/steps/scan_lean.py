@@ -34,6 +34,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
+from streamfit._engine.steps.rows_update import ranked_scalars
 from streamfit._engine.steps.scan_tables import table_names
 from streamfit.penalties import Penalty
 
@@ -110,7 +111,7 @@ def _body(tr: Any, plan: LeanPlan, elem: int) -> onnx.GraphProto:
     times grad weight [F+1, 1], the target [1, 1] and the optimizer's scalars -> the new block, the prediction."""
     b = GraphBuilder(tr.dtype, prefix=_P + "b_")
     F, C = plan.fields, 1 + len(plan.slots)
-    scalars = {s: Names.scalar(s) for s in tr.optimizer.scalar_names}
+    scalars = {s: Names.scalar(s) for s in tr.optimizer.scalar_names}  # [1, 1] each (see ranked_scalars)
     rows = b.op("Gather", "M", "pf", axis=0)
     if C > 1:
         parts = [b.name("col") for _ in range(C)]
@@ -133,12 +134,13 @@ def _body(tr: Any, plan: LeanPlan, elem: int) -> onnx.GraphProto:
     if any(plan.l1):
         shrunk = b.op("Relu", b.op("Sub", b.op("Abs", new), b.op("Mul", scalars["lr"], per_position(plan.l1))))
         new = b.op("Mul", b.op("Sign", new), shrunk)
+    ranked_scalars(b, 0, 2)
     cols = [new] + [new_state[s] for s in plan.slots]
     new_rows = b.op("Concat", *cols, axis=1) if C > 1 else cols[0]
     b.op("ScatterND", "M", "pidx", new_rows, out=_P + "M_new")
     inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", TensorProto.INT64, [F + 1]),
               _vi("pidx", TensorProto.INT64, [F + 1, 1]), _vi("cgw", elem, [F + 1, 1]), _vi("t", elem, [1, 1])]
-    inputs += [_vi(s, elem, []) for s in scalars.values()]
+    inputs += [_vi(s, elem, [1, 1]) for s in scalars.values()]
     outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, [1, 1])]
     graph = helper.make_graph(b.nodes, "streamfit_lean_step", inputs, outputs, b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -176,7 +178,7 @@ def lean_chunk_model(tr: Any, plan: LeanPlan, state: list[str], scanned: list[st
     gw = b.op("Reshape", X(Names.grad_weight), b.const([-1, 1, 1], np.int64))
     cgw = b.op("Mul", mult, gw)
     target = b.op("Reshape", X(Names.target), b.const([-1, 1, 1], np.int64))
-    sc = [X(n) for n in per_step]
+    sc = [b.op("Reshape", X(n), b.const([-1, 1, 1], np.int64)) for n in per_step]  # [S, 1, 1]
     scan_out = [_P + "M_final", _P + "ys"]
     b.nodes.append(helper.make_node("Scan", [M, pf, pidx, cgw, target] + sc, scan_out, num_scan_inputs=4 + len(sc),
                                     body=_body(tr, plan, elem), name=_P + "scan"))
