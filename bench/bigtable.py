@@ -8,7 +8,7 @@ the fused graph run, and the rows update (``update``: the update graph and the w
 bare numpy on the same ids: distinct ids, gather of the rows (and state), an add, scatter back.  RSS:
 growth of a fresh process that builds a trainer from an external-data file and trains, per table byte.
 
-    python bench/bigtable.py [--big-bits 24] [--small-bits 16] [--rounds 7] [--steps 20] [--quick]
+    python bench/bigtable.py [--big-bits 24] [--small-bits 16] [--rounds 7] [--steps 20] [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from _cpu import cpu_model  # noqa: E402
+from _cpu import cpu_model, run_env  # noqa: E402
 
 DIM, FIELDS, BATCH = 16, 20, 1024
 
@@ -200,10 +200,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON (bench/plots.py draws them)")
     args = parser.parse_args()
     if args.quick:
         args.big_bits, args.small_bits, args.rounds, args.steps = 18, 12, 2, 3
     bits = (args.small_bits, args.big_bits)
+    doc: dict[str, Any] = {"env": run_env(), "config": {"quick": args.quick, "bits": list(bits), "rounds": args.rounds,
+                                                         "steps": args.steps, "dim": DIM, "fields": FIELDS,
+                                                         "batch": BATCH},
+                           "steps_s": {}, "floor_s": {}, "rss": {}}
     print(f"== bench/bigtable.py on {cpu_model()} ({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}); "
           f"transparent huge pages: {thp()}")
     print(f"   table rows x {DIM} float32, batch {BATCH} x {FIELDS} ids; 2^{bits[0]} vs 2^{bits[1]} rows "
@@ -211,6 +216,7 @@ def main() -> None:
           f"{args.steps} steps")
     for optimizer in ("adagrad", "sgd"):
         t = step_times(bits, optimizer, args.rounds, args.steps)
+        doc["steps_s"][optimizer] = {str(k): v for k, v in t.items()}
         s, b = t[bits[0]], t[bits[1]]
         print(f"-- {optimizer}: step {s['step'] * 1e3:.2f} ms (2^{bits[0]}) vs {b['step'] * 1e3:.2f} ms (2^{bits[1]}): "
               f"ratio {b['step'] / s['step']:.2f}x (target <= 1.2x); fastest rounds {s['min_step'] * 1e3:.2f} vs "
@@ -220,6 +226,7 @@ def main() -> None:
         print(f"     AnonHugePages of this process: {anon_huge_mib():,} MiB")
     for arrays, what in ((1, "table (SGD)"), (2, "table + state (AdaGrad)")):
         f = floor_times(bits, arrays, args.rounds)
+        doc["floor_s"][what] = {str(k): v for k, v in f.items()}
         s, b = f[bits[0]], f[bits[1]]  # noqa: F841
         print(f"-- floor, bare numpy gather + add + scatter of the distinct rows of one batch, {what}: "
               f"sorted ids {s['sorted'] * 1e3:.2f} vs {b['sorted'] * 1e3:.2f} ms "
@@ -227,9 +234,15 @@ def main() -> None:
               f"unsorted (scratch) {s['scratch'] * 1e3:.2f} vs {b['scratch'] * 1e3:.2f} ms")
     for optimizer in ("sgd", "adagrad"):
         r = rss(bits[1], optimizer)
+        doc["rss"][optimizer] = r
         print(f"-- RSS growth, fresh process, 2^{bits[1]} table from an external-data file, {optimizer}: built "
               f"{r['built']:.2f}x the table, after 10 steps {r['trained']:.2f}x, peak {r['peak']:.2f}x; "
               f"a state_dict() snapshot on top: peak {r['state_dict_peak']:.2f}x")
+    if args.json:
+        doc["env"]["loadavg_end"] = list(os.getloadavg())
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

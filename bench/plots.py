@@ -8,6 +8,7 @@
     python bench/sparse.py --json docs/benchmarks/data/sparse.json
     python bench/perrow.py --json docs/benchmarks/data/perrow.json
     python bench/inputs.py --json docs/benchmarks/data/inputs.json
+    python bench/bigtable.py --json docs/benchmarks/data/bigtable.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -37,7 +38,7 @@ from _cpu import cpu_model  # noqa: E402
 
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
-BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse")
+BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -260,6 +261,55 @@ def perrow(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> lis
               "| target | value | limit | |", "|---|---|---|---|"]
     lines += [f"| {t['what']} | {t['value']:.3f} | {t['limit']:g} | {'met' if t['ok'] else 'MISSED'} |"
               for t in targets]
+    return lines
+
+
+def bigtable(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, steps, rss = doc["config"], doc["steps_s"], doc["rss"]
+    small, big = (str(b) for b in config["bits"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    labels, bottoms = [], []
+    for opt, by_bits in steps.items():
+        for bits in (small, big):
+            labels.append(f"{opt}\n2^{bits} rows")
+            bottoms.append(by_bits[bits])
+    base = [0.0] * len(bottoms)
+    for part, what in (("gather", "stage the touched rows"), ("rest", "fused graph run"),
+                       ("update", "rows update and write-back")):
+        values = [t[part] * 1e3 for t in bottoms]
+        axes[0].bar(range(len(values)), values, bottom=base, label=what)
+        base = [a + b for a, b in zip(base, values)]
+    axes[0].set_xticks(range(len(labels)))
+    axes[0].set_xticklabels(labels, fontsize=8)
+    axes[0].set_ylabel("ms per step (the median of each part)")
+    axes[0].set_title(f"step time: batch {config['batch']} x {config['fields']} ids, dim {config['dim']}", fontsize=9)
+    axes[0].legend(fontsize=7)
+    kinds = ("built", "trained", "peak", "state_dict_peak")
+    width = 0.8 / max(1, len(rss))
+    for i, (opt, r) in enumerate(rss.items()):
+        axes[1].bar([k + (i - (len(rss) - 1) / 2) * width for k in range(len(kinds))], [r[k] for k in kinds], width,
+                    label=opt)
+    axes[1].set_xticks(range(len(kinds)))
+    axes[1].set_xticklabels(["built", "after 10 steps", "peak", "+ state_dict()"], fontsize=8)
+    axes[1].set_ylabel("RSS growth / table bytes")
+    axes[1].set_title(f"memory of a fresh process, 2^{big}-row table", fontsize=9)
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"bench/bigtable.py: a 2^{big}-row table against a 2^{small}-row one, row-sparse steps "
+                 f"({config['rounds']} interleaved rounds of {config['steps']} steps)\n{_env_line(doc, cpu, when)}",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "bigtable.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; medians of {config['rounds']} interleaved rounds of {config['steps']} "
+             "steps.", "", f"| optimizer | step, 2^{small} rows | step, 2^{big} rows | ratio (target <= 1.2) |",
+             "|---|---|---|---|"]
+    lines += [f"| {opt} | {t[small]['step'] * 1e3:.2f} ms | {t[big]['step'] * 1e3:.2f} ms | "
+              f"{t[big]['step'] / t[small]['step']:.2f} |" for opt, t in steps.items()]
+    lines += ["", "Floor (bare numpy gather + add + scatter of one batch's distinct rows, sorted ids): " + "; ".join(
+        f"{what} {f[small]['sorted'] * 1e3:.2f} ms (2^{small}) vs {f[big]['sorted'] * 1e3:.2f} ms (2^{big})"
+        for what, f in doc["floor_s"].items()) + "."]
     return lines
 
 

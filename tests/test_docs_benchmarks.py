@@ -1,7 +1,8 @@
 """The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
-its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (chunk_steps.py's
-smoke run, a few seconds; sparse.py's, perrow.py's and inputs.py's, ~10-15 s each, are marked slow). The drawing of the committed JSON and the
-generated _figures.md are checked by tests/test_bench.py."""
+its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (the smoke runs of
+chunk_steps.py and bigtable.py, a few seconds each; those of sparse.py, perrow.py and inputs.py, ~10-15 s each,
+are marked slow). The drawing of the committed JSON and the generated _figures.md are checked by
+tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ def _json_then_plot(tmp_path: Path, bench: str, *args: str, timeout: float = 120
 def test_chunk_steps_json_is_drawn(tmp_path):
     section = _json_then_plot(tmp_path, "chunk_steps")
     assert "| linear d=10 sgd | 1 | 256 |" in section and "| `LogisticRegression()` | 256 |" in section
+
+
+def test_bigtable_json_is_drawn(tmp_path):
+    section = _json_then_plot(tmp_path, "bigtable")
+    assert "| adagrad |" in section and "| sgd |" in section and "Floor (bare numpy" in section
 
 
 @pytest.mark.slow
