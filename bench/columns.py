@@ -1,7 +1,7 @@
 """The column plan's cost per row: one X from ``features=`` against named inputs (``inputs=``), with a hashed
 categorical column (dictionary and plain strings) and a vocabulary, on the same record batches.
 
-    python bench/columns.py [--quick]
+    python bench/columns.py [--quick] [--json docs/benchmarks/data/columns.json]
 
 Best of interleaved rounds, ns per row to turn a 65,536-row record batch of 20 float32 columns (+ a
 categorical column) into training batches of 2048 rows; ratios against ``features=`` measured in the same run.
@@ -10,6 +10,7 @@ categorical column) into training batches of 2048 rows; ratios against ``feature
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import os
 import time
@@ -17,7 +18,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also when imported as a module
-from _cpu import cpu_model  # noqa: E402
+from _cpu import cpu_model, run_env  # noqa: E402
 import pyarrow as pa
 
 from streamfit._engine.prepare.model import ModelInput
@@ -32,7 +33,9 @@ from streamfit.sources._base import SourceBatch
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a smoke run: small batches, few rounds")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON (bench/plots.py draws them)")
     args = ap.parse_args()
+    env = run_env()
     n, d, rounds = (4096, 20, 2) if args.quick else (65536, 20, 15)
     rng = np.random.default_rng(0)
     cols = {f"x{j}": rng.standard_normal(n).astype(np.float32) for j in range(d)}
@@ -62,6 +65,14 @@ def main() -> None:
     base = best["features= (one X)"]
     for name, seconds in best.items():
         print(f"  {name:28s} {seconds / n * 1e9:7.1f} ns/row   x{seconds / base:.2f} vs features=")
+    if args.json:
+        doc = {"env": {**env, "loadavg_end": list(os.getloadavg())},
+               "config": {"quick": args.quick, "rows": n, "columns": d, "rounds": rounds, "batch": 2048},
+               "cases": [{"case": name, "ns_per_row": seconds / n * 1e9, "vs_features": seconds / base}
+                         for name, seconds in best.items()]}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
     python bench/perrow.py --json docs/benchmarks/data/perrow.json
     python bench/inputs.py --json docs/benchmarks/data/inputs.json
     python bench/bigtable.py --json docs/benchmarks/data/bigtable.json
+    python bench/columns.py --json docs/benchmarks/data/columns.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -38,7 +39,8 @@ from _cpu import cpu_model  # noqa: E402
 
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
-BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable")
+BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
+           "columns")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -310,6 +312,29 @@ def bigtable(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> l
     lines += ["", "Floor (bare numpy gather + add + scatter of one batch's distinct rows, sorted ids): " + "; ".join(
         f"{what} {f[small]['sorted'] * 1e3:.2f} ms (2^{small}) vs {f[big]['sorted'] * 1e3:.2f} ms (2^{big})"
         for what, f in doc["floor_s"].items()) + "."]
+    return lines
+
+
+def columns(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, cases = doc["config"], doc["cases"]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(cases) + 1.6))
+    ys = list(range(len(cases)))
+    ax.barh(ys, [c["ns_per_row"] for c in cases])
+    for y, c in zip(ys, cases):
+        ax.text(c["ns_per_row"], y, f"  x{c['vs_features']:.2f}", va="center", fontsize=8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([c["case"] for c in cases], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ns per row (best of the rounds); x: against features=")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"bench/columns.py: record batches of {config['rows']:,} rows x {config['columns']} float32 columns "
+                 f"(+ a categorical) into {config['batch']}-row training batches\n{_env_line(doc, cpu, when)}",
+                 fontsize=9)
+    fig.savefig(out / "columns.png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; best of {config['rounds']} interleaved rounds.", "",
+             "| column plan | ns per row | against `features=` |", "|---|---|---|"]
+    lines += [f"| `{c['case']}` | {c['ns_per_row']:.1f} | {c['vs_features']:.2f} |" for c in cases]
     return lines
 
 
