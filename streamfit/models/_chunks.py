@@ -30,21 +30,26 @@ def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, slices: list
     float64 (mean, scale) before each step, and (``transform``) each step's rows standardized with the
     statistics after its own rows."""
     steps, width = len(slices), rows.shape[1]
-    if sw is None and len(rows) == steps and isinstance(scaler, RunningScaler):  # one row per step: cumulative sums
+    if sw is None and isinstance(scaler, RunningScaler):  # the steps' sums added at once (cumulative sums)
+        size = slices[0].stop - slices[0].start
         first = scaler.float64() if before else None
-        mean64, scale64 = scaler.update_steps(rows)
+        mean64, scale64 = scaler.update_steps(rows, size)
         mean32, scale32 = mean64.astype(np.float32), scale64.astype(np.float32)
         b_mean = b_scale = None
         if first is not None:
             b_mean = np.concatenate([np.array([first[0]]), mean64[:-1]])
             b_scale = np.concatenate([np.array([first[1]]), scale64[:-1]])
         scaled = None
-        if transform:
+        if transform:  # each row with its step's statistics
+            sizes = None if size == 1 else [sl.stop - sl.start for sl in slices]
+            m32, s32 = (mean32, scale32) if sizes is None else (np.repeat(mean32, sizes, 0), np.repeat(scale32, sizes, 0))
             if rows.dtype == np.float32:
-                scaled = (rows - mean32) / scale32
+                scaled = (rows - m32) / s32
             else:
                 dtype = rows.dtype if rows.dtype.kind == "f" else np.dtype(np.float32)
-                scaled = ((rows.astype(dtype, copy=False) - mean64.astype(dtype)) / scale64.astype(dtype)
+                m64, s64 = (mean64, scale64) if sizes is None else (np.repeat(mean64, sizes, 0),
+                                                                    np.repeat(scale64, sizes, 0))
+                scaled = ((rows.astype(dtype, copy=False) - m64.astype(dtype)) / s64.astype(dtype)
                           ).astype(np.float32, copy=False)
         return mean32, scale32, b_mean, b_scale, scaled
     mean32 = np.empty((steps, width), np.float32)

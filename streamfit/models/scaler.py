@@ -149,8 +149,8 @@ class RunningScaler:
         if total <= 0.0:
             return
         D = X - np.array(self._shift_of(X[0]), np.float64)
-        if w is None:
-            s1, s2 = D.sum(axis=0), (D * D).sum(axis=0)
+        if w is None:  # as update_steps sums each step's rows
+            s1, s2 = _block_sums(D[None])[0], _block_sums((D * D)[None])[0]
         else:
             s1, s2 = w @ D, w @ (D * D)
         self._s1 = (np.array(self._s1) + s1).tolist()
@@ -180,16 +180,25 @@ class RunningScaler:
         """:meth:`update_row` of a one-feature scaler (a regressor's target)."""
         self.update_row([x])
 
-    def update_steps(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Add the rows of ``X`` one at a time, as :meth:`update_row` on each in turn (the same bits: the sums
-        are cumulative), and return the float64 mean and scale after each row ([n, features] each)."""
+    def update_steps(self, X: np.ndarray, size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Add the rows of ``X`` in steps of ``size`` rows (the last may be shorter), as :meth:`update` on each
+        step's rows in turn (the same bits: a step's sums are added to the running ones), and return the float64
+        mean and scale after each step ([steps, features] each)."""
         if not len(X):
             return np.empty((0, len(self._s1))), np.empty((0, len(self._s1)))
         X = np.asarray(X, np.float64).reshape(len(X), -1)
         D = X - np.array(self._shift_of(X[0].tolist()), np.float64)
-        S1 = np.cumsum(np.concatenate([np.array([self._s1]), D]), axis=0)[1:]
-        S2 = np.cumsum(np.concatenate([np.array([self._s2]), D * D]), axis=0)[1:]
-        n = np.cumsum(np.concatenate([[self.count], np.ones(len(X))]))[1:, None]  # count + 1.0 per row, in turn
+        if size == 1:  # a step's sums are its row
+            inc1, inc2, rows = D, D * D, np.ones(len(X))
+        else:
+            full = len(X) // size * size
+            blocks = [D[:full].reshape(-1, size, D.shape[1])] + ([D[full:][None]] if full < len(X) else [])
+            inc1 = np.concatenate([_block_sums(b) for b in blocks])
+            inc2 = np.concatenate([_block_sums(b * b) for b in blocks])
+            rows = np.array([size] * (full // size) + ([len(X) - full] if full < len(X) else []), np.float64)
+        S1 = np.cumsum(np.concatenate([np.array([self._s1]), inc1]), axis=0)[1:]
+        S2 = np.cumsum(np.concatenate([np.array([self._s2]), inc2]), axis=0)[1:]
+        n = np.cumsum(np.concatenate([[self.count], rows]))[1:, None]  # the count after each step, in turn
         self._s1, self._s2, self.count = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
         mean, scale = _statistics(np.array(self._shift), S1, S2, n)
         self._stale()
@@ -256,6 +265,11 @@ class RunningScaler:
 
     def __repr__(self) -> str:
         return f"RunningScaler(n_features={len(self._s1)}, count={self.count})"
+
+
+def _block_sums(blocks: np.ndarray) -> np.ndarray:
+    """The sum of each block's rows ([blocks, rows, features] -> [blocks, features]), one way for every caller."""
+    return blocks.sum(axis=1)
 
 
 def _statistics(shift: np.ndarray, S1: np.ndarray, S2: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -149,7 +149,9 @@ def test_the_body_keeps_no_per_step_checks_and_one_parameter_vector() -> None:
     assert after.count("ReduceSum") == 4  # the loss, then the final check of theta and its two slots
 
 
-@pytest.mark.parametrize("penalty, flat", [(Penalty(0.01, 0.5), False), (None, True)])  # biases are not penalized
+@pytest.mark.parametrize("penalty, flat", [(Penalty(0.01, 0.5), False), (Penalty(0.01, 0.0), True), (None, True)])
+# biases are not penalized: an L2 penalty adds its term to the penalized gradients before the concatenation, an L1
+# part (a proximal step on some weights) keeps one update per weight
 def test_one_parameter_vector_with_a_penalty(penalty: Any, flat: bool) -> None:
     X, y = _data("mlp", 60)
     _check_chunk(lambda: _trainer("mlp", "streamfit", "adam", penalty=penalty), X, y, 3)

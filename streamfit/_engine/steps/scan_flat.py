@@ -6,7 +6,8 @@ concatenated) and its optimizer slots; the layers read their weights as slices o
 flattened and concatenated, and the update is emitted once, over the vector.  Every element goes through the
 same operations as in the per-weight graph (the rule is elementwise, its scalars shared), so the result is the
 same.  Used where that holds: an elementwise rule (not ``shaped``), no learning-rate fold into the gradient
-GEMMs (plain SGD keeps its folded update), a penalty on all weights or none, dense weights only.
+GEMMs (plain SGD keeps its folded update), a penalty on all weights or none (or on some, when it only adds to
+their gradients: its term is added to those before the concatenation), dense weights only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from streamfit._engine.common.graph_builder import GraphBuilder, onnx_dtype
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.prepare.running_stats import emit_running_stats
+from streamfit.penalties import Penalty
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, emit_updates,
                                                  folds_lr_into_gradients, rename_output)
 
@@ -61,13 +63,19 @@ class FlatLayout:
         return out
 
 
+def _no_proximal(penalty: Any) -> bool:
+    """The penalty only adds to the gradient (its proximal step is the identity): no L1 part, as defined."""
+    return bool(penalty.l1 == 0 and type(penalty).proximal is Penalty.proximal)
+
+
 def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
     """The small-batch fused step graph of ``tr`` with one parameter vector, or None where it does not apply."""
     pm, graphs, opt, penalty = tr._train_pm, tr.graphs, tr.optimizer, tr.penalty
     weights = list(pm.weights)
+    partial = penalty is not None and bool(set(weights) - set(pm.penalized))
     if (graphs is None or tr.tables is not None or opt.shaped or not opt.slots and len(weights) < 2
             or folds_lr_into_gradients(opt, penalty) or len(weights) < 2
-            or penalty is not None and set(weights) - set(pm.penalized)):
+            or partial and not _no_proximal(penalty)):
         return None
     shapes = tuple(tuple(int(d) for d in pm.initial[w].shape) for w in weights)
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
@@ -90,11 +98,16 @@ def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
     rename_output(b, loss_out, Names.loss, existing)
     rename_output(b, dy, dy_name, existing)
     minus_one = b.const(np.array([-1], np.int64), np.int64)
-    flat_grads = [b.op("Reshape", g, minus_one) for g in graphs.grad_names]
+    grads = list(graphs.grad_names)
+    if partial:  # the penalty's gradient term on the penalized weights, before the concatenation
+        assert penalty is not None
+        grads = [penalty.gradient(b, w, g) if w in pm.penalized else g for w, g in zip(weights, grads)]
+    flat_grads = [b.op("Reshape", g, minus_one) for g in grads]
     theta_grad = b.op("Concat", *flat_grads, axis=0)
     flat_pm = replace(pm, weights=[THETA], initial={THETA: flat0},
-                      penalized=frozenset({THETA}) if penalty is not None else frozenset())
-    upd_inputs, upd_outputs = emit_updates(b, flat_pm, [theta_grad], opt, penalty, None, existing | {THETA})
+                      penalized=frozenset({THETA}) if penalty is not None and not partial else frozenset())
+    upd_inputs, upd_outputs = emit_updates(b, flat_pm, [theta_grad], opt, None if partial else penalty, None,
+                                           existing | {THETA})
     front = []
     for w, at, size, shape in zip(weights, offsets, sizes, shapes):
         start, end = b.const(np.array([at], np.int64), np.int64), b.const(np.array([at + size], np.int64), np.int64)
