@@ -10,6 +10,7 @@
     python bench/inputs.py --json docs/benchmarks/data/inputs.json
     python bench/bigtable.py --json docs/benchmarks/data/bigtable.json
     python bench/columns.py --json docs/benchmarks/data/columns.json
+    python bench/primitives.py --json docs/benchmarks/data/primitives.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -40,7 +41,7 @@ from _cpu import cpu_model  # noqa: E402
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
-           "columns")
+           "columns", "primitives")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -64,14 +65,15 @@ def _load(values: Any) -> str:
     return "/".join(f"{x:.1f}" for x in values) if values else "?"
 
 
-def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]], ylabel: str) -> None:
+def _bars(ax: Any, groups: list[str], series: dict[str, list[float | None]], ylabel: str, log: bool = True) -> None:
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
         ax.bar(xs, [v if v is not None else 0 for v in values], width, label=name)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=20, ha="right")
-    ax.set_yscale("log")
+    if log:
+        ax.set_yscale("log")
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, ncol=3)
@@ -335,6 +337,25 @@ def columns(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> li
     lines = [f"{_env_line(doc, cpu, when)}; best of {config['rounds']} interleaved rounds.", "",
              "| column plan | ns per row | against `features=` |", "|---|---|---|"]
     lines += [f"| `{c['case']}` | {c['ns_per_row']:.1f} | {c['vs_features']:.2f} |" for c in cases]
+    return lines
+
+
+def primitives(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    layers = doc["ops_us"]
+    ops = list(next(iter(layers.values())))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    _bars(ax, ops, {f"layer {layer}": [layers[layer][op] for op in ops] for layer in layers}, "us per run", log=False)
+    ax.set_xticklabels(ops, rotation=20, ha="right", fontsize=7)
+    ax.set_title(f"bench/primitives.py: single ops of an MLP 100-256-256-1 step at batch 1, one thread (a session run "
+                 f"costs {doc['run_us']:.2f} us, each further node {doc['node_us']:.2f} us)\n{_env_line(doc, cpu, when)}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "primitives.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; thread CPU time, best of 7 repeats of {doc['config']['runs']} runs. A session "
+             f"run of one node: {doc['run_us']:.2f} us; each further node: {doc['node_us']:.2f} us.", "",
+             "| op | " + " | ".join(f"layer {layer} (us)" for layer in layers) + " |", "|---|" + "---|" * len(layers)]
+    lines += [f"| {op} | " + " | ".join(f"{layers[layer][op]:.2f}" for layer in layers) + " |" for op in ops]
     return lines
 
 

@@ -4,6 +4,7 @@ an MLP 100-256-256-1 step, each timed alone (thread CPU time, one intra-op threa
 
     python bench/primitives.py            # ~20 s
     python bench/primitives.py --quick    # smoke run
+    python bench/primitives.py --json docs/benchmarks/data/primitives.json   # also as JSON (bench/plots.py)
 
 It backs the floor quoted for the MLP at batch 1: ORT's Gemm with a C input copies C into the output
 before accumulating, so the rank-1 weight update costs two passes over the weight, and no op does it in one.
@@ -12,6 +13,7 @@ before accumulating, so the rank-1 weight update costs two passes over the weigh
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -70,9 +72,16 @@ def chain(k: int, runs: int) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run: few repetitions")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON (bench/plots.py draws them)")
     args = p.parse_args()
+    sys.path.insert(0, HERE)
+    from _cpu import run_env
+
+    env = run_env()
     runs = 200 if args.quick else 5000
     one, twenty = chain(1, runs * 4), chain(21, runs * 4)
+    doc: dict[str, Any] = {"env": env, "config": {"quick": args.quick, "runs": runs},
+                           "run_us": one, "node_us": (twenty - one) / 20, "ops_us": {}}
     print(f"session run, 1 node: {one:.2f} us; each further node: {(twenty - one) / 20:.2f} us "
           f"(a chain of tiny Mul nodes, IOBinding bound once, 1 thread)")
     rng = np.random.default_rng(0)
@@ -101,7 +110,14 @@ def main() -> int:
         ]
         print(f"  layer {d_in}x256:")
         for label, nodes, ins, outs in rows:
-            print(f"    {label:45s} {time_graph(nodes, ins, outs, runs):7.2f}")
+            us = time_graph(nodes, ins, outs, runs)
+            doc["ops_us"].setdefault(f"{d_in}x256", {})[" ".join(label.split())] = us
+            print(f"    {label:45s} {us:7.2f}")
+    if args.json:
+        doc["env"]["loadavg_end"] = list(os.getloadavg())
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        print(f"\nwrote {args.json}")
     return 0
 
 
