@@ -160,20 +160,29 @@ class RunningScaler:
 
     def update_row(self, row: list[float]) -> None:
         """One unweighted row given as Python floats (the one-row path of a stream): its deviations added to
-        the sums, and the float32 mean and scale that :meth:`transform` uses refreshed in place."""
+        the sums, and the float32 mean and scale that :meth:`transform` uses refreshed in place, in one pass
+        with :meth:`float64`'s operations."""
         shift = self._shift if self._shift is not None else self._shift_of(row)
-        s1, s2 = [], []
+        n = self.count + 1.0
+        eps4, sqrt = 4 * _EPS32, math.sqrt
+        s1, s2, means, scales = [], [], [], []
         for x, k, a, b in zip(row, shift, self._s1, self._s2):
             d = x - k
-            s1.append(a + d)
-            s2.append(b + d * d)
-        self._s1, self._s2, self.count = s1, s2, self.count + 1.0
-        mean, scales = self.float64()
+            a += d
+            b += d * d
+            s1.append(a)
+            s2.append(b)
+            dm = a / n
+            m = k + dm
+            scale = sqrt(max((b - a * dm) / n, 0.0))
+            means.append(m)
+            scales.append(1.0 if scale <= _TOL64 or scale <= eps4 * abs(m) else scale)
+        self._s1, self._s2, self.count = s1, s2, n
         f32 = self._f32
         if f32 is None:
-            self._f32 = (np.array(mean, np.float32), np.array(scales, np.float32))
+            self._f32 = (np.array(means, np.float32), np.array(scales, np.float32))
         else:  # written in place: the one-row path holds these arrays
-            f32[0][:] = mean
+            f32[0][:] = means
             f32[1][:] = scales
 
     def update_value(self, x: float) -> None:
