@@ -169,28 +169,24 @@ class TableBlocks:
             parts = []
             for i, ids_name in slots:
                 ids = np.asarray(arrays[i][:m])
-                if ids.size and (int(ids.min()) < -rows or int(ids.max()) >= rows):
+                lo, hi = (int(ids.min()), int(ids.max())) if ids.size else (0, 0)
+                if lo < -rows or hi >= rows:
                     _out_of_range(ids, rows, ids_name, t.name)
-                ids = ids.astype(np.int64).reshape(steps, -1)
-                parts.append(np.where(ids < 0, ids + rows, ids))
-            flat = np.concatenate(parts, axis=1)  # [steps, positions]: the uses in order, as the step path
-            uniq, inv = np.unique(flat, return_inverse=True)
-            inv = inv.reshape(flat.shape).astype(np.int64)
+                ids = ids.astype(np.int64, copy=False).reshape(steps, -1)
+                parts.append(np.where(ids < 0, ids + rows, ids) if lo < 0 else ids)
+            flat = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)  # [steps, positions], uses in order
+            uniq, inv = _local_ids(flat)
             uniqs.append(uniq)
             u, p = len(uniq), flat.shape[1]
-            table = sparse.arrays[t.name]
-            sources = [table] + list(sparse.state[t.name].values())
-            if lean:
-                step_rows = step_inv = np.zeros((steps, 0), np.int64)
-                for (block, _), source in zip(_carried(sparse, t), sources):
-                    carried[block] = source[uniq]
-            else:
-                step_rows, step_inv = _step_rows(inv, u)
-                scratch_rows = np.zeros((p,) + table.shape[1:], table.dtype)  # p rows that start as the optimizer starts
-                scratch = [scratch_rows] + [sparse.optimizer.init_state(scratch_rows)[slot]
-                                            for slot in sparse.state[t.name]]
-                for (block, _), source, extra in zip(_carried(sparse, t), sources, scratch):
-                    carried[block] = np.concatenate([source[uniq], extra.astype(source.dtype, copy=False)])
+            sources = [sparse.arrays[t.name]] + list(sparse.state[t.name].values())
+            extra = 0 if lean else p  # the generic body's p scratch rows, which start as the optimizer starts
+            scratch = [] if lean else _scratch(sparse, t, p)
+            for k, ((block, _), source) in enumerate(zip(_carried(sparse, t), sources)):
+                carried[block] = out = np.empty((u + extra,) + source.shape[1:], source.dtype)
+                np.take(source, uniq, axis=0, out=out[:u])
+                if extra:
+                    out[u:] = scratch[k]
+            step_rows, step_inv = (np.zeros((steps, 0), np.int64),) * 2 if lean else _step_rows(inv, u)
             at = 0
             for j, (i, _) in enumerate(slots):
                 width = parts[j].shape[1]
@@ -215,18 +211,65 @@ class TableBlocks:
             sparse._touched[t.name][uniq] = True
 
 
+def _local_ids(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ids of ``flat`` (int64, >= 0) and each position's index among them (shaped as
+    ``flat``): one sort of packed ``id << b | position`` keys, as the step path's distinct ids."""
+    size = flat.size
+    if size == 0:
+        return np.zeros(0, np.int64), np.zeros(flat.shape, np.int64)
+    bits = max(1, (size - 1).bit_length())
+    keys = flat.reshape(-1)
+    if int(keys.max()) >> (62 - bits):
+        uniq, inv = np.unique(keys, return_inverse=True)
+        return uniq, inv.reshape(flat.shape).astype(np.int64)
+    packed = (keys << bits) | np.arange(size, dtype=np.int64)
+    packed.sort()
+    ids = packed >> bits
+    first = np.empty(size, bool)
+    first[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    inv = np.empty(size, np.int64)
+    inv[packed & ((1 << bits) - 1)] = np.cumsum(first) - 1
+    return ids[first], inv.reshape(flat.shape)
+
+
+def _scratch(sparse: Any, t: Any, p: int) -> list[np.ndarray]:
+    """``p`` rows of the table and of each state slot as the optimizer starts them (kept per table and size)."""
+    cache = sparse.chunk_scratch
+    key = (t.name, p)
+    if key not in cache:
+        rows = np.zeros((p,) + t.shape[1:], sparse.arrays[t.name].dtype)
+        state = sparse.optimizer.init_state(rows)
+        cache[key] = [rows] + [np.asarray(state[slot], sparse.state[t.name][slot].dtype) for slot in sparse.state[t.name]]
+    return cache[key]
+
+
 def _step_rows(inv: np.ndarray, u: int) -> tuple[np.ndarray, np.ndarray]:
     """Per step (a row of ``inv``: each position's block row): its distinct block rows in order, padded to the
-    positions' count with the scratch rows ``u, u+1, ...``, and each position's index among them."""
+    positions' count with the scratch rows ``u, u+1, ...``, and each position's index among them.  One sort of
+    packed ``(step, block row, position)`` keys for all steps."""
     steps, p = inv.shape
-    order = np.argsort(inv, axis=1, kind="stable")
-    ordered = np.take_along_axis(inv, order, axis=1)
-    first = np.ones((steps, p), bool)
-    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    rank = np.cumsum(first, axis=1) - 1
-    step_inv = np.empty_like(inv)
-    np.put_along_axis(step_inv, order, rank, axis=1)
+    size = steps * p
+    bits = max(1, (size - 1).bit_length())
+    keys = (np.arange(steps, dtype=np.int64)[:, None] * u + inv).reshape(-1)
+    if (steps * max(u, 1)) >> (62 - bits):  # too wide to pack: a stable argsort of the keys
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+    else:
+        packed = (keys << bits) | np.arange(size, dtype=np.int64)
+        packed.sort()
+        order = packed & ((1 << bits) - 1)
+        ordered = packed >> bits
+    first = np.empty(size, bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    count = np.cumsum(first)  # distinct (step, row) pairs up to each sorted position
+    # the sorted keys hold each step's p positions together, in step order: step s at s*p .. s*p + p - 1
+    rank = (count.reshape(steps, p) - count[::p, None]).reshape(-1)
+    step_inv = np.empty(size, np.int64)
+    step_inv[order] = rank
     step_rows = np.broadcast_to(np.arange(u, u + p, dtype=np.int64), (steps, p)).copy()
-    s_idx = np.broadcast_to(np.arange(steps)[:, None], (steps, p))
-    step_rows[s_idx[first], rank[first]] = ordered[first]
-    return step_rows, step_inv
+    where = np.flatnonzero(first)
+    step_of = where // p
+    step_rows[step_of, rank[where]] = ordered[where] - step_of * u
+    return step_rows, step_inv.reshape(steps, p)

@@ -152,6 +152,8 @@ class SparseTables:
         self._touched: dict[str, np.ndarray] = {}  # per table: rows written since clear_touched()
         self._lend: str | None = None  # read()/read_state() inside lend(): "live" arrays or "empty" ones
         self._snapshots: list[CowSnapshot] = []  # open copy-on-write snapshots (a full checkpoint being written)
+        #: per (table, rows): rows of the table and its state as the optimizer starts them (a chunk's scratch rows)
+        self.chunk_scratch: dict[tuple[str, int], list[np.ndarray]] = {}
         for t in tables:
             array = pm.initial[t.name]  # prepare_model's own copy: it becomes the live table (not copied again)
             if not (array.flags.c_contiguous and array.flags.writeable):
