@@ -498,7 +498,10 @@ def _steps_per_run(tr: Trainer, arrays: tuple[np.ndarray, ...], batch_size: int)
     if tr.tables is None or not arrays or len(arrays[0]) == 0:
         return 1 << 62
     per_row = sum(int(np.prod(arrays[i].shape[1:], dtype=np.int64)) for slots in tr.tables._slots for i, _ in slots)
-    return max(2, BLOCK_POSITIONS // max(1, per_row * batch_size))
+    per_step = max(1, per_row * batch_size)
+    if batch_size > 1:  # a step of many rows costs more than its copy of the block: up to 4x the ids, 32 steps a run
+        return max(2, BLOCK_POSITIONS // per_step, min(32, 4 * BLOCK_POSITIONS // per_step))
+    return max(2, BLOCK_POSITIONS // per_step)
 
 
 def _in_pieces(tr: Trainer, arrays: tuple[np.ndarray, ...], y: np.ndarray, sw: np.ndarray | None, n: int,
