@@ -35,6 +35,7 @@ from streamfit._engine.common.onnx_helpers import copy_fields, default_opset
 from streamfit._engine.prepare.constants import constant_reason, stamp_trained_set
 from streamfit._engine.prepare.embedding_bag import rewrite_embedding_bags
 from streamfit._engine.prepare.large_initializers import attach, load_holding
+from streamfit._engine.prepare.recurrent import rnn_layouts
 from streamfit._engine.prepare.randomness import eval_random_ops, random_nodes, seed_random_ops
 from streamfit._engine.prepare.running_stats import RunningStats, eval_semantics
 from streamfit._engine.prepare.sklearn_ops import ML, rewrite_ml_ops
@@ -311,6 +312,7 @@ def prepare_model(model: "str | os.PathLike[str] | bytes | ModelProto", weights:
         attach(proto, held)  # the ML-op rewrites read initializers as constants
         held = {}
     proto = _make_loadable(proto, notes)
+    rnn_layouts(proto, notes)  # batch-first LSTM/GRU: layout 0 between Transposes (predicted and exported too)
     graph = proto.graph
     inits = {init.name: init for init in graph.initializer}
     init_names = set(inits)
