@@ -44,6 +44,21 @@ def ranked_scalars(b: GraphBuilder, first: int, rank: int) -> None:
                 node.input[k] = ranked[name]
 
 
+def _update(b: GraphBuilder, t: SparseTable, w: str, g: str, slots: Mapping[str, str], scalars: Mapping[str, str],
+            optimizer: Optimizer, penalty: Penalty | None, fold: bool, factor: str | None) -> dict[str, str]:
+    """The nodes of one table's update: its new rows (key ``""``) and new state by slot.  ``penalty``: when it
+    applies to the table; ``factor``: the folded SGD step's decay factor, when it applies."""
+    if fold:
+        return {"": b.op("Sub", w if factor is None else b.op("Mul", w, factor), g)}
+    if penalty is not None:
+        g = penalty.gradient(b, w, g)
+    kw = {"shape": (-1, *t.shape[1:])} if optimizer.shaped else {}
+    new, new_state = optimizer.update(b, w, g, slots, scalars, **kw)
+    if penalty is not None:
+        new = penalty.proximal(b, new, scalars["lr"])
+    return {**new_state, "": new}
+
+
 def rows_update_model(tables: tuple[SparseTable, ...], state: Mapping[str, Mapping[str, np.ndarray]],
                       dtype: np.dtype, optimizer: Optimizer, penalty: Penalty | None, penalized: "set[str]", *,
                       fold: bool, decay: bool) -> onnx.ModelProto:
@@ -82,19 +97,10 @@ def rows_update_model(tables: tuple[SparseTable, ...], state: Mapping[str, Mappi
         zeros = b.op("ConstantOfShape", b.op("Shape", w), value=numpy_helper.from_array(np.zeros(1, dtype)))
         g = b.op("ScatterND", zeros, b.op("Unsqueeze", inv, b.const([1], np.int64)), g_pos, reduction="add")
         table_penalized = penalty is not None and t.name in penalized
-        if fold:
-            kept = w
-            if decay and table_penalized:
-                kept = b.op("Mul", w, b.op("Reshape", Names.decay, ones) if rank > 1 else Names.decay)
-            produced: dict[str, str] = {"": b.op("Sub", kept, g)}
-        else:
-            if table_penalized:
-                g = penalty.gradient(b, w, g)  # type: ignore[union-attr]
-            kw = {"shape": (-1, *t.shape[1:])} if optimizer.shaped else {}
-            new, new_state = optimizer.update(b, w, g, slots, scalars, **kw)
-            if table_penalized:
-                new = penalty.proximal(b, new, scalars["lr"])  # type: ignore[union-attr]
-            produced = {**new_state, "": new}
+        factor = None
+        if fold and decay and table_penalized:
+            factor = b.op("Reshape", Names.decay, ones) if rank > 1 else Names.decay
+        produced = _update(b, t, w, g, slots, scalars, optimizer, penalty if table_penalized else None, fold, factor)
         ranked_scalars(b, first, rank)
         for slot, value in produced.items():
             target = Names.new(slots[slot] if slot else w)
