@@ -467,6 +467,57 @@ def section_floor(args: argparse.Namespace) -> None:
         best = min(best, (time.process_time() - t) / n)
     print(f"\n== 6. floor: one bound session run of a one-node graph on one row: {best * 1e6:.2f} us per run "
           "(a per-call learner pays it at least once per call; a chunk pays it once per chunk)")
+    per_node = {kind: _loop_node_cost(kind, args) for kind in ("Scan", "Loop")}
+    print("   a node in a loop body (one iteration per row; Add on a [1, 9] tensor, bodies of 4 and 32 nodes): "
+          + ", ".join(f"{kind} {c * 1e6:.3f} us per node per iteration" for kind, c in per_node.items()))
+    print("   so a chunk's per-row time is about (body nodes) x that: River's configuration (SGD, 8 nodes) "
+          f"{8 * per_node['Scan'] * 1e6:.1f} us, the defaults (Adam, one parameter vector, 28 nodes) "
+          f"{28 * per_node['Scan'] * 1e6:.1f} us a row, before any host work")
+
+
+def _loop_node_cost(kind: str, args: argparse.Namespace) -> float:
+    """Seconds per node per iteration of a Scan (or Loop) whose body is a chain of Add nodes on one carried
+    [1, 9] tensor: the slope between bodies of 4 and 32 nodes (the per-iteration cost cancels)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def model(k: int) -> Any:
+        names = ["s"] + [f"a{i}" for i in range(k)]
+        nodes = [helper.make_node("Add", [names[i], "x"], [names[i + 1]]) for i in range(k)]
+        nodes.append(helper.make_node("Identity", [names[-1]], ["s_out"]))
+        vi = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+        if kind == "Scan":
+            body = helper.make_graph(nodes, "body", [vi("s", [1, 9]), vi("x", [1, 9])], [vi("s_out", [1, 9])])
+            top = [helper.make_node("Scan", ["s0", "xs"], ["s_final"], num_scan_inputs=1, body=body)]
+            inputs = [vi("s0", [1, 9]), vi("xs", [None, 1, 9])]
+        else:
+            body = helper.make_graph(nodes + [helper.make_node("Identity", ["c"], ["c_out"])], "body",
+                                     [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                                      helper.make_tensor_value_info("c", TensorProto.BOOL, []), vi("s", [1, 9])],
+                                     [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), vi("s_out", [1, 9])])
+            top = [helper.make_node("Loop", ["n", "", "s0"], ["s_final"], body=body)]
+            inputs = [helper.make_tensor_value_info("n", TensorProto.INT64, []), vi("s0", [1, 9]), vi("x", [1, 9])]
+        g = helper.make_graph(top, "loop", inputs, [vi("s_final", [1, 9])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    rows = 64 if args.quick else 512
+    feeds = {"s0": np.zeros((1, 9), np.float32)}
+    feeds.update({"xs": np.ones((rows, 1, 9), np.float32)} if kind == "Scan" else
+                 {"n": np.array(rows, np.int64), "x": np.ones((1, 9), np.float32)})
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    times = {}
+    for k in (4, 32):
+        sess = ort.InferenceSession(model(k).SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess.run(None, feeds)
+        best = float("inf")
+        for _ in range(max(args.rounds, 3)):
+            t = time.process_time()
+            for _ in range(5):
+                sess.run(None, feeds)
+            best = min(best, (time.process_time() - t) / (5 * rows))
+        times[k] = best
+    return (times[32] - times[4]) / 28
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -202,7 +202,13 @@ class OnnxEstimator(_SkBase):
         return X
 
     def _batches(self, n: int) -> list[slice]:
-        return [slice(i, min(i + self.batch_size, n)) for i in range(0, n, self.batch_size)]
+        """The steps' row slices of a call of ``n`` rows: ``batch_size`` rows each, the last one shorter."""
+        size = self.batch_size
+        full = n // size * size
+        out = [slice(i, i + size) for i in range(0, full, size)]
+        if full < n:
+            out.append(slice(full, n))
+        return out
 
     def _one_pass(self, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
                   outputs: np.ndarray | None = None) -> float:
