@@ -177,8 +177,9 @@ def main() -> None:
         return
     if args.quick:
         args.rounds, args.slice = 2, 0.02
-    from _cpu import cpu_model
+    from _cpu import cpu_model, run_env
 
+    load_start = list(os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="sf-ortv-") as tmp:
         cases = _record(Path(tmp), [1, 32, 2048])
         workers = {"1.19.2": _Worker(sys.executable)}
@@ -235,7 +236,10 @@ def main() -> None:
         for k, e in r["errors"].items():
             print(f"  {r['model']} bs{r['rows']} {k}: {e}")
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu_model(), "versions": versions, "results": results}, indent=1))
+        env = {**run_env(), "loadavg_start": load_start, "loadavg_end": list(os.getloadavg())}
+        args.json.write_text(json.dumps({"cpu": cpu_model(), "env": env, "config": {"quick": args.quick,
+                                         "rounds": args.rounds, "slice_s": args.slice}, "versions": versions,
+                                         "results": results}, indent=1))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
     python bench/bigtable.py --json docs/benchmarks/data/bigtable.json
     python bench/columns.py --json docs/benchmarks/data/columns.json
     python bench/primitives.py --json docs/benchmarks/data/primitives.json
+    python bench/ort_versions.py --new-python PYTHON --json docs/benchmarks/data/ort_versions.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -41,7 +42,7 @@ from _cpu import cpu_model  # noqa: E402
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
-           "columns", "primitives")
+           "columns", "primitives", "ort_versions")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -356,6 +357,30 @@ def primitives(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) ->
              f"run of one node: {doc['run_us']:.2f} us; each further node: {doc['node_us']:.2f} us.", "",
              "| op | " + " | ".join(f"layer {layer} (us)" for layer in layers) + " |", "|---|" + "---|" * len(layers)]
     lines += [f"| {op} | " + " | ".join(f"{layers[layer][op]:.2f}" for layer in layers) + " |" for op in ops]
+    return lines
+
+
+def ort_versions(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    results, versions = doc["results"], doc["versions"]
+    keys = [f"{w}/{v}" for w in versions for v in ("original", "portable")]
+    label = {k: f"onnxruntime {versions[k.split('/')[0]]}, {k.split('/')[1]} graph" for k in keys}
+    groups = [f"{r['model']} batch {r['rows']}" for r in results]
+    fig, ax = plt.subplots(figsize=(10, 4.6))
+    _bars(ax, groups, {label[k]: [r["us_per_step"].get(k) for r in results] for k in keys}, "us per step (log)")
+    ax.set_title(f"bench/ort_versions.py: the fused step graphs on each onnxruntime (a missing bar: the graph does not "
+                 f"load there), {doc['config']['rounds']} interleaved rounds\n{_env_line(doc, cpu, when)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "ort_versions.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; us per fused step, medians of {doc['config']['rounds']} interleaved rounds "
+             "(ratios: medians of per-round ratios, < 1 is faster).", "",
+             "| case | " + " | ".join(label[k] for k in keys) + " | newest portable / 1.19.2 original |", "|---|"
+             + "---|" * (len(keys) + 1)]
+    for r, g in zip(results, groups):
+        cells = [f"{r['us_per_step'][k]:.1f}" if k in r["us_per_step"] else ("does not load" if k in r["errors"] else
+                                                                             "-") for k in keys]
+        ratio = r.get("new_portable_vs_1192_original")
+        lines.append(f"| {g} | " + " | ".join(cells) + f" | {'-' if ratio is None else f'{ratio:.2f}'} |")
     return lines
 
 
