@@ -35,6 +35,7 @@ OWN_BUILDER_MISSING = {
     "mobilenet_v3.legacy_train": ["Clip", "Conv", "Dropout", "GlobalAveragePool", "ReduceMean", "Sqrt"],
     "resnet.dynamo": ["Conv", "ReduceMean"], "resnet": ["Conv", "GlobalAveragePool"],
     "resnet.legacy_train": ["Conv", "GlobalAveragePool", "ReduceMean", "Sqrt"],
+    "tcn": ["Conv", "Pad"], "tcn.dynamo": ["Conv"],
 }
 
 

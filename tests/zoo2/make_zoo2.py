@@ -6,13 +6,13 @@ Run with torch (not a streamfit dependency), from anywhere:
     python3.11 -m venv /work/venv-torch
     /work/venv-torch/bin/pip install torch==2.13.0 onnx onnxscript numpy transformers torchvision==0.28
     /work/venv-torch/bin/python tests/zoo2/make_zoo2.py              # all models
-    /work/venv-torch/bin/python tests/zoo2/make_zoo2.py bert_tiny    # some
+    /work/venv-torch/bin/python tests/zoo2/make_zoo2.py bert tcn     # some (tcn, bilstm, bigru: torch alone)
 
 Every model is built by its library's own constructor or config (random weights, seeded; never a download):
 torchvision's ``MobileNetV3``, ``EfficientNet``, ``ConvNeXt`` and ResNet's ``BasicBlock`` at a few channels;
 transformers' ``BertForSequenceClassification``, ``DistilBertForSequenceClassification`` and
 ``GPT2LMHeadModel`` at tiny configs (eager attention, an attention mask input); PyTorch's bidirectional
-two-layer ``LSTM`` and ``GRU``.
+two-layer ``LSTM`` and ``GRU``; a small TCN (dilated causal ``Conv1d`` blocks with residuals, torch alone).
 
 Writes ``<name>.legacy.onnx`` (``dynamo=False``, opset 17), ``<name>.dynamo.onnx`` (``dynamo=True``, opset
 18), for models with BatchNorm, Dropout or stochastic depth also ``<name>.legacy_train.onnx`` (training
@@ -187,6 +187,37 @@ class BiRecurrent(nn.Module):
         return self.head(out[:, -1])
 
 
+# -- temporal convolution ----------------------------------------------------------------------------------
+
+class CausalBlock(nn.Module):
+    """A TCN block: two dilated causal Conv1d (left padding (k-1)*dilation), ReLU, and a residual."""
+
+    def __init__(self, channels_in: int, channels: int, dilation: int, k: int = 3) -> None:
+        super().__init__()
+        self.pad = (k - 1) * dilation
+        self.conv1 = nn.Conv1d(channels_in, channels, k, dilation=dilation)
+        self.conv2 = nn.Conv1d(channels, channels, k, dilation=dilation)
+        self.skip = nn.Conv1d(channels_in, channels, 1) if channels_in != channels else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv1(nn.functional.pad(x, (self.pad, 0))))
+        h = torch.relu(self.conv2(nn.functional.pad(h, (self.pad, 0))))
+        return torch.relu(h + self.skip(x))
+
+
+class TCN(nn.Module):
+    """A small temporal convolutional net: causal blocks of dilation 1, 2, 4 over [N, 3, 16], the last step's
+    features into a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(CausalBlock(3, 8, 1), CausalBlock(8, 8, 2), CausalBlock(8, 8, 4))
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(x)[:, :, -1])
+
+
 IMAGE = (("x", (3, 16, 16), "float"),)
 TEXT = (("input_ids", (SEQ,), VOCAB), ("attention_mask", (SEQ,), "mask"))
 ZOO: dict[str, Spec] = {
@@ -200,7 +231,10 @@ ZOO: dict[str, Spec] = {
                  untie=("model.transformer.wte.weight", "model.lm_head.weight")),
     "bilstm": Spec(lambda: BiRecurrent("lstm"), (("x", (5, 3), "float"),)),
     "bigru": Spec(lambda: BiRecurrent("gru"), (("x", (5, 3), "float"),)),
+    "tcn": Spec(TCN, (("x", (3, 16), "float"),)),
 }
+#: the architectures built from torch alone (no torchvision, no transformers needed to export them)
+TORCH_ONLY = {"bilstm", "bigru", "tcn"}
 
 
 def sample(spec: Spec, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -333,10 +367,11 @@ def export(name: str, spec: Spec) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _torchvision()
-    import transformers
+    if set(argv or ZOO) - TORCH_ONLY:
+        _torchvision()
+        import transformers
 
-    transformers.logging.set_verbosity_error()
+        transformers.logging.set_verbosity_error()
     for name in argv or list(ZOO):
         try:
             export(name, ZOO[name])

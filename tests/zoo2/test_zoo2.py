@@ -36,9 +36,11 @@ EXPECT: dict[str, str] = {
     "resnet.legacy": "bn_folded", "resnet.dynamo": "bn_folded", "resnet.legacy_train": "twin",
     "mobilenet_v3.legacy": "bn_folded", "mobilenet_v3.dynamo": "bn_folded", "mobilenet_v3.legacy_train": "random",
     "efficientnet.legacy": "bn_folded", "efficientnet.dynamo": "bn_folded", "efficientnet.legacy_train": "random",
+    "tcn.legacy": "twin", "tcn.dynamo": "twin",
 }
 #: the default suite's slice: one of each thing the issue must show
-FAST = ("bert.dynamo", "bilstm.legacy", "gpt2.dynamo", "efficientnet.legacy_train", "mobilenet_v3.legacy")
+FAST = ("bert.dynamo", "bilstm.legacy", "gpt2.dynamo", "efficientnet.legacy_train", "mobilenet_v3.legacy",
+        "tcn.dynamo")
 
 
 @lru_cache(maxsize=None)
@@ -64,7 +66,7 @@ def _trainer(model: str, **kwargs: Any) -> Trainer:
 
 def test_the_second_zoo_has_every_architecture_both_ways():
     assert set(MODELS) == set(EXPECT), set(MODELS) ^ set(EXPECT)
-    assert len(ARCHS) == 9
+    assert len(ARCHS) == 10
     for arch in ARCHS:
         assert {f"{arch}.legacy", f"{arch}.dynamo"} <= set(MODELS), arch
     sizes = [p.stat().st_size for p in HERE.glob("*.onnx")]
