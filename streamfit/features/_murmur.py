@@ -254,7 +254,8 @@ def _hash_spans(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seeds
     tails = starts + ((lengths >> 2) << 2)
     with np.errstate(over="ignore"):
         n = len(lengths)
-        if n < _GROUPED_LANES:
+        top = int(lengths.max()) >> 2 if n else 0
+        if n < _GROUPED_LANES or top < 2:  # few lanes, or short strings: one padded pass (no sort)
             return _hash_padded(words, tails, lengths, seeds, pads)
         key = np.minimum(lengths >> 2, 0xFFFF).astype(np.uint16)  # a radix sort
         order = np.argsort(key, kind="stable")
@@ -312,6 +313,8 @@ def murmur3_concat(arrays: Sequence[pa.Array], seeds: Sequence[int]) -> np.ndarr
     if total <= _PY_LANES:
         return np.array([0 if v is None else murmur3_bytes(v.encode() if isinstance(v, str) else v, int(s))
                          for a, s in zip(arrays, seeds) for v in a.to_pylist()], dtype=np.uint32)
+    if len(arrays) > 1 and all(a.type == pa.string() for a in arrays):  # one array: its spans in one pass
+        return _hash_joined(pa.concat_arrays(list(arrays)), sizes, seeds)
     parts = []
     at = 0
     for a in arrays:
@@ -335,6 +338,19 @@ def murmur3_concat(arrays: Sequence[pa.Array], seeds: Sequence[int]) -> np.ndarr
             at += size
     starts = starts + lead
     return _hash_spans(data, starts, lengths, lane_seeds, pads)
+
+
+def _hash_joined(joined: pa.Array, sizes: list[int], seeds: Sequence[int]) -> np.ndarray:
+    """:func:`murmur3_concat` of string arrays joined into ``joined`` (``sizes`` values each, in order)."""
+    starts, lengths, ranges = _spans(joined, 0)
+    lane_seeds = np.repeat(np.array([int(s) & _M32 for s in seeds], dtype=np.uint32), sizes)
+    pads = np.repeat(np.array([_pad_block(int(s) & _M32) for s in seeds], dtype=np.uint32), sizes)
+    lead = int(lengths.max()) & ~3 if len(lengths) else 0  # room before the first string for the padding reads
+    (offset, buf, size), = ranges
+    data = np.zeros(lead + size + 4, dtype=np.uint8)
+    if size and buf is not None:
+        data[lead:lead + size] = np.frombuffer(buf, dtype=np.uint8, count=size, offset=offset)
+    return _hash_spans(data, starts + lead, lengths, lane_seeds, pads)
 
 
 def murmur3_strings(arrays: Sequence[pa.Array], seeds: Sequence[int]) -> list[np.ndarray]:

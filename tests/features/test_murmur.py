@@ -116,3 +116,16 @@ def test_the_exported_model_fed_fixed_width_strings_predicts_the_same_and_keeps_
         session.run([out], feeds(t))
     grown = sys.getallocatedblocks() - before
     assert grown < 10_000, f"{grown} more allocated blocks after 200 runs of 600 strings"
+
+
+def test_several_plain_string_columns_hash_joined_and_short_strings_in_one_pass():
+    """Plain string columns (sliced, with nulls) are joined and hashed in one pass, each with its seed; many
+    short strings (at most 7 bytes: 0 or 1 block) take one padded pass without a sort."""
+    short = _strings(6000, 7, seed=3)
+    cols = [pa.array(short[:3000]).slice(17, 2500), pa.array(short[3000:] + [None]), pa.array(VALUES[:900])]
+    seeds = [3, 2**32 - 1, 0]
+    got = murmur3_strings(cols, seeds)
+    for col, seed, hashed in zip(cols, seeds, got):
+        values = [v or "" for v in col.to_pylist()]  # a null slot hashes its (empty) bytes
+        assert hashed.tolist() == kernel_murmur3(np.array(values, dtype=object), seed).tolist()
+    assert murmur3_arrow(pa.array(short), 9).tolist() == kernel_murmur3(np.array(short, dtype=object), 9).tolist()
