@@ -232,8 +232,12 @@ class RiverClassifier(_RiverWrapper, _ClassifierBase):
         return [False, True] if self.classes is None else sorted(self.classes, key=repr)
 
     def _label(self, y: Any) -> Any:
-        if self.classes is None:
-            return bool(y)
+        if self.classes is None:  # River's binary convention: False/True (or 0/1); anything else would be silently True
+            if isinstance(y, (bool, np.bool_)) or (isinstance(y, (int, np.integer)) and y in (0, 1)):
+                return bool(y)
+            raise BadInputError(f"label {y!r} is not a boolean: RiverClassifier() without classes= is binary over "
+                                f"False/True (0/1), as River's binary classifiers are; give the labels, e.g. "
+                                f"RiverClassifier(classes=({y!r}, ...))", reason="unknown_label")
         if y not in self.classes:
             raise BadInputError(f"label {y!r} is not one of classes={self.classes!r}", reason="unknown_label")
         return y

@@ -126,6 +126,21 @@ def test_multiclass_with_given_classes():
         model.learn_one(rows[0][0], "nope")
 
 
+def test_labels_that_are_not_booleans_need_classes():
+    """Without classes= the wrapper is binary over False/True (River's convention): a string label is refused with
+    what to give, not taken as True (bool('ham') is True); with two classes given, they are the labels."""
+    model = RiverClassifier()
+    with pytest.raises(BadInputError, match="label 'ham' is not a boolean.*classes=\\('ham'"):
+        model.learn_one({"a": 1.0}, "ham")
+    model.learn_one({"a": 1.0}, 1)
+    model.learn_one({"a": -1.0}, False)
+    assert set(model.predict_proba_one({"a": 0.5})) == {False, True}
+    named = RiverClassifier(classes=("ham", "spam"))
+    for k in range(40):
+        named.learn_one({"a": float(k % 2)}, "spam" if k % 2 else "ham")
+    assert named.predict_one({"a": 1.0}) == "spam" and named.predict_one({"a": 0.0}) == "ham"
+
+
 def test_bad_values_name_the_feature():
     model = RiverRegressor()
     with pytest.raises(BadInputError, match="feature 'b' is 'x'"):
