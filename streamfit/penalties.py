@@ -60,11 +60,29 @@ class Penalty(Parameters):
         return self.alpha * self.l1_ratio
 
     def gradient(self, b: GraphBuilder, w: str, g: str) -> str:
-        """Gradient with the L2 term added (unchanged when there is none)."""
+        """Gradient with the L2 term added (unchanged when there is none).
+
+        Parameters
+        ----------
+        b
+            The :class:`~streamfit.graph.GraphBuilder` to add the nodes through.
+        w, g
+            Graph names of the weight and of its gradient.
+        """
         return g if self.l2 == 0 else b.op("Add", g, b.op("Mul", w, b.const(self.l2)))
 
     def proximal(self, b: GraphBuilder, w: str, lr: str) -> str:
-        """Soft-threshold ``w`` by ``lr * l1`` (unchanged when there is no L1 term)."""
+        """Soft-threshold ``w`` by ``lr * l1`` (unchanged when there is no L1 term).
+
+        Parameters
+        ----------
+        b
+            The :class:`~streamfit.graph.GraphBuilder` to add the nodes through.
+        w
+            Graph name of the optimizer's new weight.
+        lr
+            Graph name of the step's learning rate.
+        """
         if self.l1 == 0:
             return w
         shrunk = b.op("Relu", b.op("Sub", b.op("Abs", w), b.op("Mul", lr, b.const(self.l1))))
@@ -77,9 +95,25 @@ class Penalty(Parameters):
         return self.l1 == 0 and cls.gradient is Penalty.gradient and cls.proximal is Penalty.proximal
 
     def numpy_gradient(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """numpy twin of :meth:`gradient` (the reference the tests check the graph against).
+
+        Parameters
+        ----------
+        w, g
+            The weight and its gradient.
+        """
         return g + self.l2 * w
 
     def numpy_proximal(self, w: np.ndarray, lr: float) -> np.ndarray:
+        """numpy twin of :meth:`proximal`.
+
+        Parameters
+        ----------
+        w
+            The optimizer's new weight.
+        lr
+            The step's learning rate.
+        """
         return np.sign(w) * np.maximum(np.abs(w) - lr * self.l1, 0.0) if self.l1 else w
 
     def __repr__(self) -> str:

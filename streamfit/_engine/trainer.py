@@ -480,6 +480,17 @@ class Trainer:
         ``X`` is an ndarray (a one-input model) or a mapping {model input name: array}.  The path for a
         batch signature seen before is kept lean (at batch 1 the whole step is a few microseconds): the
         names, shapes and dtype kinds were checked against the model when the signature was first staged.
+
+        Parameters
+        ----------
+        X
+            An ndarray (a one-input model), a mapping {model input name: array}, or, with ``inputs=``, an Arrow
+            Table/RecordBatch or a dict of columns.
+        y
+            The batch's targets, in the loss's form (floats for a regression loss, class indices or 0/1 labels for
+            a classification loss).
+        sample_weight
+            Row weights (``N`` values), or None for 1 each.
         """
         if type(X) is np.ndarray and self._single:
             arrays: tuple[np.ndarray, ...] = (X,)
@@ -527,7 +538,21 @@ class Trainer:
         """Train ``ceil(n / batch_size)`` steps over the ``n`` rows of ``X`` in order, in one session run (a
         ``Scan`` over the steps, :mod:`streamfit._engine.steps.scan`); the result is :meth:`step` on each step's
         rows in turn.  Returns each row's output before its step and each step's loss (:class:`ChunkResult`).
-        ``host_steps`` gives host tensors one value per step ([steps, *shape])."""
+        ``host_steps`` gives host tensors one value per step ([steps, *shape]).
+
+        Parameters
+        ----------
+        X
+            An ndarray (a one-input model), a mapping {model input name: array}, or, with ``inputs=``, an Arrow
+            Table/RecordBatch or a dict of columns.
+        y, sample_weight
+            As for :meth:`step`, for all the rows.
+        batch_size
+            Rows per step; the last step takes the rows left over.
+        host_steps
+            ``{host tensor name: [steps, *shape] array}``: the value of a ``host=`` tensor for each step (the
+            ready-made models' input statistics after each step's rows); None: the current values for every step.
+        """
         return train_chunk(self, X, y, sample_weight, batch_size, host_steps)
 
     @property
@@ -566,6 +591,11 @@ class Trainer:
         """Forward pass that remembers what :meth:`backward` needs; returns the model output.
 
         ``X`` as in :meth:`step`: an ndarray or a mapping {model input name: array}.
+
+        Parameters
+        ----------
+        X
+            As for :meth:`step`.
         """
         arrays = self._checked(X)
         self._ensure_strategy(arrays)
@@ -575,14 +605,28 @@ class Trainer:
         return self.device.to_numpy(y)
 
     def backward(self, dy: Any) -> dict[str, np.ndarray]:
-        """Gradients of the trained weights for a caller-computed dL/dY of the last :meth:`forward`."""
+        """Gradients of the trained weights for a caller-computed dL/dY of the last :meth:`forward`.
+
+        Parameters
+        ----------
+        dy
+            dL/dY for the output of the last :meth:`forward` (its shape).
+        """
         fb = self._fb()
         dy = np.ascontiguousarray(dy, dtype=self.dtype)
         grads = fb.backward(self.device.resident(dy))
         return {w: self.device.to_numpy(g) for w, g in zip(self.prepared.weights, grads)}
 
     def apply_gradients(self, grads: Mapping[str, Any], loss: float | None = None) -> bool:
-        """Apply gradients (penalty, optimizer, schedule step) as a normal step would."""
+        """Apply gradients (penalty, optimizer, schedule step) as a normal step would.
+
+        Parameters
+        ----------
+        grads
+            ``{weight name: gradient}`` for every trained weight.
+        loss
+            The loss these gradients are of (the schedule's step and ``last_loss`` see it), or None.
+        """
         fb = self._fb()
         missing = [w for w in self.prepared.weights if w not in grads]
         if missing:
@@ -599,6 +643,11 @@ class Trainer:
 
         A batch signature is checked against the model the first time it is seen; small batches then
         run through bindings made once (a copy in, one session run, a copy out).
+
+        Parameters
+        ----------
+        X
+            As for :meth:`step`.
         """
         return self._predict(X, True)
 
@@ -667,6 +716,13 @@ class Trainer:
         return self._sparse
 
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Overwrite trained weights (the others keep theirs); a name that is not trained raises ``KeyError``.
+
+        Parameters
+        ----------
+        weights
+            ``{weight name: array}``, each of the weight's shape (cast to the trainer's dtype).
+        """
         unknown = set(weights) - set(self.prepared.weights)
         if unknown:
             raise KeyError(f"unknown weights {sorted(unknown)}; trained weights are {self.prepared.weights}")
@@ -698,6 +754,14 @@ class Trainer:
                 **({"encoders": {k: v.to_dict() for k, v in states.items()}} if states else {})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: weights, running statistics, optimizer state, schedule, counters.
+
+        Parameters
+        ----------
+        state
+            What :meth:`state_dict` returned (from a checkpoint); names that differ from this trainer's raise
+            ``KeyError`` naming them.
+        """
         self.set_weights(state["weights"])
         if "buffers" in state:  # older checkpoints have none: the statistics stay as they are
             unknown = set(state["buffers"]) - set(self.prepared.buffers)

@@ -41,11 +41,25 @@ class Loss(Parameters, abc.ABC):
     @abc.abstractmethod
     def terms(self, b: GraphBuilder, y: str, t: str) -> tuple[str, str]:
         """Emit the per-row (or per-element) loss divided by :attr:`loss_factor`, and dl/dy; return their names
-        (both broadcastable against a (N, 1) weight)."""
+        (both broadcastable against a (N, 1) weight).
+
+        Parameters
+        ----------
+        b
+            The :class:`~streamfit.graph.GraphBuilder` to add the nodes through.
+        y, t
+            Graph names of the model's output (``(N, k)``) and of the targets (labels as the loss takes them).
+        """
 
     @abc.abstractmethod
     def numpy_terms(self, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """numpy twin of :meth:`terms`, loss factor included (the reference the tests check the graph against)."""
+        """numpy twin of :meth:`terms`, loss factor included (the reference the tests check the graph against).
+
+        Parameters
+        ----------
+        y, t
+            The model's output ``(N, k)`` and the targets, as arrays.
+        """
 
     def graph(self, b: GraphBuilder, y: str, t: str, loss_weight: str, grad_weight: str) -> tuple[str, str]:
         """Emit the nodes; return the names of the scalar loss and of dL/dY (shape of ``y``).
@@ -53,13 +67,30 @@ class Loss(Parameters, abc.ABC):
         ``loss_weight`` holds ``loss_factor * sample_weight / N`` per row, ``grad_weight`` holds
         ``scale * sample_weight / N`` (``scale`` is 1, or the learning rate when the fused SGD step
         backpropagates lr-scaled gradients so that its update folds into the gradient GEMMs).
+
+        Parameters
+        ----------
+        b
+            The :class:`~streamfit.graph.GraphBuilder` to add the nodes through.
+        y, t
+            Graph names of the model's output and of the targets.
+        loss_weight, grad_weight
+            Graph names of the ``(N, 1)`` row weights of the loss and of the gradient (above).
         """
         per_row, dl = self.terms(b, y, t)
         loss = b.op("ReduceSum", b.op("Mul", per_row, loss_weight), keepdims=0)
         return loss, b.op("Mul", dl, grad_weight)
 
     def numpy(self, y: np.ndarray, t: np.ndarray, sw: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-        """Loss and dL/dY in numpy, for tests and for progressive validation without a session."""
+        """Loss and dL/dY in numpy, for tests and for progressive validation without a session.
+
+        Parameters
+        ----------
+        y, t
+            The model's output ``(N, k)`` and the targets.
+        sw
+            Row weights (``N`` values), or None for 1 each.
+        """
         y = np.asarray(y)
         n = y.shape[0]
         sw = np.ones((n, 1), y.dtype) if sw is None else np.asarray(sw, y.dtype).reshape(n, 1)
@@ -67,7 +98,13 @@ class Loss(Parameters, abc.ABC):
         return float((per_row * sw).sum() / n), dl * sw / n
 
     def dloss(self, p: float, y: float) -> float:
-        """Derivative of the loss of one sample wrt a scalar prediction (learning-rate heuristics)."""
+        """Derivative of the loss of one sample wrt a scalar prediction (learning-rate heuristics).
+
+        Parameters
+        ----------
+        p, y
+            The prediction (a scalar score) and the target.
+        """
         _, d = self.numpy_terms(np.array([[p]], np.float64), np.array([[y]], np.float64))
         return float(d.ravel()[0])
 

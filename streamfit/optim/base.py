@@ -57,13 +57,29 @@ class Optimizer(Parameters, abc.ABC):
     summed_gradient: bool = False
 
     def scalars(self, lr: float, t: int) -> tuple[float, ...]:
-        """Scalar inputs for the step that follows ``t`` completed steps."""
+        """Scalar inputs for the step that follows ``t`` completed steps.
+
+        Parameters
+        ----------
+        lr
+            The schedule's learning rate for this step.
+        t
+            Steps applied so far (0 before the first).
+        """
         return (lr,)
 
     def scalars_of_steps(self, lrs: np.ndarray, t: int) -> np.ndarray:
         """:meth:`scalars` of ``len(lrs)`` steps at once ([steps, len(scalar_names)], float64): step ``j`` at rate
         ``lrs[j]`` after ``t + j`` completed steps (a chunk of steps reads them together).  A rule that overrides
-        :meth:`scalars` may override this with the same arithmetic on arrays."""
+        :meth:`scalars` may override this with the same arithmetic on arrays.
+
+        Parameters
+        ----------
+        lrs
+            The learning rate of each step, in order.
+        t
+            Steps applied before the first of them.
+        """
         if type(self).scalars is Optimizer.scalars:
             return np.asarray(lrs, np.float64).reshape(-1, 1)
         return np.array([self.scalars(float(lr), t + j) for j, lr in enumerate(lrs)], np.float64).reshape(
@@ -72,12 +88,34 @@ class Optimizer(Parameters, abc.ABC):
     @abc.abstractmethod
     def update(self, b: GraphBuilder, w: str, g: str, state: Mapping[str, str],
                s: Mapping[str, str]) -> tuple[str, dict[str, str]]:
-        """Emit the nodes of one weight's update; return the new weight and new state names."""
+        """Emit the nodes of one weight's update; return the new weight and new state names.
+
+        Parameters
+        ----------
+        b
+            The :class:`~streamfit.graph.GraphBuilder` to add the nodes through.
+        w, g
+            Graph names of the weight and of its gradient (penalty included).
+        state
+            ``{slot: graph name}`` of the weight's current state, one per :attr:`slots`.
+        s
+            ``{scalar: graph name}`` of this step's scalar inputs, one per :attr:`scalar_names`.
+        """
 
     @abc.abstractmethod
     def numpy_update(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
                      s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The same rule in numpy (reference for tests and documentation)."""
+        """The same rule in numpy (reference for tests and documentation).
+
+        Parameters
+        ----------
+        w, g
+            The weight and its gradient.
+        state
+            ``{slot: array}``: the weight's state.
+        s
+            ``{scalar: value}``: the step's scalars (what :meth:`scalars` gives, by :attr:`scalar_names`).
+        """
 
     def auto_eta0(self) -> float:
         """The learning rate ``eta0="auto"`` (the ready-made models' default) starts this rule from: 0.01 here
@@ -85,7 +123,13 @@ class Optimizer(Parameters, abc.ABC):
         return 0.01
 
     def init_state(self, w: np.ndarray) -> dict[str, np.ndarray]:
-        """Initial value of each slot for weight ``w`` (zeros like ``w``)."""
+        """Initial value of each slot for weight ``w`` (zeros like ``w``).
+
+        Parameters
+        ----------
+        w
+            The weight's initial value (its shape and dtype).
+        """
         return {slot: np.zeros_like(w) for slot in self.slots}
 
     def folds_into_gradients(self) -> bool:

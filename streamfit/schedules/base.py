@@ -97,20 +97,38 @@ class Schedule(abc.ABC):
 
     def rates(self, n: int) -> "np.ndarray":
         """The learning rates of the next ``n`` steps (float64), as :attr:`lr` gives them step by step; a chunk of
-        steps reads them at once.  Only for a schedule whose rate does not depend on the losses."""
+        steps reads them at once.  Only for a schedule whose rate does not depend on the losses.
+
+        Parameters
+        ----------
+        n
+            How many steps.
+        """
         import numpy as np
 
         t0 = self._t
         return np.array([self._lr(t0 + j) for j in range(n)], np.float64)
 
     def advance(self, n: int) -> None:
-        """:meth:`step` ``n`` times, for a schedule whose rate does not depend on the losses (a chunk's steps)."""
+        """:meth:`step` ``n`` times, for a schedule whose rate does not depend on the losses (a chunk's steps).
+
+        Parameters
+        ----------
+        n
+            How many steps were applied.
+        """
         if type(self)._update is not Schedule._update:
             raise TypeError(f"the {type(self).__name__} schedule reacts to each step's loss: call step(loss)")
         self._t += int(n)
 
     def step(self, loss: float | None = None) -> None:
-        """Advance by one batch; ``loss`` is the batch's mean loss (``None`` if the schedule ignores it)."""
+        """Advance by one batch; ``loss`` is the batch's mean loss (``None`` if the schedule ignores it).
+
+        Parameters
+        ----------
+        loss
+            The batch's mean loss (a rate that reacts to it, as ``"adaptive"``'s, needs it), or None.
+        """
         if loss is not None and type(loss) is not float:
             loss = _loss_value(loss)
         self._update(loss)
@@ -127,6 +145,11 @@ class Schedule(abc.ABC):
         """Restore from :meth:`state_dict`; the hyper-parameters must match this schedule's.
 
         Nothing changes if the state is rejected.  Keys missing from an older state get their defaults.
+
+        Parameters
+        ----------
+        state
+            What :meth:`state_dict` returned (its ``"name"`` and parameters must be this schedule's).
         """
         self._apply_state(self._check_state(state))
 
