@@ -214,7 +214,21 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     # -- fitting -----------------------------------------------------------------------------------
     def partial_fit(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> "OnnxClassifier":
-        """One pass over ``X``; the first call needs ``classes`` (all labels the stream may hold)."""
+        """Train on ``X`` (``ceil(n / batch_size)`` steps in one session run); the first call needs ``classes``.
+
+        Parameters
+        ----------
+        X
+            The rows: an ndarray ``(n, features)`` (a one-input model), a mapping {input name: array}, or,
+            with ``inputs=``, an Arrow Table/RecordBatch or a dict of columns.
+        y
+            The ``n`` labels (any values of ``classes``).
+        classes
+            Every label the stream may hold, on the first call (later calls may repeat it); a label
+            outside them is an error.
+        sample_weight
+            Row weights (``n`` values), or None for 1 each.
+        """
         first = not hasattr(self, "trainer_")
         X = self._check_X(X, reset=first)
         labels = self._check_labels(y, len(X))
@@ -225,7 +239,16 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return self
 
     def partial_fit_predict(self, X: Any, y: Any, classes: Any = None, sample_weight: Any = None) -> np.ndarray:
-        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it."""
+        """:meth:`partial_fit`, returning each row's class probabilities computed just before training on it.
+
+        Parameters
+        ----------
+        X
+            The rows: an ndarray ``(n, features)`` (a one-input model), a mapping {input name: array}, or,
+            with ``inputs=``, an Arrow Table/RecordBatch or a dict of columns.
+        y, classes, sample_weight
+            As for :meth:`partial_fit`.
+        """
         first = not hasattr(self, "trainer_")
         X = self._check_X(X, reset=first)
         labels = self._check_labels(y, len(X))
@@ -238,7 +261,18 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return self._proba(scores.reshape(len(X)) if self.binary_ else scores)
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxClassifier":
-        """``max_iter`` epochs over ``X``; classes are taken from ``y``."""
+        """``max_iter`` epochs over ``X``; classes are taken from ``y``.
+
+        Parameters
+        ----------
+        X
+            The rows: an ndarray ``(n, features)`` (a one-input model), a mapping {input name: array}, or,
+            with ``inputs=``, an Arrow Table/RecordBatch or a dict of columns.
+        y
+            The ``n`` labels; their sorted distinct values are ``classes_``.
+        sample_weight
+            Row weights (``n`` values), or None for 1 each.
+        """
         X = self._check_X(X, reset=True)
         labels = self._check_labels(y, len(X))
         sw = self._sample_weight(sample_weight, len(X), all_zero_ok=False)
@@ -257,6 +291,13 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     # -- prediction --------------------------------------------------------------------------------
     def decision_function(self, X: Any) -> np.ndarray:
+        """The model's scores of each row of ``X`` (shape ``(n,)`` for a binary model).
+
+        Parameters
+        ----------
+        X
+            As for :meth:`partial_fit`.
+        """
         return self._scores(X, copy=True)
 
     def _scores(self, X: Any, copy: bool) -> np.ndarray:
@@ -266,6 +307,13 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return out.reshape(len(out)) if self.binary_ else out.reshape(len(out), -1)
 
     def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities of each row of ``X``, columns in the order of ``classes_``.
+
+        Parameters
+        ----------
+        X
+            As for :meth:`partial_fit`.
+        """
         return self._proba(self.decision_function(X))
 
     def _proba(self, scores: np.ndarray) -> np.ndarray:
@@ -283,6 +331,13 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         return e / e.sum(axis=1, keepdims=True)
 
     def predict(self, X: Any) -> np.ndarray:
+        """The most likely class of each row of ``X``.
+
+        Parameters
+        ----------
+        X
+            As for :meth:`partial_fit`.
+        """
         if hasattr(self, "trainer_") and self.binary_:
             out = self.trainer_._predict(self._inputs(self._check_X(X, reset=False, learn=False)), False)
             if out.size == 1:  # one row (a per-event stream): no array arithmetic

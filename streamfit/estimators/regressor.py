@@ -137,7 +137,18 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         return X, (T if T.dtype == dtype else T.astype(dtype)), sw
 
     def partial_fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
-        """One pass over ``X`` in minibatches of ``batch_size``."""
+        """Train on ``X``: ``ceil(n / batch_size)`` steps of ``batch_size`` rows, in order, in one session run.
+
+        Parameters
+        ----------
+        X
+            The rows: an ndarray ``(n, features)`` (a one-input model), a mapping {input name: array}, or,
+            with ``inputs=``, an Arrow Table/RecordBatch or a dict of columns.
+        y
+            The targets: ``n`` values, or ``(n, outputs)`` for a model with several output columns.
+        sample_weight
+            Row weights (``n`` values), or None for 1 each.
+        """
         first = not hasattr(self, "trainer_")
         X, T, sw = self._checked(X, y, sample_weight, first)
         self._partial_pass(X, T, sw, first)
@@ -147,6 +158,14 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         """:meth:`partial_fit`, returning each row's prediction made just before training on it.
 
         Progressive validation for free: the training step computes these outputs anyway.
+
+        Parameters
+        ----------
+        X
+            The rows: an ndarray ``(n, features)`` (a one-input model), a mapping {input name: array}, or,
+            with ``inputs=``, an Arrow Table/RecordBatch or a dict of columns.
+        y, sample_weight
+            As for :meth:`partial_fit`.
         """
         first = not hasattr(self, "trainer_")
         X, T, sw = self._checked(X, y, sample_weight, first)
@@ -155,7 +174,16 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         return out
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "OnnxRegressor":
-        """``max_iter`` epochs over ``X`` (from the model's initial weights unless ``warm_start``)."""
+        """``max_iter`` epochs over ``X`` (from the model's initial weights unless ``warm_start``).
+
+        Parameters
+        ----------
+        X
+            The rows: an ndarray ``(n, features)`` (a one-input model), a mapping {input name: array}, or,
+            with ``inputs=``, an Arrow Table/RecordBatch or a dict of columns.
+        y, sample_weight
+            As for :meth:`partial_fit`.
+        """
         first = not (self.warm_start and hasattr(self, "trainer_"))
         X, T, sw = self._checked(X, y, sample_weight, first, all_zero_ok=False, reset=True)
         X = self._fit_inputs(X, sw, first)
@@ -172,6 +200,13 @@ class OnnxRegressor(_Mixin, OnnxEstimator):
         return self
 
     def predict(self, X: Any) -> np.ndarray:
+        """The model's output for ``X`` with the current weights (shape ``(n,)`` for one output column).
+
+        Parameters
+        ----------
+        X
+            As for :meth:`partial_fit`.
+        """
         return self._predict(X, self.trainer_.dtype if hasattr(self, "trainer_") else None)
 
     def _predict(self, X: Any, dtype: Any) -> np.ndarray:
