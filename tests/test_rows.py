@@ -44,6 +44,9 @@ def test_classifier_row_path_equals_the_general_path(dtype, standardize):
         if i:
             fast_pred.append(fast.predict(row)[0])
             general_pred.append(general.predict(row.tolist())[0])  # a list: never the one-row path
+            taken = caches(fast).rows.rows
+            np.testing.assert_array_equal(fast.predict_proba(row), general.predict_proba(row.tolist()))
+            assert caches(fast).rows.rows == taken + 1  # the probabilities came from the one-row path
         fast.partial_fit(row, y[i:i + 1], classes=classes if i == 0 else None)
         general.partial_fit(row, y[i:i + 1], classes=classes)  # classes= on every call: the general path
         caches(general).rows = None  # and its predictions too

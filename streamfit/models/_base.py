@@ -470,3 +470,11 @@ class ReadyClassifier(ReadyMade, OnnxClassifier):
             if out is not None:
                 return out
         return super().predict(X)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        rows = row_path(self)
+        if rows is not None:  # one row of a stream: no validation of a matrix, one sigmoid
+            out = rows.predict_proba(self, X)
+            if out is not None:
+                return out
+        return super().predict_proba(X)

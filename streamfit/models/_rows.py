@@ -308,6 +308,16 @@ class RowPath:
         return self.target.prediction(self.trainer._predict(self.reader.inputs(row), False))  # type: ignore[no-any-return]
 
 
+    def predict_proba(self, est: Any, X: Any) -> np.ndarray | None:
+        """A classifier's class probabilities of one row (as ``predict_proba`` computes them), or None when the
+        row must take the general path."""
+        row = self.reader.read(X)
+        if row is None:
+            return None
+        self.rows += 1
+        return proba_of(est, self.trainer._predict(self.reader.inputs(row), False))
+
+
 def row_path(est: Any) -> RowPath | None:
     """The estimator's one-row path if it has one that still fits it, else None."""
     cache = est.__dict__.get(CACHE)
