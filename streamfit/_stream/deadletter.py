@@ -74,6 +74,13 @@ class DeadLetter:
 
     @classmethod
     def from_skipped(cls, s: Skipped) -> "DeadLetter":
+        """The dead letter of a skip: its rows as an Arrow IPC payload, or the undecodable bytes.
+
+        Parameters
+        ----------
+        s
+            The :class:`~streamfit.Skipped` input.
+        """
         batch = s.row_batch()
         if batch is not None:
             sink = pa.BufferOutputStream()
@@ -96,6 +103,13 @@ class DeadLetter:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "DeadLetter":
+        """A dead letter from its JSON form (:meth:`to_json`, a line of a JSON-lines sink).
+
+        Parameters
+        ----------
+        data
+            The decoded JSON object.
+        """
         payload = data.get("payload")
         return cls(data["reason"], int(data["rows"]), bool(data["message"]), data["position"], data["where"],
                    data.get("column"), data.get("error", ""), data.get("format"),
@@ -123,6 +137,13 @@ class DeadLetterSink(abc.ABC):
         self.hold = False
 
     def write(self, skips: Iterable[Skipped]) -> None:
+        """Buffer a dead letter of each skip (written out by :meth:`sync`, or on its own when not held).
+
+        Parameters
+        ----------
+        skips
+            :class:`~streamfit.Skipped` input, in stream order.
+        """
         for s in skips:
             self._buffer.append(DeadLetter.from_skipped(s))
             self.records += 1
@@ -134,7 +155,13 @@ class DeadLetterSink(abc.ABC):
         return self.records
 
     def rewind(self, mark: int) -> None:
-        """Forget the records written after ``mark`` (they are not durable yet)."""
+        """Forget the records written after ``mark`` (they are not durable yet).
+
+        Parameters
+        ----------
+        mark
+            What :meth:`mark` returned.
+        """
         drop = self.records - mark
         if drop > len(self._buffer):
             raise RuntimeError(f"cannot rewind the dead-letter sink to record {mark}: records up to "
@@ -159,7 +186,13 @@ class DeadLetterSink(abc.ABC):
         """JSON-able state of the durable part (saved in checkpoints)."""
 
     def restore(self, state: Mapping[str, Any] | None) -> None:
-        """On resume: continue from a checkpoint's :meth:`state` (``None``: a fresh run)."""
+        """On resume: continue from a checkpoint's :meth:`state` (``None``: a fresh run).
+
+        Parameters
+        ----------
+        state
+            A checkpoint's :meth:`state` of this sink, or None.
+        """
         if state:
             self.records = int(state.get("records", 0))
 

@@ -337,6 +337,11 @@ class StreamLoop:
 
         Training never waits for a slow reader: when ``max_buffer_size`` events are unread, new ones are
         dropped and counted in ``StreamSummary.dropped_metric_events``.
+
+        Parameters
+        ----------
+        max_buffer_size
+            Unread events kept at most (``math.inf``: all).
         """
         if self._state is LoopState.STOPPED:
             raise RuntimeError("this StreamLoop is stopped: it will send no more metric events")

@@ -483,7 +483,15 @@ class StreamOptions:
 
     def check_scope(self, *scopes: str, where: str) -> None:
         """Refuse an option set away from its default that ``where`` does not read (nothing is ignored
-        silently): e.g. ``poison_after`` given to ``train_stream``, which has no divergence guard."""
+        silently): e.g. ``poison_after`` given to ``train_stream``, which has no divergence guard.
+
+        Parameters
+        ----------
+        *scopes
+            The scopes (:data:`SCOPES`) the entry point reads.
+        where
+            The entry point, for the message (``"the stream loop (StreamLoop, train_stream)"``).
+        """
         for f in fields(self):
             if f.metadata["scope"] not in scopes and getattr(self, f.name) != f.default:
                 reader = {"daemon": "the daemon (Runner, streamfit train/serve)",
@@ -508,6 +516,15 @@ class StreamOptions:
     def build(cls, options: "StreamOptions | Mapping[str, Any] | None" = None, **kwargs: Any) -> "StreamOptions":
         """``options`` (an object, a mapping or ``None`` = the defaults) with ``kwargs`` on top.
 
+        Parameters
+        ----------
+        options
+            A :class:`StreamOptions`, a mapping of its fields, or None (the defaults).
+        **kwargs
+            Fields set on top of ``options``.
+
+        Examples
+        --------
         >>> StreamOptions.build(StreamOptions(label="t"), batch_size=8).label
         't'
         """
@@ -533,6 +550,13 @@ class StreamOptions:
         every option that has a value with ``all=True``.  ``None`` has no TOML form: such keys are left out
         (a missing key is the default).
 
+        Parameters
+        ----------
+        all
+            Every option that has a value, not only those away from their default.
+
+        Examples
+        --------
         >>> print(StreamOptions(features=["a", "b"], on_bad="raise").to_toml(), end="")
         features = ["a", "b"]
         on_bad = "raise"
@@ -548,7 +572,13 @@ class StreamOptions:
     @classmethod
     def from_toml(cls, text: str) -> "StreamOptions":
         """Options from TOML text holding only stream options (see :func:`streamfit.daemon.config.load_config`
-        for a whole run's file)."""
+        for a whole run's file).
+
+        Parameters
+        ----------
+        text
+            TOML: ``name = value`` lines of stream options.
+        """
         import tomllib
 
         return from_text_values(tomllib.loads(text))

@@ -717,7 +717,13 @@ class Runner:
 
     # -- the run -------------------------------------------------------------------------------------
     async def run(self, stop_event: anyio.Event | None = None) -> RunSummary:
-        """Train until the source ends or ``stop_event`` is set; write a final checkpoint; return a summary."""
+        """Train until the source ends or ``stop_event`` is set; write a final checkpoint; return a summary.
+
+        Parameters
+        ----------
+        stop_event
+            An :class:`anyio.Event`; setting it stops the run after the current batch (None: run to the end).
+        """
         self._start()
         skipped_at_start = self._skipped_rows()
         summary = None

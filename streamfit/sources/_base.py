@@ -89,7 +89,13 @@ class SourceBatch:
         return (Unit(key, 0, self.num_rows, self.where),)
 
     def sub(self, unit: Unit) -> "SourceBatch":
-        """The rows of one of its units, as a batch of their own (positions unchanged)."""
+        """The rows of one of its units, as a batch of their own (positions unchanged).
+
+        Parameters
+        ----------
+        unit
+            One of :meth:`units`.
+        """
         assert self.batch is not None
         start, outer = unit.start, self.position_at
         return SourceBatch(self.batch.slice(start, unit.stop - start), lambda r: outer(start + r),
@@ -114,22 +120,46 @@ class Source(abc.ABC):
         """Next batch; ``StopAsyncIteration`` at the end of a finite source."""
 
     def seek(self, position: Position) -> None:
-        """Restart at ``position`` (from a checkpoint). Must be called before iteration starts."""
+        """Restart at ``position`` (from a checkpoint). Must be called before iteration starts.
+
+        Parameters
+        ----------
+        position
+            A position this source gave (``SourceBatch.position_at``, a checkpoint's), in its own form.
+        """
         raise NotImplementedError(f"{type(self).__name__} cannot seek")
 
     async def commit(self, position: Position) -> None:
         """Tell the source that everything before ``position`` is durably trained (Kafka commits offsets).
 
         Sources without an external notion of progress ignore it.
+
+        Parameters
+        ----------
+        position
+            The position up to which training is durable (a checkpoint's), in this source's form.
         """
 
     def attach_commit_ledger(self, ledger: "CommitLedger") -> None:
         """Note this source's group commits in ``ledger`` and consult it on assignment, so that a committed
-        offset of this learner's own never skips rows its resumed model lacks (Kafka).  Others ignore it."""
+        offset of this learner's own never skips rows its resumed model lacks (Kafka).  Others ignore it.
+
+        Parameters
+        ----------
+        ledger
+            A commit ledger (``record(commit)``, ``own_offsets(topic, group, partition)``): the daemon's
+            :class:`~streamfit.daemon.commit_ledger.RunCommitLedger`, kept beside its checkpoints.
+        """
 
     def attach_handover_settler(self, settler: "HandoverSettler") -> None:
         """Before a rebalance takes a partition away, let ``settler`` train, checkpoint and commit what was read
-        of it, so that its next owner starts after those rows (Kafka).  Others ignore it."""
+        of it, so that its next owner starts after those rows (Kafka).  Others ignore it.
+
+        Parameters
+        ----------
+        settler
+            A callable the source gives the revoked partitions to; it returns once their rows are settled.
+        """
 
     async def aclose(self) -> None:
         self._closed = True

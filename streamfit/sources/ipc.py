@@ -62,7 +62,13 @@ class IpcSource(Source):
         self._schema_only_sent = False
 
     def seek(self, position: Position) -> None:
-        """Resume at ``{"batch": i, "row": r}``; batches before ``i`` are skipped without decoding."""
+        """Resume at ``{"batch": i, "row": r}``; batches before ``i`` are skipped without decoding.
+
+        Parameters
+        ----------
+        position
+            ``{"batch": i, "row": r}``.
+        """
         if self._path is None:
             raise NotImplementedError(f"IpcSource({self._name}) cannot seek: only an IPC file given by path "
                                       f"can be replayed, not stdin or a file object")

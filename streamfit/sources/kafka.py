@@ -224,7 +224,13 @@ class KafkaSource(Source):
     # -- position ---------------------------------------------------------------------------------
     def seek(self, position: Position) -> None:
         """Resume at a position: each partition continues there when assigned (or where another member of the
-        group committed it had read further); rows inside a message are skipped."""
+        group committed it had read further); rows inside a message are skipped.
+
+        Parameters
+        ----------
+        position
+            ``{"topic": t, "partitions": {"0": {"offset": o, "row": r}, ...}}`` (see the class).
+        """
         self._check_seek_allowed()
         for partition, at in KafkaPosition.parse(position, self.topic).partitions.items():
             self._live[partition] = at
@@ -237,7 +243,13 @@ class KafkaSource(Source):
 
     def attach_commit_ledger(self, ledger: CommitLedger) -> None:
         """Note every commit in ``ledger`` before it is sent; on assignment a committed offset ahead of the
-        position wins only if the ledger does not hold it (another member committed it).  Before iteration."""
+        position wins only if the ledger does not hold it (another member committed it).  Before iteration.
+
+        Parameters
+        ----------
+        ledger
+            The commit ledger to note commits in and consult (the daemon's ``RunCommitLedger``).
+        """
         self._check_seek_allowed()
         if not isinstance(ledger, CommitLedger):
             raise TypeError(f"KafkaSource: expected a CommitLedger (record, own_offsets), got {type(ledger).__name__}")
@@ -245,7 +257,13 @@ class KafkaSource(Source):
 
     def attach_handover_settler(self, settler: HandoverSettler) -> None:
         """On a revoke, hand ``settler`` the revoked partitions and wait (``handover_timeout``) until it has
-        trained, checkpointed and committed what this source returned of them.  Before iteration."""
+        trained, checkpointed and committed what this source returned of them.  Before iteration.
+
+        Parameters
+        ----------
+        settler
+            A callable given the revoked partitions; the revoke waits until it returns.
+        """
         self._check_seek_allowed()
         if not callable(settler):
             raise TypeError(f"KafkaSource: expected a handover settler (a callable), got {type(settler).__name__}")
@@ -255,7 +273,13 @@ class KafkaSource(Source):
         """Messages behind the high watermark, per assigned partition, from ``position`` (the trained one; default:
         after the last batch returned, read ahead of training): librdkafka's high watermark as cached after the
         last ``consume`` call (read by the consumer's own thread: a call made while another thread is in
-        ``consume`` can hang; a partition not fetched yet is left out)."""
+        ``consume`` can hang; a partition not fetched yet is left out).
+
+        Parameters
+        ----------
+        position
+            The position to count from (the trained one); None: after the last batch returned.
+        """
         assigned = self._assigned
         if self._consumer is None or not assigned:
             return {}
@@ -797,7 +821,13 @@ class KafkaSource(Source):
     async def commit(self, position: Position) -> None:
         """Commit to the group, per partition assigned to this source now, the offset of the first message not
         fully consumed.  Partitions away (another member's now) are left alone: their owner's commits may be
-        further, and a position keeps them only to resume them exactly."""
+        further, and a position keeps them only to resume them exactly.
+
+        Parameters
+        ----------
+        position
+            The position up to which training is durable (a checkpoint's).
+        """
         parts = KafkaPosition.parse(position, self.topic).partitions
         if not parts:
             return

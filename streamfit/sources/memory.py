@@ -55,7 +55,13 @@ class MemorySource(Source):
         self._index = -1
 
     def seek(self, position: Position) -> None:
-        """Resume at ``{"batch": i, "row": r}`` (skip batches before ``i`` and ``r`` rows of batch ``i``)."""
+        """Resume at ``{"batch": i, "row": r}`` (skip batches before ``i`` and ``r`` rows of batch ``i``).
+
+        Parameters
+        ----------
+        position
+            ``{"batch": i, "row": r}``.
+        """
         self._check_seek_allowed()
         self._start_batch = position_int(position, "batch", "MemorySource", _FORMAT)
         self._start_row = position_int(position, "row", "MemorySource", _FORMAT)

@@ -147,7 +147,13 @@ class ParquetSource(Source):
 
     def seek(self, position: Position) -> None:
         """Resume at ``{"file": name, "row": r}``: earlier files are skipped, and so are the row groups
-        of that file before row ``r``."""
+        of that file before row ``r``.
+
+        Parameters
+        ----------
+        position
+            ``{"file": name, "row": r}``.
+        """
         self._check_seek_allowed()
         name = position.get("file") if isinstance(position, Mapping) else None
         if not isinstance(name, str):
