@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from onnx import NodeProto, TensorProto, helper, numpy_helper
 
-__all__ = ["GraphBuilder", "onnx_dtype"]
+__all__ = ["GraphBuilder", "onnx_dtype", "ranked_scalars"]
 
 _ONNX_DTYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 
@@ -56,3 +56,27 @@ class GraphBuilder:
             self.initializers.append(numpy_helper.from_array(arr, name))
             self._consts[key] = name
         return self._consts[key]
+
+
+#: elementwise ops whose scalar operands onnxruntime 1.19 broadcasts one element at a time against an [N, 1]
+#: tensor (159 us for N = 16384, 8 us with the scalar shaped [1, 1]: measured here)
+_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Equal", "Less", "Greater"}
+
+
+def ranked_scalars(b: GraphBuilder, first: int, rank: int) -> None:
+    """Give the 0-d float constants read by the elementwise nodes ``b.nodes[first:]`` the shape ``[1] * rank``
+    (the rank of the rows they broadcast against): the same values, without onnxruntime's slow broadcast of a
+    0-d operand against a tensor whose last dimension is 1."""
+    if rank < 2:
+        return
+    zero_d = {i.name: i for i in b.initializers if not i.dims and i.data_type == b.elem}
+    ranked: dict[str, str] = {}
+    for node in b.nodes[first:]:
+        if node.op_type not in _BROADCASTING:
+            continue
+        for k, name in enumerate(node.input):
+            if name in zero_d:
+                if name not in ranked:
+                    value = numpy_helper.to_array(zero_d[name]).reshape((1,) * rank)
+                    ranked[name] = b.const(value)
+                node.input[k] = ranked[name]

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from streamfit._engine.common.graph_builder import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder, ranked_scalars
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.steps.step_graphs import rename_output
@@ -18,30 +18,7 @@ from streamfit._engine.steps.tables import SparseTable
 from streamfit.optim.base import Optimizer
 from streamfit.penalties import Penalty
 
-__all__ = ["rows_update_model", "ranked_scalars"]
-
-#: elementwise ops whose scalar operands onnxruntime 1.19 broadcasts one element at a time against an [N, 1]
-#: tensor (159 us for N = 16384, 8 us with the scalar shaped [1, 1]: measured here)
-_BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Equal", "Less", "Greater"}
-
-
-def ranked_scalars(b: GraphBuilder, first: int, rank: int) -> None:
-    """Give the 0-d float constants read by the elementwise nodes ``b.nodes[first:]`` the shape ``[1] * rank``
-    (the rank of the rows they broadcast against): the same values, without onnxruntime's slow broadcast of a
-    0-d operand against a tensor whose last dimension is 1."""
-    if rank < 2:
-        return
-    zero_d = {i.name: i for i in b.initializers if not i.dims and i.data_type == b.elem}
-    ranked: dict[str, str] = {}
-    for node in b.nodes[first:]:
-        if node.op_type not in _BROADCASTING:
-            continue
-        for k, name in enumerate(node.input):
-            if name in zero_d:
-                if name not in ranked:
-                    value = numpy_helper.to_array(zero_d[name]).reshape((1,) * rank)
-                    ranked[name] = b.const(value)
-                node.input[k] = ranked[name]
+__all__ = ["rows_update_model"]
 
 
 def _update(b: GraphBuilder, t: SparseTable, w: str, g: str, slots: Mapping[str, str], scalars: Mapping[str, str],

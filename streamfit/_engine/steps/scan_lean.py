@@ -31,10 +31,9 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper, numpy_helper
 
-from streamfit._engine.common.graph_builder import GraphBuilder
+from streamfit._engine.common.graph_builder import GraphBuilder, ranked_scalars
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
-from streamfit._engine.steps.rows_update import ranked_scalars
 from streamfit._engine.steps.scan_tables import table_names
 from streamfit.penalties import Penalty
 
