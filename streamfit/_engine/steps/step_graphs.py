@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import ModelProto, TensorProto, helper
 
-from streamfit._engine.common.graph_builder import GraphBuilder, onnx_dtype
+from streamfit._engine.common.graph_builder import GraphBuilder, onnx_dtype, ranked_scalars
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import attrs, rename_tensor, toposort
 from streamfit._engine.gradient.graphs import GradientGraphs
@@ -237,6 +237,7 @@ def build_fused(pm: PreparedModel, graphs: GradientGraphs, loss: Loss, optimizer
     new_inputs = [_label_input(loss, pm.dtype, y_rank)] + _row_weight_inputs(pm.dtype, y_rank)
     fold = folds_lr_into_gradients(optimizer, penalty)
     loss_out, dy = loss.graph(b, y_name, Names.target, Names.loss_weight, Names.grad_weight)
+    ranked_scalars(b, 0, y_rank)  # the loss's constants shaped as Y (onnxruntime broadcasts a 0-d one slowly)
     existing = {i.name for i in graph.input}
     rename_output(b, loss_out, Names.loss, existing)
     rename_output(b, dy, dy_name, existing)
