@@ -42,6 +42,18 @@ class NonFiniteError(StreamfitError, FloatingPointError):
     step, what
         The step that was refused (counted from 1), and what was not finite (``"loss"``, or ``"gradients or
         updated weights"``), when known.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamfit import Trainer
+    >>> from streamfit.testing import linear_model
+    >>> trainer = Trainer(linear_model(2), learning_rate=1e30)
+    >>> try:
+    ...     trainer.step(np.full((4, 2), 1e20, np.float32), np.ones(4, np.float32))
+    ... except NonFiniteError as exc:
+    ...     print(exc.step, exc.what, trainer.n_steps)
+    1 gradients or updated weights 0
     """
 
     def __init__(self, message: str, *, step: int | None = None, what: str | None = None) -> None:
@@ -63,6 +75,16 @@ class BadInputError(StreamfitError, ValueError):
         The skip reason it counts under (``"null"``, ``"wrong_type"``, ``"missing_column"``...).
     column, position
         The column at fault and the source position of the bad input, when known.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamfit import LinearRegressor
+    >>> try:
+    ...     LinearRegressor().partial_fit(np.array([[1.0, np.nan]]), [1.0])
+    ... except BadInputError as exc:
+    ...     print(exc.reason, exc.position, "|", exc)
+    non_finite (0, 1) | Input X contains NaN or infinity (first at row 0, column 1)
     """
 
     def __init__(

@@ -40,6 +40,19 @@ class BatchEvent:
         batch's).
     spans
         :class:`~streamfit.Span` records: the source rows this batch was made of.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> from streamfit import train_stream_sync
+    >>> table = pa.table({"x": [0.0, 1.0, 2.0, 3.0] * 50, "y": [0.0, 2.0, 4.0, 6.0] * 50})
+    >>> events = []
+    >>> _ = train_stream_sync(SGDRegressor(), table, batch_size=50, on_batch=events.append)
+    >>> [(e.batch, e.rows, e.n_rows) for e in events]
+    [(1, 50, 50), (2, 100, 50), (3, 150, 50), (4, 200, 50)]
+    >>> events[-1].position  # everything before it is trained: where a checkpoint resumes
+    {'batch': 0, 'row': 200}
     """
 
     batch: int          # trained batches so far (1 for the first)
@@ -96,6 +109,19 @@ class MetricsEvent:
         The metrics over every evaluated row so far, and over the last ``window`` evaluated rows.
     skipped_rows, skipped_messages
         Rows and whole messages skipped before ``position``, counted by reason.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> from streamfit import train_stream_sync
+    >>> table = pa.table({"x": [0.0, 1.0, 2.0, 3.0] * 50, "y": [0.0, 2.0, 4.0, 6.0] * 50})
+    >>> metrics = []
+    >>> _ = train_stream_sync(SGDRegressor(), table, batch_size=50, on_metrics=metrics.append)
+    >>> [m.batch for m in metrics]  # the first batch meets an untrained model: not evaluated
+    [2, 3, 4]
+    >>> sorted(metrics[-1].batch_metrics)
+    ['loss', 'mae', 'rmse', 'rows']
     """
 
     batch: int
@@ -143,6 +169,16 @@ class StreamSummary:
     dropped_metric_events
         :class:`~streamfit.MetricsEvent` s not delivered to a :meth:`~streamfit.StreamLoop.metric_events`
         reader that fell behind (its buffer was full).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from sklearn.linear_model import SGDRegressor
+    >>> from streamfit import train_stream_sync
+    >>> table = pa.table({"x": [0.0, 1.0, None, 3.0] * 50, "y": [0.0, 2.0, 4.0, 6.0] * 50})
+    >>> summary = train_stream_sync(SGDRegressor(), table, batch_size=50)
+    >>> summary.rows, summary.skipped_rows, summary.ended_by, summary.position
+    (150, {'null': 50}, 'end', {'batch': 0, 'row': 200})
     """
 
     rows: int

@@ -212,6 +212,26 @@ class Runner:
         A :class:`~streamfit.history.HistoryOptions`, True (from the options) or False (no history).
     trackers
         :class:`~streamfit.history.HistorySink` objects fed each history record as it is written.
+
+    Examples
+    --------
+    A run, then a resume after a new file arrived: the second run trains only the new rows.
+
+    >>> import os, tempfile, anyio, pyarrow as pa, pyarrow.parquet as pq
+    >>> from streamfit import LinearRegressor
+    >>> folder = tempfile.mkdtemp()
+    >>> table = pa.table({"x": [0.0, 1.0, 2.0, 3.0] * 100, "y": [0.0, 2.0, 4.0, 6.0] * 100})
+    >>> pq.write_table(table, os.path.join(folder, "part-0.parquet"))
+    >>> ckpt = os.path.join(folder, "ckpt")
+    >>> run = anyio.run(Runner(LinearRegressor(), f"parquet:{folder}", checkpoint_dir=ckpt, every_batches=2,
+    ...                        batch_size=100, label="y").run)
+    >>> run.rows, run.checkpoints, run.position
+    (400, 2, {'file': 'part-0.parquet', 'row': 400})
+    >>> pq.write_table(table.slice(0, 100), os.path.join(folder, "part-1.parquet"))
+    >>> again = anyio.run(Runner(LinearRegressor(), f"parquet:{folder}", checkpoint_dir=ckpt, resume=True,
+    ...                          batch_size=100, label="y").run)
+    >>> again.rows, again.rows_this_run, again.position
+    (500, 100, {'file': 'part-1.parquet', 'row': 100})
     """
 
     def __init__(self, estimator: Any, source: "str | Callable[[], Source]", *,

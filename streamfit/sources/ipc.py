@@ -41,6 +41,20 @@ class IpcSource(Source):
     ----------
     source
         A path of an IPC stream or file, ``"-"`` for stdin, or a binary file object opened for reading.
+
+    Examples
+    --------
+    >>> import os, tempfile, anyio, pyarrow as pa
+    >>> path = os.path.join(tempfile.mkdtemp(), "rows.arrows")
+    >>> table = pa.table({"x": [1.0] * 200})
+    >>> with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
+    ...     for batch in table.to_batches(max_chunksize=80):
+    ...         writer.write_batch(batch)
+    >>> async def main():
+    ...     async with IpcSource(path) as source:
+    ...         return [(b.num_rows, b.position_at(b.num_rows)) async for b in source]
+    >>> anyio.run(main)
+    [(80, {'batch': 0, 'row': 80}), (80, {'batch': 1, 'row': 80}), (40, {'batch': 2, 'row': 40})]
     """
 
     def __init__(self, source: str | os.PathLike[str] | BinaryIO) -> None:

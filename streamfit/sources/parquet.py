@@ -106,6 +106,21 @@ class ParquetSource(Source):
         (memory is bounded by ``batch_size`` x ``batch_readahead``).
     start_rows
         ``{file name: rows}``: rows already consumed of those files, skipped when each is opened.
+
+    Examples
+    --------
+    >>> import os, tempfile, anyio, pyarrow as pa, pyarrow.parquet as pq
+    >>> folder = tempfile.mkdtemp()
+    >>> pq.write_table(pa.table({"x": [1.0] * 200}), os.path.join(folder, "part-0.parquet"))
+    >>> pq.write_table(pa.table({"x": [2.0] * 10}), os.path.join(folder, "part-1.parquet"))
+    >>> async def main():
+    ...     async with ParquetSource(folder, batch_size=128) as source:
+    ...         return [(b.num_rows, b.position_at(b.num_rows)) async for b in source]
+    >>> for rows, position in anyio.run(main):
+    ...     print(rows, position)
+    128 {'file': 'part-0.parquet', 'row': 128}
+    72 {'file': 'part-0.parquet', 'row': 200}
+    10 {'file': 'part-1.parquet', 'row': 10}
     """
 
     def __init__(self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
