@@ -1,6 +1,6 @@
 """A lean Scan body for one-row steps of a hashed linear model (``Y = bias + sum_f table[ids_f]``).
 
-At ``batch_size=1`` a chunk's cost is the body's node count (about 0.2 us per node and iteration here): the
+At ``batch_size=1`` a chunk's cost is the body's node count (0.2-0.4 us per node and iteration here): the
 generic body (:mod:`~streamfit._engine.steps.scan_tables`: the fused step graph, its loss, its gradient graph
 and the tables' rows update spliced in) has ~65 nodes.  For the hashed linear models the whole step is small
 enough to write by hand, and this module does, with the same update rule:
@@ -19,7 +19,10 @@ enough to write by hand, and this module does, with the same update rule:
 
 The chunk graph keeps :func:`~streamfit._engine.steps.scan.build_chunk_model`'s inputs and outputs, so the
 chunk's host side (blocks, feeds, write back, replay on a non-finite step) is unchanged.  Results equal the
-step path's within float rounding (the sum's order differs: bias last).
+step path's within float rounding: the prediction is one sum (the bias last, not added after the ids' sum),
+and onnxruntime's Sqrt is not correctly rounded on 6 values or more (1-4 ulps), so its result depends on
+how many rows it is given (the step path's distinct ids, here the positions and the bias).  23 nodes a step
+with FTRL and an L2 penalty.
 """
 
 from __future__ import annotations
@@ -118,11 +121,7 @@ def _body(tr: Any, plan: LeanPlan, elem: int) -> onnx.GraphProto:
     else:
         parts = [rows]
     w, state = parts[0], dict(zip(plan.slots, parts[1:]))
-    # y = bias + sum of the id positions' weights: the step path's operations in its order
-    lin_w, bias_w = b.name("lin_w"), b.name("bias_w")
-    b.nodes.append(helper.make_node("Split", [w, b.const([F, 1], np.int64)], [lin_w, bias_w], axis=0,
-                                    name=b.name("Split")))
-    y = b.op("Add", bias_w, b.op("ReduceSum", lin_w, b.const([0], np.int64), keepdims=1), out=_P + "y")  # [1, 1]
+    y = b.op("ReduceSum", w, b.const([0], np.int64), keepdims=1, out=_P + "y")  # [1, 1]: the ids', then the bias
     _, dl = tr.loss.terms(b, y, "t")
     g = b.op("Mul", dl, "cgw")  # [F + 1, 1]
     per_position = lambda pair: b.const(np.array([pair[0]] * F + [pair[1]]).reshape(F + 1, 1))  # noqa: E731
