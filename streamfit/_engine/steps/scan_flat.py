@@ -102,7 +102,8 @@ def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
     if partial:  # the penalty's gradient term on the penalized weights, before the concatenation
         assert penalty is not None
         grads = [penalty.gradient(b, w, g) if w in pm.penalized else g for w, g in zip(weights, grads)]
-    flat_grads = [b.op("Reshape", g, minus_one) for g in grads]
+    # a gradient is shaped as its weight: a 1-D one (a bias) is concatenated as it is
+    flat_grads = [g if len(shape) == 1 else b.op("Reshape", g, minus_one) for g, shape in zip(grads, shapes)]
     theta_grad = b.op("Concat", *flat_grads, axis=0)
     flat_pm = replace(pm, weights=[THETA], initial={THETA: flat0},
                       penalized=frozenset({THETA}) if penalty is not None and not partial else frozenset())
