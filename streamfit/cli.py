@@ -237,7 +237,7 @@ def _first_rows(cfg: Any, rows: int = 64) -> dict[str, Any] | None:
             await source.aclose()
 
     was = logging.root.manager.disable
-    logging.disable(logging.INFO)  # a preview: the run logs its columns and source itself
+    logging.disable(logging.WARNING)  # a preview: the run itself logs its columns, skipped rows and source
     try:
         tb = anyio.run(first)
     except Exception as exc:  # the run itself reports what is wrong with the source or its columns
