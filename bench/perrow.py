@@ -292,6 +292,32 @@ def section_vw(args: argparse.Namespace) -> None:
         else:
             line += f", log loss / VW's {loss / vw_loss:.4f} (information)"
         print(line)
+    _vw_floor(stream, features, y, args, vw_rate)
+
+
+def _vw_floor(stream: Any, features: Any, y: np.ndarray, args: argparse.Namespace, vw_rate: float) -> None:
+    """The floor of the batch_size=1 design: the trainer's chunks on ids hashed beforehand (no estimator, no
+    hashing), and the Scan body's node count (the body's cost is its node count)."""
+    import streamfit as sf
+
+    est = sf.LogisticRegression(categorical=stream.categorical, optimizer="ftrl", batch_size=1, buckets=1 << 18)
+    est.partial_fit(features.slice(0, args.chunk), y[:args.chunk], classes=[0, 1])
+    enc = est._hashed_inputs()["ids"]
+    ids = enc.encode(enc.new_state(), [features.column(c).combine_chunks() for c in stream.categorical])
+    tr = est.trainer_
+    T = y.astype(np.float32).reshape(-1, 1)
+
+    def chunks() -> None:
+        for i in range(0, len(y), args.chunk):
+            tr.step_chunk({"ids": ids[i:i + args.chunk]}, T[i:i + args.chunk], batch_size=1)
+
+    times, _ = best_of({"floor": chunks}, args.rounds)
+    rate = len(y) / times["floor"]
+    models = tr.__dict__["_chunk_steps"].models
+    body = [len(n.attribute[0].g.node) for m in models.values() for n in m.graph.node if n.op_type == "Scan"]
+    print(f"   {'floor: Trainer.step_chunk on hashed ids, chunks of ' + str(args.chunk):<60}{rate:>10,.0f} rows/s"
+          f"   {rate / vw_rate:5.2f}x VW (information; Scan body of {body[0] if body else '?'} nodes, "
+          f"{1e6 * times['floor'] / len(y):.2f} us a row)")
 
 
 # -- one event per call ------------------------------------------------------------------------------------
