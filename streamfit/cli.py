@@ -494,7 +494,7 @@ def _train(ns: argparse.Namespace) -> int:
     if runner is None:  # --workers N: the learners run on Ray
         from streamfit.distributed._cli import run_distributed
 
-        run_distributed(cfg, serve=False, preflight=_preflight)
+        run_distributed(cfg, serve=False, preflight=_preflight, trackers=_trackers(cfg))
         return 0
     summary = anyio.run(runner.run)
     _check_trained(summary, finite=True)
@@ -513,7 +513,7 @@ def _serve(ns: argparse.Namespace) -> int:
     if runner is None:  # --workers N: the learners run on Ray
         from streamfit.distributed._cli import run_distributed
 
-        run_distributed(cfg, serve=True, preflight=_preflight)
+        run_distributed(cfg, serve=True, preflight=_preflight, trackers=_trackers(cfg))
         return 0
 
     async def main() -> Any:

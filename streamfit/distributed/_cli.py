@@ -7,14 +7,38 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from streamfit.distributed._coordinator import DistributedSummary, DistributedTrainer
 
 __all__ = ["run_distributed"]
 
 
-def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
+#: options of one learner's run that a ``--workers`` run does not have, and what to use instead
+_NOT_WITH_WORKERS = {
+    "checkpoint_every_batches": "--checkpoint-every-rounds R (a global checkpoint is written at a round's barrier)",
+    "publish": "streamfit export CHECKPOINT_DIR -o MODEL.onnx (the newest global checkpoint's mixed model)",
+    "publish_every": "streamfit export (no --publish with --workers)",
+    "full_every": "nothing: a global checkpoint is always full",
+}
+
+
+def _refuse_unsupported(cfg: Any, serve: bool) -> None:
+    """An option of one learner's run given to a ``--workers`` run is refused, naming it (never ignored)."""
+    from streamfit.daemon.config import RunConfig
+    from streamfit.exceptions import ConfigError
+
+    defaults = RunConfig()
+    for name, instead in _NOT_WITH_WORKERS.items():
+        if getattr(cfg, name) != getattr(defaults, name):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} is not supported with --workers {cfg.workers} (scale-out on Ray); use {instead}")
+    if cfg.stream.progress and not serve:
+        raise ConfigError(f"--progress is not supported with --workers {cfg.workers}: the learners draw no bar; "
+                          "watch --health-file (rows, per learner) or --metrics-port")
+
+
+def _trainer(cfg: Any, serve: bool, trackers: Sequence[Any] = ()) -> DistributedTrainer:
     from streamfit.daemon.config import build_estimator
     from streamfit.daemon.guard import guard_of
     from streamfit.daemon.health import Metrics
@@ -22,11 +46,11 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
 
     if cfg.source is None:
         raise ConfigError("no source given: --source URI (or 'source = ...' in the config file)")
-    if cfg.follow:
-        raise ConfigError("--workers: a followed Parquet directory cannot be shared among learners (drop --follow)")
+    _refuse_unsupported(cfg, serve)
     opts = cfg.stream
-    if opts.max_rows is not None:
-        raise ConfigError("--workers: --max-rows is not supported (each learner trains its whole share)")
+    source_options = dict(cfg.source_options)
+    if cfg.follow or (serve and cfg.source.startswith("parquet:")):  # as one learner: serve follows a directory
+        source_options.setdefault("follow", True)
     metrics = Metrics(cfg.metrics_port) if cfg.metrics_port is not None else None
     # every loop option goes to the learners' loops as given (the estimator holds the inputs mapping; the
     # learners draw no progress bar); the task resolved as the estimator was built
@@ -38,22 +62,24 @@ def _trainer(cfg: Any, serve: bool) -> DistributedTrainer:
         checkpoint_dir=cfg.checkpoint_dir, checkpoint_every_rounds=opts.checkpoint_every_rounds,
         checkpoint_every_seconds=cfg.checkpoint_every_seconds, keep=cfg.keep, resume=cfg.resume,
         ray_address=opts.ray_address, health_path=cfg.health_file, metrics=metrics,
-        source_options=dict(cfg.source_options), guard=guard_of(opts) or False,
+        source_options=source_options, guard=guard_of(opts) or False, max_rows=opts.max_rows,
         dead_letter=opts.dead_letter if isinstance(opts.dead_letter, str) else None,
-        learner_timeout=opts.learner_timeout, **loop)
+        learner_timeout=opts.learner_timeout, history=opts.history_options(), history_dir=opts.history_dir,
+        trackers=trackers, health_interval=cfg.health_interval, **loop)
 
 
-def run_distributed(cfg: Any, serve: bool, preflight: Any = None) -> DistributedSummary:
+def run_distributed(cfg: Any, serve: bool, preflight: Any = None, trackers: Sequence[Any] = ()) -> DistributedSummary:
     """Run; ``serve`` trains until SIGTERM/SIGINT (then a final global checkpoint and commits), a second
     signal exits at once; ``train`` stops at the end of every share and writes ``cfg.output``.
-    ``preflight(model, task, loss, optimizer)`` checks the model first (the CLI's, unless ``--no-check``)."""
+    ``preflight(model, task, loss, optimizer)`` checks the model first (the CLI's, unless ``--no-check``);
+    ``trackers`` (the CLI's ``--mlflow``, ``--tensorboard``) log the run's history as it is written."""
     if preflight is not None and getattr(cfg, "check", False) and cfg.model is not None:
         from streamfit.exceptions import ModelError
 
         result = preflight(cfg.model, cfg.task, cfg.loss, cfg.optimizer)
         if not result.ok:
             raise ModelError(result.message())
-    trainer = _trainer(cfg, serve)
+    trainer = _trainer(cfg, serve, trackers)
     trainer.connect()  # before our signal handlers: ray.init installs its own
     stop = threading.Event()
     previous: dict[int, Any] = {}
@@ -90,4 +116,8 @@ def run_distributed(cfg: Any, serve: bool, preflight: Any = None) -> Distributed
         print(f"global checkpoint: {summary.last_checkpoint}")
     if cfg.output:
         print(f"model written to {cfg.output}")
+    for tracker in trainer.trackers:  # where each logged the run (as one learner's run says it)
+        said = getattr(tracker, "summary", None)
+        if callable(said):
+            print(said())
     return summary

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from streamfit.daemon.guard import DivergenceGuard
 from streamfit.daemon.health import HealthFile, Metrics, log_event
 from streamfit.daemon.state import restore_estimator
 from streamfit.distributed._averaging import mix
+from streamfit.distributed._budget import redeal_quotas, start_quotas
 from streamfit.distributed._learner import Learner
 from streamfit.distributed._messages import ARRAY_REF as _REF
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
@@ -44,7 +45,7 @@ from streamfit.distributed._messages import array_refs as _refs
 from streamfit.distributed._shares import Share, plan_shares
 from streamfit.distributed._watch import DEFAULT_LEARNER_TIMEOUT, Fault, LearnerHungError, Watch
 from streamfit.exceptions import ResumeError, StreamfitError
-from streamfit.history import Progress, RunHistory
+from streamfit.history import HistoryOptions, HistorySink, Progress, RunHistory
 
 __all__ = ["DistributedTrainer", "DistributedSummary", "RoundStats"]
 
@@ -142,6 +143,12 @@ class DistributedTrainer:
     (:mod:`streamfit.daemon.poison`).  ``dead_letter``: a JSON-lines path (each learner writes its own file,
     ``NAME.learner-I.jsonl``, exactly once as for one learner) or a ``kafka://`` topic (shared, at least once).
 
+    ``history`` (:class:`~streamfit.history.HistoryOptions`), ``history_dir``, ``trackers``: the run's metrics
+    history (beside the checkpoints by default) as for one learner, of the totals, cut at round barriers.
+    ``health_interval``: seconds between health-file writes.  ``max_rows``: stop once this many rows are trained in all (over learners and resumes), each learner's last
+    batch cut short; a learner whose share ends first leaves its quota to the others
+    (:mod:`streamfit.distributed._budget`).
+
     A learner lost (its process killed, its node lost: Ray restarts it on a node with room) or hung (it left
     the coordinator's ping unanswered for ``learner_timeout`` seconds, :mod:`streamfit.distributed._watch`;
     None: never declared hung) restarts the group from the last global checkpoint, at most ``max_restarts``
@@ -158,10 +165,15 @@ class DistributedTrainer:
                  on_round: Callable[["DistributedTrainer", RoundStats], None] | None = None,
                  guard: "DivergenceGuard | bool" = True, dead_letter: str | None = None,
                  idle_round_seconds: float | None = IDLE_ROUND_SECONDS,
-                 learner_timeout: float | None = DEFAULT_LEARNER_TIMEOUT, **loop_options: Any) -> None:
+                 learner_timeout: float | None = DEFAULT_LEARNER_TIMEOUT, max_rows: int | None = None,
+                 history: HistoryOptions | None = None, history_dir: "str | Path | None" = None,
+                 trackers: Sequence[HistorySink] = (), health_interval: float = 1.0, **loop_options: Any) -> None:
         sync_every_batches = _check_args(source, workers, sync_every_batches, sync_every_seconds, resume,
-                                         checkpoint_dir, learner_timeout, idle_round_seconds)
-        for unsupported in ("max_rows", "progress", "on_batch", "on_metrics", "stop_event"):
+                                         checkpoint_dir, learner_timeout, idle_round_seconds, max_rows)
+        self.max_rows = max_rows
+        self._quotas: list[int] | None = None   # each learner's row quota (max_rows dealt, _budget)
+        self._saved_quotas: list[int] | None = None
+        for unsupported in ("progress", "on_batch", "on_metrics", "stop_event"):
             if loop_options.pop(unsupported, None) not in (None, False):
                 raise ValueError(f"{unsupported} is not supported by distributed training")
         self.estimator = estimator
@@ -170,7 +182,8 @@ class DistributedTrainer:
         self.sync_every_batches, self.sync_every_seconds = sync_every_batches, sync_every_seconds
         self.sync_optimizer = bool(sync_optimizer)
         self.finite = bool(finite)
-        self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
+        self._init_outputs(checkpoint_dir, keep, health_path, health_interval, metrics, history, history_dir,
+                           trackers)
         if self.store is not None and checkpoint_every_rounds is None and checkpoint_every_seconds is None:
             checkpoint_every_rounds = 1
         self.checkpoint_every_rounds, self.checkpoint_every_seconds = checkpoint_every_rounds, checkpoint_every_seconds
@@ -178,10 +191,6 @@ class DistributedTrainer:
         self.ray_address = ray_address
         self.learner_cpus = learner_cpus
         self.max_restarts = max_restarts
-        self.health = HealthFile(health_path, 1.0) if health_path is not None else None
-        self.metrics = metrics
-        #: the metrics history beside the global checkpoints (its steps are rounds)
-        self.history = RunHistory(checkpoint_dir) if checkpoint_dir is not None else None
         self._progress = Progress(0, 0)
         self.source_options = dict(source_options or {})
         self.on_round = on_round
@@ -189,8 +198,10 @@ class DistributedTrainer:
         self.guard = guard if isinstance(guard, DivergenceGuard) else DivergenceGuard() if guard else None
         self.learner_timeout = learner_timeout
         self.faults: list[Fault] = []
-        # a finite run's learner without input has ended its share (it reports so): only a live stream waits
-        self.idle_round_seconds = idle_round_seconds if sync_every_batches is not None and not finite else None
+        # a finite run's learner without input has ended its share (it reports so): only a live stream (serve, a
+        # followed directory: _spawn) waits
+        self._idle_live = idle_round_seconds if sync_every_batches is not None else None
+        self.idle_round_seconds = self._idle_live if not finite else None
         self.dead_letter = dead_letter
         self.learners: list[Any] = []
         self.shares: list[Share] = []
@@ -203,6 +214,21 @@ class DistributedTrainer:
         self._committed_round = -1
         self._last_ckpt_time = time.monotonic()
         self._learner_gauge: Any = None
+
+    def _init_outputs(self, checkpoint_dir: "str | Path | None", keep: int, health_path: "str | Path | None",
+                      health_interval: float, metrics: Metrics | None, history: HistoryOptions | None,
+                      history_dir: "str | Path | None", trackers: Sequence[HistorySink]) -> None:
+        """Where the run writes: the checkpoint store, the health file, the metrics history (and its trackers)."""
+        self.store = CheckpointStore(checkpoint_dir, keep=keep) if checkpoint_dir is not None else None
+        self.health = HealthFile(health_path, health_interval) if health_path is not None else None
+        self.metrics = metrics
+        #: the metrics history beside the global checkpoints, or in ``history_dir``: the run's totals, its steps
+        #: are rounds (an interval ends at the first barrier past ``every_rows``/``every_seconds``)
+        self.history = RunHistory(checkpoint_dir, history, directory=history_dir, sinks=trackers) \
+            if checkpoint_dir is not None or history_dir is not None else None
+        self.trackers = list(trackers)
+        if self.trackers and self.history is None:
+            raise ValueError("trackers log the run's metrics history: give a checkpoint_dir or a history_dir")
 
     # -- Ray -----------------------------------------------------------------------------------------------
     def connect(self) -> Any:
@@ -254,7 +280,8 @@ class DistributedTrainer:
                 share, model, self.loop_options, self.sync_every_batches, self.sync_every_seconds,
                 self.sync_optimizer, self.finite, self.guard,
                 None if self.dead_letter is None else learner_dead_letter(self.dead_letter, share.index),
-                self.store is not None, self.idle_round_seconds)
+                self.store is not None,
+                self._idle_live if not self.finite or share.follow else None)
             for share in self.shares]
 
     # -- checkpoints -----------------------------------------------------------------------------------------
@@ -281,11 +308,14 @@ class DistributedTrainer:
         if not isinstance(dist, Mapping):
             raise ResumeError(f"{ckpt.path} is not a distributed (global) checkpoint")
         saved = [entry["share"] for entry in dist["learners"]]
+        self._saved_quotas = None
         if saved != [s.describe() for s in self.shares]:  # another number of learners, or the source changed
             redealt = self._redeal(ckpt, dist)
             self.shares, starts = redealt.shares, redealt.starts
         else:
             starts = self._starts(ckpt, dist)
+            if dist.get("max_rows") == self.max_rows and dist.get("quotas") is not None:
+                self._saved_quotas = [int(q) for q in dist["quotas"]]  # the same deal as before the stop
         mixed = {k: v for k, v in ckpt.arrays.items() if not k.startswith("learners/")}
         self._resumed_from: str | None = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
@@ -300,6 +330,10 @@ class DistributedTrainer:
         from streamfit.distributed._elastic import redeal
 
         entries = list(dist["learners"])
+        if any(e["share"].get("follow") for e in entries) or any(s.follow for s in self.shares):
+            raise ResumeError(f"{ckpt.path} was written by {len(entries)} learner(s) on a followed Parquet directory "
+                              f"(or this run follows one): resume it with --workers {len(entries)} (its files are "
+                              "dealt by a hash of their names among that many learners)")
         try:
             redealt = redeal(entries, ckpt.arrays, self.shares)
         except KeyError as exc:
@@ -378,6 +412,7 @@ class DistributedTrainer:
                 "metrics": {"stream": {"rows": evaluated,
                                        "loss": sum(r.loss_sum for r in reports) / evaluated if evaluated else None}},
                 "distributed": {"round": round_, "workers": self.workers, "learners": learners,
+                                "max_rows": self.max_rows, "quotas": self._quotas,
                                 "sync": {"every_batches": self.sync_every_batches,
                                          "every_seconds": self.sync_every_seconds,
                                          "optimizer": self.sync_optimizer}}}
@@ -433,7 +468,9 @@ class DistributedTrainer:
         if self.store is not None:
             self._writer = AsyncCheckpointWriter(self.store)
         self._spawn(ray)
-        ray.get([a.start.remote(s) for a, s in zip(self.learners, starts)])
+        self._quotas = self._start_quotas(starts)
+        self._wait(ray, [a.start.remote(s, None if self._quotas is None else self._quotas[i])
+                         for i, (a, s) in enumerate(zip(self.learners, starts))])
         log_event("start", f"{self.workers} learners on {self.source}",
                   shares=[s.describe() for s in self.shares], round=run.round)
 
@@ -448,7 +485,8 @@ class DistributedTrainer:
         try:
             reports = self._gather(ray, [a.next_round.remote(round_, ckpt) for a in self.learners], stop_event)
             ended = all(r.ended for r in reports)
-            final = ended or (stop_event is not None and stop_event.is_set())
+            budget_done = self.max_rows is not None and sum(r.rows for r in reports) >= self.max_rows
+            final = ended or budget_done or (stop_event is not None and stop_event.is_set())
             if final and not ckpt:  # the last state is always kept (and checkpointed when there is a store)
                 ckpt = self.store is not None
                 reports = self._wait(ray, [a.next_round.remote(round_, True) for a in self.learners])
@@ -481,7 +519,7 @@ class DistributedTrainer:
         if self.on_round is not None:
             self.on_round(self, stats)
         if final:
-            run.ended_by = "end" if ended else "stop"
+            run.ended_by = "end" if ended else "max_rows" if budget_done else "stop"
         return final
 
     def _release(self, ray: Any, round_: int, reports: list[RoundReport], mixed: Mapping[str, np.ndarray] | None
@@ -491,9 +529,22 @@ class DistributedTrainer:
         new = mix([r.synced for r in reports], [r.round_rows for r in reports], mixed)
         ref = ray.put(new) if new is not None else None
         commits = self._durable_positions() if self._writer is not None else None
-        self._wait(ray, [a.apply.remote(round_, ref, None if commits is None else commits[i])
+        quotas = self._quotas
+        if quotas is not None:
+            quotas = self._quotas = redeal_quotas(quotas, [r.rows for r in reports], [r.ended for r in reports])
+        self._wait(ray, [a.apply.remote(round_, ref, None if commits is None else commits[i],
+                                        None if quotas is None else quotas[i])
                          for i, a in enumerate(self.learners)])
         return new
+
+    def _start_quotas(self, starts: list[StartFrom]) -> list[int] | None:
+        """The learners' row quotas from their start points (those a checkpoint saved with the same budget)."""
+        if self.max_rows is None:
+            return None
+        saved, self._saved_quotas = self._saved_quotas, None
+        if saved is not None and len(saved) == len(starts):
+            return saved
+        return start_quotas(self.max_rows, [s.rows for s in starts])
 
     def _submit_checkpoint(self, round_: int, reports: list[RoundReport],
                            mixed: Mapping[str, np.ndarray] | None) -> None:
@@ -602,6 +653,7 @@ class DistributedTrainer:
         else:
             starts, round_, mixed = loaded
         self._pending.clear()
+        self._quotas = self._start_quotas(starts)
         self._progress = _progress(round_, starts)
         if self.history is not None:  # the rounds after the checkpoint are trained again
             self.history.rewind(round_)
@@ -611,7 +663,8 @@ class DistributedTrainer:
         deadline = time.monotonic() + 120
         while True:
             try:
-                ray.get([a.start.remote(s) for a, s in zip(self.learners, starts)])
+                ray.get([a.start.remote(s, None if self._quotas is None else self._quotas[i])
+                         for i, (a, s) in enumerate(zip(self.learners, starts))])
                 break
             except RayActorError:
                 if time.monotonic() > deadline:
@@ -678,7 +731,7 @@ class DistributedTrainer:
 
 
 def _check_args(source: Any, workers: Any, sync_every_batches: Any, sync_every_seconds: Any, resume: bool,
-                checkpoint_dir: Any, learner_timeout: Any, idle_round_seconds: Any) -> int | None:
+                checkpoint_dir: Any, learner_timeout: Any, idle_round_seconds: Any, max_rows: Any) -> int | None:
     """Refuse invalid arguments of :class:`DistributedTrainer`; the rounds' batches (the default when no period)."""
     if sync_every_batches is not None and sync_every_seconds is not None:
         raise ValueError("give one of sync_every_batches and sync_every_seconds, not both")
@@ -698,6 +751,8 @@ def _check_args(source: Any, workers: Any, sync_every_batches: Any, sync_every_s
         raise ValueError(f"Invalid learner_timeout: {learner_timeout!r}, expected seconds > 0 or None")
     if idle_round_seconds is not None and not idle_round_seconds > 0:
         raise ValueError(f"Invalid idle_round_seconds: {idle_round_seconds!r}, expected seconds > 0 or None")
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+        raise ValueError(f"Invalid max_rows: {max_rows!r}, expected None or an int >= 0")
     return sync_every_batches  # type: ignore[no-any-return]
 
 

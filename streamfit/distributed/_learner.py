@@ -9,6 +9,11 @@ with the exact source position after that batch, and nothing trains while the le
 With a divergence guard, a batch that diverges makes the learner roll back to its state at the last round
 and train again from there (:mod:`streamfit.distributed._guard`): the bad input's cost stays on this learner.
 Skipped input goes to this learner's dead-letter sink, synced at every global checkpoint.
+
+With a row budget (``max_rows`` of the run), the coordinator gives each learner a quota: the rows it may have
+trained in all (resumes included).  Its loop stops exactly there (the last batch cut short) and the learner
+reports ``capped``; a quota raised later (another learner's share ended before its quota) starts a new loop
+from where it stopped.
 """
 
 from __future__ import annotations
@@ -96,7 +101,9 @@ class Learner:
         self._go = asyncio.Event()     # the coordinator's answer arrived
         self._epoch = 0
         self._error: BaseException | None = None
-        self._ended = False
+        self._ended = False   # the loop is not running: the share ended, or (``_capped``) the quota is reached
+        self._capped = False
+        self._quota: int | None = None  # rows this learner may have trained in all (None: no budget)
         self._snapshot: tuple[Any, dict[str, np.ndarray]] | None = None
         self._gate: _Gate | None = None
         self._watcher: asyncio.Task[Any] | None = None
@@ -112,12 +119,14 @@ class Learner:
         return os.getpid()
 
     # -- lifecycle ------------------------------------------------------------------------------------------
-    async def start(self, start: StartFrom) -> None:
-        """(Re)start from ``start``: a running loop is abandoned (its progress discarded), its source closed."""
+    async def start(self, start: StartFrom, quota: int | None = None) -> None:
+        """(Re)start from ``start`` with a row ``quota`` (None: none): a running loop is abandoned (its progress
+        discarded), its source closed."""
         await self._abandon()
         self._epoch += 1
         self._ready, self._go = asyncio.Event(), asyncio.Event()
-        self._error, self._ended, self._snapshot = None, False, None
+        self._error, self._ended, self._capped, self._snapshot = None, False, False, None
+        self._quota = quota
         self.estimator = copy.deepcopy(self.template)
         if start.state is not None:
             restore_estimator(self.estimator, {"class": start.state.cls, "state": start.state.tree},
@@ -138,6 +147,10 @@ class Learner:
         self._round_t0 = time.monotonic()
         self._round_train = 0.0
         self._asked = self._at_barrier = False
+        self._launch()
+
+    def _launch(self) -> None:
+        """A new loop from the rollback point, its task and its idle watcher."""
         self._new_loop()
         self._task = asyncio.ensure_future(self._run(self._epoch))
         self._watcher = asyncio.ensure_future(self._watch_idle(self._epoch))
@@ -163,9 +176,11 @@ class Learner:
         self._source = self.share.open(point.position, self.finite)
         self._gate = _Gate(self._source)
         guard = self._guard
+        budget = None if self._quota is None else max(self._quota - point.rows, 0)
         self._loop = StreamLoop(self.estimator, self._gate, on_batch=self._on_batch,
                                 quarantine=None if guard is None else guard.quarantine,
-                                skips=SkipLedger(parent=self._skips), dead_letter=self._sink, **self.loop_options)
+                                skips=SkipLedger(parent=self._skips), dead_letter=self._sink, max_rows=budget,
+                                **self.loop_options)
         if guard is not None:
             guard.loop_started(getattr(self.estimator, "trainer_", None))
 
@@ -223,6 +238,7 @@ class Learner:
                     continue
                 if summary.position is not None:
                     self._position = summary.position  # may move past trailing skipped input
+                self._capped = summary.ended_by == "max_rows"
                 break
         except asyncio.CancelledError:
             raise
@@ -325,17 +341,19 @@ class Learner:
             self._sink_state = self._sink.sync()
         trainer = getattr(self.estimator, "trainer_", None)
         return RoundReport(self.share.index, round_, self._rows, self._batches, self._round_rows, self._position,
-                           synced, state, self._ended, evaluated, loss_sum, dict(self._skips.rows),
+                           synced, state, self._ended and not self._capped, evaluated, loss_sum,
+                           dict(self._skips.rows),
                            self._round_train, dict(self._skips.messages),
                            0 if guard is None else guard.rollbacks,
                            None if guard is None or not want_state else guard.state(),
                            [] if guard is None else guard.poison.message_rows(),
                            1.0 if trainer is None else float(trainer.lr_scale),
-                           self._sink_state if want_state else None)
+                           self._sink_state if want_state else None, self._capped)
 
     async def apply(self, round_: int, mixed: Mapping[str, np.ndarray] | None,
-                    commit: Position | None) -> None:
-        """Load the mixed state, commit offsets covered by a durable checkpoint, then train the next round."""
+                    commit: Position | None, quota: int | None = None) -> None:
+        """Load the mixed state, commit offsets covered by a durable checkpoint, then train the next round (up to
+        ``quota`` rows in all: a learner that reached its old quota trains on when it is raised)."""
         if mixed is not None and self._snapshot is not None:
             tree, arrays = self._snapshot
             restore_estimator(self.estimator, {"class": type(self.estimator).__name__, "state": tree},
@@ -349,13 +367,27 @@ class Learner:
         self._round_train = 0.0
         self._round_t0 = time.monotonic()
         self._asked = False
-        if not self._ended:
+        self._quota = quota
+        if self._capped and (quota is None or quota > self._rows):
+            await self._go_on()
+        elif not self._ended:
             go = self._go
             self._ready, self._go = asyncio.Event(), asyncio.Event()
             self._at_barrier = False
             go.set()
             if self._gate is not None:
                 self._gate.open.set()
+
+    async def _go_on(self) -> None:
+        """The quota was raised after this learner reached it: a new loop from here (the state, position and
+        counters now are its base and rollback point)."""
+        self._take_point()
+        source, self._source = self._source, None
+        if source is not None:
+            await source.aclose()
+        self._ready, self._go = asyncio.Event(), asyncio.Event()
+        self._ended = self._capped = self._at_barrier = False
+        self._launch()
 
     async def commit(self, position: Position) -> None:
         """Tell the source that ``position`` is durably checkpointed (Kafka commits the offsets)."""

@@ -79,6 +79,7 @@ class RoundReport:
     quarantined_rows: list[dict[str, Any]] = field(default_factory=list)
     lr_scale: float = 1.0
     dead_letter: Mapping[str, Any] | None = None  # its sink's state, synced (a checkpoint round)
+    capped: bool = False      # it trained its whole row quota (``max_rows``): waiting, its share not ended
 
     @property
     def synced_bytes(self) -> int:

@@ -52,3 +52,47 @@ def test_learner_timeout_reaches_the_coordinator_with_its_default(tmp_path):
     assert _trainer(load_config(None, flags), serve=False).learner_timeout == DEFAULT_LEARNER_TIMEOUT
     assert StreamOptions().learner_timeout == DEFAULT_LEARNER_TIMEOUT  # one default, written twice
     assert _trainer(load_config(None, {**flags, "learner_timeout": 5.0}), serve=True).learner_timeout == 5.0
+
+
+def test_max_rows_and_follow_reach_the_coordinator(tmp_path):
+    """--max-rows and --follow with --workers: refused before (ConfigError), passed on now."""
+    import pytest
+
+    from streamfit import LinearRegressor
+    from streamfit.distributed import DistributedTrainer
+
+    onnx.save(linear_model(3), tmp_path / "m.onnx")
+    flags = {"source": f"parquet:{tmp_path}", "model": str(tmp_path / "m.onnx"), "workers": 2, "max_rows": 500,
+             "follow": True}
+    trainer = _trainer(load_config(None, flags), serve=False)
+    assert trainer.max_rows == 500 and trainer.source_options["follow"] is True
+    served = _trainer(load_config(None, {**flags, "follow": None, "max_rows": None}), serve=True)
+    assert served.max_rows is None and served.source_options["follow"] is True  # serve follows, as one learner
+    with pytest.raises(ValueError, match="max_rows"):
+        DistributedTrainer(LinearRegressor(), f"parquet:{tmp_path}", max_rows=-1)
+
+
+def test_options_a_workers_run_does_not_have_are_refused_by_name(tmp_path):
+    """Options of one learner's run that --workers has no use for: a clear error naming each (they were ignored)."""
+    import pytest
+
+    from streamfit.exceptions import ConfigError
+
+    onnx.save(linear_model(3), tmp_path / "m.onnx")
+    flags = {"source": f"parquet:{tmp_path}", "model": str(tmp_path / "m.onnx"), "workers": 2}
+    for extra, flag in [({"checkpoint_every_batches": 10}, "--checkpoint-every-batches"),
+                        ({"publish": str(tmp_path / "p.onnx")}, "--publish"), ({"publish_every": 5.0}, "--publish-every"),
+                        ({"full_every": 3}, "--full-every"), ({"progress": True}, "--progress")]:
+        with pytest.raises(ConfigError, match=flag):
+            _trainer(load_config(None, {**flags, **extra}), serve=False)
+
+
+def test_the_history_options_reach_the_coordinator(tmp_path):
+    onnx.save(linear_model(3), tmp_path / "m.onnx")
+    flags = {"source": f"parquet:{tmp_path}", "model": str(tmp_path / "m.onnx"), "workers": 2,
+             "history_every_rows": 500, "history_every_seconds": 2.5, "history_dir": str(tmp_path / "h"),
+             "health_interval": 0.3, "health_file": str(tmp_path / "health.json")}
+    trainer = _trainer(load_config(None, flags), serve=False)
+    assert (trainer.history.options.every_rows, trainer.history.options.every_seconds) == (500, 2.5)
+    assert trainer.history.log.root == tmp_path / "h"
+    assert trainer.health.interval == 0.3
