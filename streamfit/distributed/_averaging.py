@@ -11,7 +11,10 @@ without Ray or onnxruntime.
 * Running statistics (count, mean, sum of squared deviations: feature and target scalers) are merged exactly: each learner's
   rows since the last synchronization are taken out of its statistics (Welford's formulas backwards) and
   all of them are added to the previous global statistics (Chan et al.'s parallel formula), so the result
-  equals the statistics of every row seen by any learner.
+  equals the statistics of every row seen by any learner.  A scaler that keeps its statistics as sums of
+  deviations from a shift (``shift``, ``s1``, ``s2``: :class:`~streamfit.models.scaler.RunningScaler`) gets the
+  merged statistics in that form too (shift = the merged mean, s1 = 0, s2 = the merged m2), so the state a
+  learner loads is one scaler, not merged counts beside its own sums.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = ["synced_names", "mix"]
 _WEIGHTS = "trainer/weights/"
 _OPTIMIZER = "trainer/optimizer/"
 _STATS = ("count", "mean", "m2")
+_SUMS = ("shift", "s1", "s2")  # the same statistics as sums of deviations from a shift, when a scaler keeps them
 
 
 def _stat_groups(names: "Mapping[str, object] | list[str]") -> list[str]:
@@ -43,7 +47,7 @@ def synced_names(arrays: Mapping[str, np.ndarray], sync_optimizer: bool) -> list
     ...                     False))
     ['scaler/count', 'scaler/m2', 'scaler/mean', 'trainer/weights/W']
     """
-    stats = {f"{p}/{k}" for p in _stat_groups(list(arrays)) for k in _STATS}
+    stats = {f"{p}/{k}" for p in _stat_groups(list(arrays)) for k in _STATS + _SUMS}
     out = []
     for name, value in arrays.items():
         if not np.issubdtype(np.asarray(value).dtype, np.floating):
@@ -75,7 +79,7 @@ def mix(states: Sequence[Mapping[str, np.ndarray] | None], rows: Sequence[int],
     out: dict[str, np.ndarray] = {}
     names = list(live[0][0])
     groups = _stat_groups(names)
-    stats = {f"{p}/{k}" for p in groups for k in _STATS}
+    stats = {f"{p}/{k}" for p in groups for k in _STATS + _SUMS}
     for name in names:
         if name in stats:
             continue
@@ -116,6 +120,12 @@ def _merge_stats(prefix: str, states: Sequence[Mapping[str, np.ndarray]],
         mean = mean + delta * (d_n / both)
         m2 = m2 + d_m2 + delta ** 2 * (n * d_n / both)
         n = both
-    return {count: np.asarray(n, np.asarray(first[count]).dtype),
-            mean_key: mean.astype(np.asarray(first[mean_key]).dtype),
-            m2_key: m2.astype(np.asarray(first[m2_key]).dtype)}
+    out = {count: np.asarray(n, np.asarray(first[count]).dtype),
+           mean_key: mean.astype(np.asarray(first[mean_key]).dtype),
+           m2_key: m2.astype(np.asarray(first[m2_key]).dtype)}
+    shift, s1, s2 = (f"{prefix}/{k}" for k in _SUMS)
+    if all(k in first for k in (shift, s1, s2)):  # deviations measured from the merged mean: s1 = 0, s2 = m2
+        out[shift] = mean.astype(np.asarray(first[shift]).dtype)
+        out[s1] = np.zeros_like(mean, np.asarray(first[s1]).dtype)
+        out[s2] = m2.astype(np.asarray(first[s2]).dtype)
+    return out

@@ -54,8 +54,15 @@ def test_parquet_files_are_dealt_round_robin(tmp_path) -> None:
         ["part-0.parquet", "part-2.parquet", "part-4.parquet"], ["part-1.parquet", "part-3.parquet"]]
     with pytest.raises(ValueError, match="5 Parquet file\\(s\\) cannot be shared among 6 learners"):
         plan_shares(f"parquet:{tmp_path}", 6)
-    with pytest.raises(ValueError, match="followed Parquet directory"):
-        plan_shares(f"parquet:{tmp_path}?follow=true", 2)
+    # a followed directory (refused before): no file list (it grows), each learner reads the files its name hashes to
+    followed = plan_shares(f"parquet:{tmp_path}?follow=true", 2)
+    assert [(s.follow, s.learners, s.files) for s in followed] == [(True, 2, ()), (True, 2, ())]
+    from streamfit.distributed._shares import file_owner
+
+    owners = [file_owner(f"part-{i}.parquet", 2) for i in range(5)]
+    assert set(owners) == {0, 1}
+    assert followed[0].describe() == {"index": 0, "kind": "parquet", "partitions": [], "files": [], "follow": True,
+                                      "learners": 2}
 
 
 @pytest.mark.kafka
@@ -65,3 +72,36 @@ def test_kafka_partitions_are_assigned_by_the_coordinator(kafka_broker) -> None:
     assert [s.partitions for s in plan_shares(uri, 2)] == [(0, 2), (1,)]
     with pytest.raises(ValueError, match="3 partition\\(s\\): at most that many learners"):
         plan_shares(uri, 4)
+
+
+def test_a_running_scaler_kept_as_shifted_sums_loads_the_merged_statistics() -> None:
+    """The real RunningScaler's state (count, shift, s1, s2 and the derived mean, m2): the mix carries the merged
+    statistics in its sums too, so a learner that loads it has one consistent scaler of every row.  (Merging only
+    count/mean/m2 left each learner's own sums beside the merged count: its mean and scale went wrong, the
+    progressive loss of tests/distributed/test_ray.py 7 % above one learner's.)"""
+    from streamfit.models.scaler import RunningScaler
+
+    rng = np.random.default_rng(1)
+    shared, new_a, new_b = rng.standard_normal((50, 3)) + 5, rng.standard_normal((30, 3)), rng.standard_normal((70, 3))
+
+    def scaler(*parts: np.ndarray, state: dict | None = None) -> RunningScaler:
+        s = RunningScaler(3)
+        if state is not None:
+            s.load_state_dict(state)
+        for x in parts:
+            s.update(x)
+        return s
+
+    def arrays(s: RunningScaler) -> dict[str, np.ndarray]:
+        return {"trainer/weights/W": np.zeros(1), **{f"scaler/{k}": v for k, v in s.state_dict().items()}}
+
+    before = arrays(scaler(shared))
+    state = {k.removeprefix("scaler/"): v for k, v in before.items() if k.startswith("scaler/")}
+    a, b = arrays(scaler(new_a, state=state)), arrays(scaler(new_b, state=state))
+    assert {"scaler/shift", "scaler/s1", "scaler/s2"} <= set(synced_names(a, sync_optimizer=False))
+    out = mix([a, b], [30, 70], before)
+    loaded = scaler(state={k.removeprefix("scaler/"): v for k, v in {**a, **out}.items() if k.startswith("scaler/")})
+    every = np.vstack([shared, new_a, new_b])
+    assert loaded.count == len(every)
+    np.testing.assert_allclose(loaded.mean_, every.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(loaded.var_, every.var(0), rtol=1e-10)
