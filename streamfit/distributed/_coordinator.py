@@ -469,8 +469,9 @@ class DistributedTrainer:
             self._writer = AsyncCheckpointWriter(self.store)
         self._spawn(ray)
         self._quotas = self._start_quotas(starts)
-        self._wait(ray, [a.start.remote(s, None if self._quotas is None else self._quotas[i])
-                         for i, (a, s) in enumerate(zip(self.learners, starts))])
+        # not watched: an actor being created (a process started, streamfit imported) answers no ping yet
+        ray.get([a.start.remote(s, None if self._quotas is None else self._quotas[i])
+                 for i, (a, s) in enumerate(zip(self.learners, starts))])
         log_event("start", f"{self.workers} learners on {self.source}",
                   shares=[s.describe() for s in self.shares], round=run.round)
 

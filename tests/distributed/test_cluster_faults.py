@@ -149,10 +149,10 @@ def test_a_node_killed_mid_run_its_learner_restarts_on_the_other_node_exactly_on
 
 def test_a_hung_learner_is_detected_within_learner_timeout_and_replaced_once(parquet_dir, tmp_path) -> None:
     """Learner 1's worker process SIGSTOPped while it trains round 4: Ray sees a live process, its calls never
-    return.  The coordinator's ping goes unanswered for learner_timeout (3 s): declared hung, killed (Ray restarts
+    return.  The coordinator's ping goes unanswered for learner_timeout (5 s): declared hung, killed (Ray restarts
     it), the group restarted from round 3's checkpoint, once; every row once, the model of a run without it."""
     source = f"parquet:{parquet_dir}"
-    timeout = 3.0
+    timeout = 5.0
     stopped: dict[str, Any] = {}
     with _cluster(tmp_path, nodes=1) as _:
         ref, _ref_summary = _run(source, tmp_path / "ref")
