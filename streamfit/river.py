@@ -383,7 +383,16 @@ class RiverRegressor(_RiverWrapper, _RegressorBase):
 
 def to_river(estimator: Any, **params: Any) -> "RiverClassifier | RiverRegressor":
     """The River wrapper of a ready-made dense model: :class:`RiverClassifier` for a classifier, else
-    :class:`RiverRegressor`; ``params`` go to the wrapper (``classes``, ``seed``)."""
+    :class:`RiverRegressor`; ``params`` go to the wrapper (``classes``, ``seed``).
+
+    Parameters
+    ----------
+    estimator
+        A ready-made dense model (``LinearRegressor``, ``LogisticRegression``, ``MLPRegressor``,
+        ``MLPClassifier``), fitted or not.
+    **params
+        The wrapper's own arguments (``classes``, ``seed``).
+    """
     _check_dense(estimator)
     if hasattr(estimator, "predict_proba"):
         return RiverClassifier(estimator, **params)

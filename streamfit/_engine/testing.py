@@ -21,7 +21,19 @@ def _model(nodes: list[Any], inits: list[Any], n_in: int, n_out: int, dtype: np.
 
 def linear_model(n_features: int, n_outputs: int = 1, dtype: Any = np.float32, seed: int | None = None,
                  gemm: bool = False) -> ModelProto:
-    """``Y = X @ W + B`` (MatMul + Add, or one Gemm); zero weights unless ``seed`` is given."""
+    """``Y = X @ W + B`` (MatMul + Add, or one Gemm); zero weights unless ``seed`` is given.
+
+    Parameters
+    ----------
+    n_features, n_outputs
+        Columns of ``X`` and of ``Y``.
+    dtype
+        The float type of the input, the weights and the output.
+    seed
+        Seed of random initial weights (normal, scale 0.1); None: zeros.
+    gemm
+        One ``Gemm`` node instead of ``MatMul`` + ``Add`` (as some exporters write a linear layer).
+    """
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     W = (rng.standard_normal((n_features, n_outputs)) * 0.1 if seed is not None
@@ -37,7 +49,21 @@ def linear_model(n_features: int, n_outputs: int = 1, dtype: Any = np.float32, s
 
 def mlp_model(sizes: Sequence[int], activation: str | Sequence[str] = "Relu", dtype: Any = np.float32,
               seed: int = 0, gemm: bool = False) -> ModelProto:
-    """A multilayer perceptron ``sizes[0] -> ... -> sizes[-1]`` with Glorot-uniform weights."""
+    """A multilayer perceptron ``sizes[0] -> ... -> sizes[-1]`` with Glorot-uniform weights.
+
+    Parameters
+    ----------
+    sizes
+        Widths from the input to the output (``[20, 64, 1]``: 20 features, one hidden layer of 64, 1 output).
+    activation
+        The activation op of the hidden layers (``"Relu"``, ``"Tanh"``, ``"Sigmoid"``, ...), or one per hidden layer.
+    dtype
+        The float type of the input, the weights and the output.
+    seed
+        Seed of the initial weights.
+    gemm
+        ``Gemm`` nodes instead of ``MatMul`` + ``Add``.
+    """
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     acts = [activation] * (len(sizes) - 2) if isinstance(activation, str) else list(activation)
@@ -69,7 +95,23 @@ def _finish(nodes: list[Any], inits: list[Any], inputs: list[Any], n_out: int, d
 def two_input_model(n_dense: int, vocab: int, dim: int = 4, n_outputs: int = 1, dtype: Any = np.float32,
                     seed: int = 0, id_dtype: Any = np.int64) -> ModelProto:
     """Dense floats ``x`` [N, n_dense] and integer ids ``ids`` [N] (an embedding table ``E`` through
-    ``Gather``): ``Y = concat(x, E[ids]) @ W + B``."""
+    ``Gather``): ``Y = concat(x, E[ids]) @ W + B``.
+
+    Parameters
+    ----------
+    n_dense
+        Columns of ``x``.
+    vocab, dim
+        Rows and width of the embedding table ``E``.
+    n_outputs
+        Columns of ``Y``.
+    dtype
+        The float type of ``x``, the weights and the output.
+    seed
+        Seed of the initial weights.
+    id_dtype
+        The integer type of ``ids`` (int64, or int32 as some exporters write it).
+    """
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     E = (rng.standard_normal((vocab, dim)) * 0.1).astype(dtype)
@@ -87,7 +129,21 @@ def two_input_model(n_dense: int, vocab: int, dim: int = 4, n_outputs: int = 1, 
 
 def cnn_model(channels: int = 1, size: int = 8, filters: int = 3, n_outputs: int = 1, dtype: Any = np.float32,
               seed: int = 0) -> ModelProto:
-    """A 4-D input ``X`` [N, channels, size, size]: Conv 3x3 (padding 1) -> Relu -> Flatten -> Gemm."""
+    """A 4-D input ``X`` [N, channels, size, size]: Conv 3x3 (padding 1) -> Relu -> Flatten -> Gemm.
+
+    Parameters
+    ----------
+    channels, size
+        Channels and side of the square input images.
+    filters
+        Output channels of the convolution.
+    n_outputs
+        Columns of ``Y``.
+    dtype
+        The float type of the input, the weights and the output.
+    seed
+        Seed of the initial weights.
+    """
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     K = (rng.standard_normal((filters, channels, 3, 3)) * 0.3).astype(dtype)
@@ -103,7 +159,19 @@ def cnn_model(channels: int = 1, size: int = 8, filters: int = 3, n_outputs: int
 
 def flags_model(n_features: int, vocab: int, dtype: Any = np.float32, seed: int = 0) -> ModelProto:
     """Three inputs: floats ``x`` [N, n_features], int32 ids ``code`` [N] and a bool ``flag`` [N, 1]:
-    ``Y = x @ W + E[code] + flag * F``."""
+    ``Y = x @ W + E[code] + flag * F``.
+
+    Parameters
+    ----------
+    n_features
+        Columns of ``x``.
+    vocab
+        Rows of the table ``E`` the ids read.
+    dtype
+        The float type of ``x``, the weights and the output.
+    seed
+        Seed of the initial weights.
+    """
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((n_features, 1)) * 0.1).astype(dtype), "W"),

@@ -33,6 +33,25 @@ class DivergenceGuard:
     quarantined whole.  The run stops with ``DivergenceError`` when the scale
     would fall below ``min_lr_scale``, or after ``max_poison_in_a_row`` quarantines with no good batch in
     between (then the model diverges, not the data).
+
+    Parameters
+    ----------
+    factor
+        A batch's loss above ``factor`` times the running mean is a divergence.
+    warmup
+        Batches before that test applies (the running mean settles first).
+    lr_factor, recover_after, recover_factor
+        The learning-rate scale's change on a rollback, the good batches in a row before it recovers, and its
+        change then.
+    max_rollbacks
+        Rollbacks one message may cause before it is a poison message.
+    decay
+        The weight of the past in the running mean of the loss (per batch).
+    min_lr_scale
+        Stop with ``DivergenceError`` when a rollback would take the scale below this.
+    max_poison_in_a_row, poison_rows
+        Quarantines with no good batch between them before the run stops, and the most poison rows a message
+        may have before it is quarantined whole.
     """
 
     factor: float = 100.0

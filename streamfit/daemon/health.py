@@ -58,7 +58,13 @@ class HealthFile:
 
 
 class Metrics:
-    """Prometheus metrics on 127.0.0.1 (needs the ``[metrics]`` extra: prometheus-client)."""
+    """Prometheus metrics on 127.0.0.1 (needs the ``[metrics]`` extra: prometheus-client).
+
+    Parameters
+    ----------
+    port, host
+        Where the Prometheus endpoint listens (``port=0``: a free port).
+    """
 
     def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         try:

@@ -329,6 +329,16 @@ class ModelOptions:
     ``OnnxClassifier`` by the stream's task) and the parameters given (every other one keeps the class's
     default).  Built from TOML keys or flags by :meth:`from_text`; checked when built.
 
+    Parameters
+    ----------
+    estimator
+        The class name (``"LogisticRegression"``, ...), or None for an ONNX file's ``OnnxRegressor`` or
+        ``OnnxClassifier``.
+    params
+        The parameters given, by name (the others keep the class's defaults).
+
+    Examples
+    --------
     >>> opts = ModelOptions.from_text({"estimator": "LogisticRegression", "categorical": ["site", "app"],
     ...                                "optimizer": "ftrl", "ftrl_l1": 0.5})
     >>> opts.value("buckets"), opts.optimizer()

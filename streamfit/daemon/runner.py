@@ -52,7 +52,30 @@ __all__ = ["Runner", "RunSummary"]
 
 @dataclass
 class RunSummary:
-    """What a run did, counted across restarts (``rows``/``batches`` include resumed checkpoints)."""
+    """What a run did, counted across restarts (``rows``/``batches`` include resumed checkpoints).
+
+    Attributes
+    ----------
+    rows, batches
+        Rows and batches trained in all, resumed checkpoints included.
+    position, ended_by
+        Where the run stopped (the source position after the last trained row) and why (``"end"``,
+        ``"max_rows"``, ``"stop"``).
+    checkpoints, last_checkpoint, resumed_from
+        Checkpoints written by this run, the last one's path, and the checkpoint it resumed from (None: fresh).
+    rollbacks
+        Divergence-guard rollbacks of this run.
+    skipped_rows, skipped_messages
+        Rows, and whole messages, skipped before ``position`` by reason (over resumes).
+    metrics, rows_per_s
+        The stream's progressive metrics, and this run's trained rows per second.
+    rows_this_run, skipped_this_run
+        Rows trained and skipped (by reason) by this run alone.
+    quarantined, quarantined_rows
+        Poison messages quarantined whole, and the poison rows quarantined (message, position, rows from its end).
+    skipped_read, messages_skipped_read
+        Rows, and whole messages, this run skipped as it read them, read-ahead included.
+    """
 
     rows: int
     batches: int

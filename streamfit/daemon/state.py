@@ -67,14 +67,29 @@ def unflatten_state(tree: Any, arrays: Mapping[str, np.ndarray]) -> Any:
 
 
 def snapshot_estimator(estimator: Any) -> tuple[bytes, dict[str, np.ndarray], dict[str, Any]]:
-    """(inference model bytes, arrays, JSON state tree) of a fitted streamfit estimator: host copies."""
+    """(inference model bytes, arrays, JSON state tree) of a fitted streamfit estimator: host copies.
+
+    Parameters
+    ----------
+    estimator
+        A fitted streamfit estimator.
+    """
     tree, arrays = flatten_state(estimator.state_dict())
     model = estimator.to_onnx().SerializeToString()
     return model, arrays, {"class": type(estimator).__name__, "state": tree}
 
 
 def restore_estimator(estimator: Any, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-    """Load a snapshot into ``estimator`` (built from the same configuration as the one that saved it)."""
+    """Load a snapshot into ``estimator`` (built from the same configuration as the one that saved it).
+
+    Parameters
+    ----------
+    estimator
+        A new estimator of the configuration that saved the snapshot.
+    meta, arrays
+        The snapshot's JSON state tree and arrays (:func:`snapshot_estimator`'s last two, as a checkpoint
+        holds them).
+    """
     saved = meta.get("class")
     if saved != type(estimator).__name__:
         raise ResumeError(f"the checkpoint holds a {saved}, but the configured estimator is a "

@@ -16,6 +16,13 @@ def parse_input(text: str) -> tuple[str, object]:
     ``NAME=vocabulary:COL[,COL...][:MIN_COUNT]``, ``NAME=padded:COL[:LENGTH[:PAD]]``, ``NAME=lengths:COL`` or
     ``NAME=mask:COL[:LENGTH]``.
 
+    Parameters
+    ----------
+    text
+        The flag's value, ``NAME=...`` as above.
+
+    Examples
+    --------
     >>> parse_input("x=a,b,c"), parse_input("ids=hashed:city:1000")
     (('x', ['a', 'b', 'c']), ('ids', Hashed(columns=('city',), buckets=1000, seed=0)))
     """

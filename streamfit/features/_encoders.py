@@ -122,6 +122,17 @@ class Hashed(Encoder):
     equal values in two columns get unrelated ids.  A dictionary column hashes each dictionary value once
     per batch.
 
+    Parameters
+    ----------
+    columns
+        A column name, or several: each hashes with its own seed into the same table of ``buckets`` ids.
+    buckets
+        Ids in the table (>= 2; id 0 is for nulls, so values take ``1 .. buckets - 1``).
+    seed
+        The base seed of the columns' hash seeds (0 <= seed < 2**32).
+
+    Examples
+    --------
     >>> import pyarrow as pa
     >>> enc = Hashed("city", buckets=1000)
     >>> enc.encode(enc.new_state(), [pa.array(["paris", None, "paris", "oslo"])]).ravel().tolist()
@@ -324,6 +335,17 @@ class Vocabulary(Encoder):
     the out-of-vocabulary id instead of each taking an embedding row.  Several columns share one id space.
     The exported model looks values up with ``ai.onnx.ml.LabelEncoder``.
 
+    Parameters
+    ----------
+    columns
+        A column name, or several sharing one id space.
+    min_count
+        Times a value must be seen before it gets an id of its own (1: on first sight).
+    max_size
+        The most ids, 0 and 1 included (>= 3); None: no limit.
+
+    Examples
+    --------
     >>> import pyarrow as pa
     >>> enc = Vocabulary("city", min_count=2)
     >>> state = enc.new_state()
@@ -450,6 +472,17 @@ class Padded(_ListEncoder):
     ``length=None`` takes the model input's last dimension.  Feed :class:`Lengths` or :class:`Mask`
     of the same column to another input when the model needs to know where the padding starts.
 
+    Parameters
+    ----------
+    column
+        The list column.
+    length
+        Values per row; None: the model input's last dimension.
+    pad
+        The value of the padding.
+
+    Examples
+    --------
     >>> import pyarrow as pa
     >>> Padded("ids", length=3, pad=-1).encode(None, [pa.array([[5, 6], [], None, [1, 2, 3, 4]])]).tolist()
     [[5, 6, -1], [-1, -1, -1], [-1, -1, -1], [1, 2, 3]]
@@ -493,7 +526,15 @@ class Padded(_ListEncoder):
 
 
 class Lengths(_ListEncoder):
-    """The number of values of each list of a list column (at most ``length`` when given), as ``(n, 1)``."""
+    """The number of values of each list of a list column (at most ``length`` when given), as ``(n, 1)``.
+
+    Parameters
+    ----------
+    column
+        The list column.
+    length
+        The most a length may say (the ``length`` of the :class:`Padded` beside it); None: no bound.
+    """
 
     @property
     def width(self) -> int:
@@ -508,7 +549,15 @@ class Lengths(_ListEncoder):
 
 class Mask(_ListEncoder):
     """``(n, length)`` 1 where a padded list (:class:`Padded` of the same column) holds a value, 0 in the
-    padding; ``length=None`` takes the model input's last dimension."""
+    padding; ``length=None`` takes the model input's last dimension.
+
+    Parameters
+    ----------
+    column
+        The list column.
+    length
+        Values per row, as the :class:`Padded` of the same column; None: the model input's last dimension.
+    """
 
     @property
     def width(self) -> int:

@@ -54,6 +54,13 @@ class RunningScaler:
     the first row.  A feature whose spread is below float32 resolution (constant so far) gets scale 1, as in
     scikit-learn's ``StandardScaler``.
 
+    Parameters
+    ----------
+    n_features
+        Features per row.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> s = RunningScaler(2)
     >>> s.update(np.array([[1.0, 10.0], [3.0, 10.0]]))

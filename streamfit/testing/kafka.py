@@ -30,7 +30,13 @@ class BrokerUnavailable(Exception):
 
 
 def ipc_bytes(*batches: pa.RecordBatch | pa.Table) -> bytes:
-    """Arrow IPC stream bytes of the given batches (the default Kafka message format)."""
+    """Arrow IPC stream bytes of the given batches (the default Kafka message format).
+
+    Parameters
+    ----------
+    *batches
+        Record batches or tables of one schema, in order.
+    """
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for batch in batches:
@@ -59,6 +65,11 @@ class LocalKafkaBroker:
 
     ``consumer_config`` holds librdkafka settings that keep group joins short on tansu (it holds a join
     for about half of ``session.timeout.ms``).
+
+    Parameters
+    ----------
+    timeout
+        Seconds to wait for the broker to accept connections (then ``RuntimeError``).
     """
 
     consumer_config: dict[str, Any] = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 100,

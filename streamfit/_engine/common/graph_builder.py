@@ -17,7 +17,13 @@ _ONNX_DTYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): T
 
 
 def onnx_dtype(dtype: Any) -> int:
-    """ONNX element type of a float numpy dtype."""
+    """ONNX element type of a float numpy dtype.
+
+    Parameters
+    ----------
+    dtype
+        A numpy float dtype (float16, float32, float64).
+    """
     try:
         return _ONNX_DTYPES[np.dtype(dtype)]
     except KeyError:
@@ -25,7 +31,15 @@ def onnx_dtype(dtype: Any) -> int:
 
 
 class GraphBuilder:
-    """Collects nodes and initializers; every name it makes starts with ``prefix``."""
+    """Collects nodes and initializers; every name it makes starts with ``prefix``.
+
+    Parameters
+    ----------
+    dtype
+        The float type of the constants it makes (:meth:`const` of floats), the graph's.
+    prefix
+        The start of every name it makes (keeps them apart from the model's own names).
+    """
 
     def __init__(self, dtype: Any, prefix: str = "sf_") -> None:
         self.dtype = np.dtype(dtype)
