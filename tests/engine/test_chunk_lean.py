@@ -1,5 +1,5 @@
-"""The lean one-row body of a hashed linear model (streamfit._engine.steps.scan_lean): a chunk at batch_size=1
-gives what the same rows give one ``Trainer.step`` each -- outputs, losses, the table, the bias and their
+"""The lean body of a hashed linear model (streamfit._engine.steps.scan_lean): a chunk gives what the same steps
+give one ``Trainer.step`` each -- outputs, losses, the table, the bias and their
 optimizer state, the touched rows -- for the optimizers and penalties it takes; other models keep the generic
 body."""
 
@@ -93,11 +93,27 @@ def test_ftrl_with_l1_and_l2_and_a_squared_loss() -> None:
     _same(a, b, atol=1e-6)
 
 
-def test_larger_batches_and_dense_columns_keep_the_generic_body() -> None:
+@pytest.mark.parametrize("batch_size", [2, 3, 32])
+@pytest.mark.parametrize("optimizer, penalty", [("ftrl", Penalty(1e-2, 0.0)), ("adagrad", Penalty(1e-2, 0.5)),
+                                                ("adam", None)])
+def test_lean_chunks_of_several_rows_a_step_equal_step_by_step(optimizer: str, penalty: Any, batch_size: int) -> None:
+    """Steps of several rows: an id in several positions of a step (and the bias, in every row) gets the sum of
+    their gradients, as the step path's rows update and bias gradient give it."""
+    ids, y = _data(200, 5, 32)  # a last short step (200 is no multiple of 3 or 32) runs as a step
+    a, b = _trainer(optimizer, penalty), _trainer(optimizer, penalty)
+    r = train_chunk(a, ids, y, batch_size=batch_size)
+    assert r.scanned and a.__dict__["_chunk_steps"].lean(batch_size)
+    outs, losses = [], []
+    for i in range(0, len(y), batch_size):
+        losses.append(b.step(ids[i:i + batch_size], y[i:i + batch_size]))
+        outs.append(b.last_output.copy())
+    np.testing.assert_allclose(r.outputs, np.concatenate(outs), rtol=RTOL, atol=1e-6)
+    np.testing.assert_allclose(r.losses, np.array(losses), rtol=RTOL, atol=ATOL)
+    _same(a, b)
+
+
+def test_dense_columns_keep_the_generic_body() -> None:
     ids, y = _data(60, 5, 32)
-    a = _trainer("ftrl")
-    train_chunk(a, ids, y, batch_size=3)
-    assert not a.__dict__["_chunk_steps"].lean(3)
     d = _trainer("ftrl", dense=2)
     x = np.random.default_rng(0).standard_normal((60, 2)).astype(np.float32)
     train_chunk(d, {"ids": ids, "x": x}, y, batch_size=1)

@@ -1,6 +1,6 @@
-"""A lean Scan body for one-row steps of a hashed linear model (``Y = bias + sum_f table[ids_f]``).
+"""A lean Scan body for the steps of a hashed linear model (``Y = bias + sum_f table[ids_f]``).
 
-At ``batch_size=1`` a chunk's cost is the body's node count (0.2-0.4 us per node and iteration here): the
+At small batch sizes a chunk's cost is the body's node count (0.2-0.4 us per node and iteration here): the
 generic body (:mod:`~streamfit._engine.steps.scan_tables`: the fused step graph, its loss, its gradient graph
 and the tables' rows update spliced in) has ~65 nodes.  For the hashed linear models the whole step is small
 enough to write by hand, and this module does, with the same update rule:
@@ -8,11 +8,13 @@ enough to write by hand, and this module does, with the same update rule:
 * the bias is one more row of the carried block, whose columns are the weight and its optimizer state side by
   side (``[rows + 1, 1 + slots]``): one ``Gather`` reads a row's ``F`` id positions and its bias, one
   ``ScatterND`` writes them back;
-* the prediction is the sum of the gathered weights, the gradient ``dl/dy * grad_weight`` times each position's
-  multiplicity (an id that appears twice in a row gets twice the gradient, as the step path's sum per distinct
-  id gives it: every copy then computes the same new values);
+* a row's prediction is the sum of its gathered weights; a position's gradient is its distinct row's: at one
+  row a step ``dl/dy * grad_weight`` times the position's multiplicity (an id twice in the row: twice the
+  gradient), at several rows the sum over the step's positions of that row (``ScatterND`` add, then ``Gather``;
+  the bias's: over the step's rows), as the step path's rows update and bias gradient give it -- every copy of
+  a row then computes the same new values;
 * the optimizer's own update nodes (the emitter of dense weights and of the rows update) run once over the
-  ``F + 1`` positions; a penalty (the standard :class:`~streamfit.penalties.Penalty`) is applied with a
+  positions; a penalty (the standard :class:`~streamfit.penalties.Penalty`) is applied with a
   per-position coefficient, zero where the weight is not penalized (the bias);
 * the loss is not computed in the body: the chunk computes every step's loss from the scanned-out predictions
   after the Scan, with the loss's own nodes.
@@ -22,7 +24,7 @@ chunk's host side (blocks, feeds, write back, replay on a non-finite step) is un
 step path's within float rounding: the prediction is one sum (the bias last, not added after the ids' sum),
 and onnxruntime's Sqrt is not correctly rounded on 6 values or more (1-4 ulps), so its result depends on
 how many rows it is given (the step path's distinct ids, here the positions and the bias).  23 nodes a step
-with FTRL and an L2 penalty.
+at one row, 25 at several, with FTRL and an L2 penalty.
 """
 
 from __future__ import annotations
@@ -108,48 +110,79 @@ def _vi(name: str, elem: int, shape: list[Any] | None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def _body(tr: Any, plan: LeanPlan, elem: int) -> onnx.GraphProto:
-    """One step: block ``M`` [R, C], positions ``pf`` [F+1], their ScatterND indices [F+1, 1], multiplicity
-    times grad weight [F+1, 1], the target [1, 1] and the optimizer's scalars -> the new block, the prediction."""
+def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
+    """One step of ``B`` rows: block ``M`` [R, C], positions ``pf`` [B, F+1] (each row's ids, then the bias), their
+    ScatterND indices [B, F+1, 1], then (one row) multiplicity times grad weight [1, F+1, 1], or (``B`` rows) each
+    position's index among the step's distinct rows [B, F+1, 1] and the grad weights [B, 1]; the targets [B, 1]
+    and the optimizer's scalars [1, 1, 1] -> the new block, the predictions [B, 1]."""
     b = GraphBuilder(tr.dtype, prefix=_P + "b_")
     F, C = plan.fields, 1 + len(plan.slots)
-    scalars = {s: Names.scalar(s) for s in tr.optimizer.scalar_names}  # [1, 1] each (see ranked_scalars)
-    rows = b.op("Gather", "M", "pf", axis=0)
+    scalars = {s: Names.scalar(s) for s in tr.optimizer.scalar_names}  # [1, 1, 1] each (see ranked_scalars)
+    rows = b.op("Gather", "M", "pf", axis=0)  # [B, F + 1, C]
     if C > 1:
         parts = [b.name("col") for _ in range(C)]
-        b.nodes.append(helper.make_node("Split", [rows], parts, axis=1, name=b.name("Split")))
+        b.nodes.append(helper.make_node("Split", [rows], parts, axis=2, name=b.name("Split")))
     else:
         parts = [rows]
     w, state = parts[0], dict(zip(plan.slots, parts[1:]))
-    y = b.op("ReduceSum", w, b.const([0], np.int64), keepdims=1, out=_P + "y")  # [1, 1]: the ids', then the bias
+    y = b.op("ReduceSum", w, b.const([1], np.int64), keepdims=0, out=_P + "y")  # [B, 1]: the ids', then the bias
     _, dl = tr.loss.terms(b, y, "t")
-    g = b.op("Mul", dl, "cgw")  # [F + 1, 1]
+    if one_row:  # an id twice in the row: twice the gradient
+        g = b.op("Mul", dl, "cgw")  # [1, F + 1, 1]
+    else:  # each distinct row's gradient: the sum over its positions in the step (the bias': over the rows)
+        spread = b.op("Expand", b.op("Mul", dl, "gw"), _P + "pshape")  # [B, F + 1]
+        g = b.op("Gather", b.op("ScatterND", _P + "zeros", "sinv", spread, reduction="add"), "sinv", axis=0)
     per_position = lambda pair: b.const(np.array([pair[0]] * F + [pair[1]]).reshape(F + 1, 1))  # noqa: E731
     if any(plan.l2):
         g = b.op("Add", g, b.op("Mul", w, per_position(plan.l2)))
-    kw = {"shape": (-1, 1)} if tr.optimizer.shaped else {}
-    new, new_state = tr.optimizer.update(b, w, g, state, scalars, **kw)
+    new, new_state = tr.optimizer.update(b, w, g, state, scalars)
     if any(plan.l1):
         shrunk = b.op("Relu", b.op("Sub", b.op("Abs", new), b.op("Mul", scalars["lr"], per_position(plan.l1))))
         new = b.op("Mul", b.op("Sign", new), shrunk)
-    ranked_scalars(b, 0, 2)
+    ranked_scalars(b, 0, 3)
     cols = [new] + [new_state[s] for s in plan.slots]
-    new_rows = b.op("Concat", *cols, axis=1) if C > 1 else cols[0]
+    new_rows = b.op("Concat", *cols, axis=2) if C > 1 else cols[0]
     b.op("ScatterND", "M", "pidx", new_rows, out=_P + "M_new")
-    inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", TensorProto.INT64, [F + 1]),
-              _vi("pidx", TensorProto.INT64, [F + 1, 1]), _vi("cgw", elem, [F + 1, 1]), _vi("t", elem, [1, 1])]
-    inputs += [_vi(s, elem, [1, 1]) for s in scalars.values()]
-    outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, [1, 1])]
+    ints = TensorProto.INT64
+    inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", ints, ["sfl_B", F + 1]), _vi("pidx", ints, ["sfl_B", F + 1, 1])]
+    inputs += [_vi("cgw", elem, [1, F + 1, 1])] if one_row else [_vi("sinv", ints, ["sfl_B", F + 1, 1]),
+                                                                _vi("gw", elem, ["sfl_B", 1])]
+    inputs += [_vi("t", elem, ["sfl_B", 1])] + [_vi(s, elem, [1, 1, 1]) for s in scalars.values()]
+    outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, ["sfl_B", 1])]
     graph = helper.make_graph(b.nodes, "streamfit_lean_step", inputs, outputs, b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     prune(model)  # the loss terms' per-row loss: computed after the Scan
     return model.graph
 
 
-def lean_chunk_model(tr: Any, plan: LeanPlan, state: list[str], scanned: list[str], per_step: list[str]
-                     ) -> ModelProto:
+def _positions(b: GraphBuilder, tr: Any, plan: LeanPlan, scanned: list[str], block: str, one_row: bool
+               ) -> tuple[str, list[str]]:
+    """The outer graph's nodes making the Scan's per-step position inputs: (the bias row's index [1], the
+    scanned names after the block: ``pf``, ``pidx``, then ``cgw`` or ``sinv`` and ``gw``)."""
+    F = plan.fields
+    pos = "sfc_x_" + next(n for n in scanned if n.startswith("sfc_pos_"))  # [S, B, F]: the chunk's local ids
+    rows_r = b.op("Shape", block, start=0, end=1)  # [1]: the bias row's index
+    bias_col = b.op("Expand", b.op("Reshape", rows_r, b.const([1, 1, 1], np.int64)),
+                    b.op("Concat", b.op("Shape", pos, start=0, end=2), b.const([1], np.int64), axis=0))
+    pf = b.op("Concat", pos, bias_col, axis=2)  # [S, B, F + 1]
+    pidx = b.op("Unsqueeze", pf, b.const([3], np.int64))  # [S, B, F + 1, 1]
+    if one_row:
+        same = b.op("Equal", pidx, b.op("Unsqueeze", pf, b.const([2], np.int64)))  # [S, 1, F + 1, F + 1]
+        mult = b.op("ReduceSum", b.op("Cast", same, to=b.elem), b.const([3], np.int64), keepdims=1)
+        gw = b.op("Reshape", "sfc_x_" + Names.grad_weight, b.const([-1, 1, 1, 1], np.int64))
+        return rows_r, [pf, pidx, b.op("Mul", mult, gw)]
+    # outer-scope values the body reads: the positions' shape [B, F + 1] and B * (F + 1) zeros
+    shape = b.op("Shape", pf, start=1, end=3, out=_P + "pshape")
+    b.op("ConstantOfShape", b.op("ReduceProd", shape, keepdims=1), out=_P + "zeros",
+         value=numpy_helper.from_array(np.zeros(1, tr.dtype)))
+    sinv = b.op("Reshape", "sfc_x_" + Names.table(plan.table, "inv"), b.const([0, -1, F + 1, 1], np.int64))
+    return rows_r, [pf, pidx, sinv, b.op("Reshape", "sfc_x_" + Names.grad_weight, b.const([0, -1, 1], np.int64))]
+
+
+def lean_chunk_model(tr: Any, plan: LeanPlan, state: list[str], scanned: list[str], per_step: list[str],
+                     one_row: bool = True) -> ModelProto:
     """The chunk graph of :func:`~streamfit._engine.steps.scan.build_chunk_model` (same inputs and outputs for
-    these ``state``, ``scanned`` and ``per_step`` names) with the lean body."""
+    these ``state``, ``scanned`` and ``per_step`` names) with the lean body, for steps of one row or of more."""
     b = GraphBuilder(tr.dtype, prefix=_P + "o_")
     elem = b.elem
     X = lambda n: "sfc_x_" + n  # noqa: E731
@@ -157,41 +190,28 @@ def lean_chunk_model(tr: Any, plan: LeanPlan, state: list[str], scanned: list[st
     OUT = lambda n: "sfc_out_" + n  # noqa: E731
     blocks, _ = table_names(tr.tables)  # the table's block, then its state blocks
     dense = [plan.bias] + [Names.slot(plan.bias, s) for s in plan.slots]
-    F = plan.fields
     # the carried block: weight and state side by side, the bias as its last row
     table_block = b.op("Concat", *[IN(n) for n in blocks], axis=1) if len(blocks) > 1 else IN(blocks[0])
     bias_row = b.op("Concat", *[IN(n) for n in dense], axis=1) if len(dense) > 1 else IN(dense[0])
     M = b.op("Concat", table_block, bias_row, axis=0)
-    # the positions: each step's F block rows (the chunk's local ids), then the bias row
-    pos_name = next(n for n in scanned if n.startswith("sfc_pos_"))
-    pos = b.op("Reshape", X(pos_name), b.const([-1, F], np.int64))  # [S, F]
-    rows_r = b.op("Shape", IN(blocks[0]), start=0, end=1)  # [1]: the bias row's index
-    steps = b.op("Shape", pos, start=0, end=1)
-    bias_col = b.op("Expand", b.op("Reshape", rows_r, b.const([1, 1], np.int64)),
-                    b.op("Concat", steps, b.const([1], np.int64), axis=0))
-    pf = b.op("Concat", pos, bias_col, axis=1)  # [S, F + 1]
-    pidx = b.op("Unsqueeze", pf, b.const([2], np.int64))  # [S, F + 1, 1]
-    same = b.op("Equal", pidx, b.op("Unsqueeze", pf, b.const([1], np.int64)))  # [S, F + 1, F + 1]
-    mult = b.op("ReduceSum", b.op("Cast", same, to=elem), b.const([2], np.int64), keepdims=1)  # [S, F + 1, 1]
-    gw = b.op("Reshape", X(Names.grad_weight), b.const([-1, 1, 1], np.int64))
-    cgw = b.op("Mul", mult, gw)
-    target = b.op("Reshape", X(Names.target), b.const([-1, 1, 1], np.int64))
-    sc = [b.op("Reshape", X(n), b.const([-1, 1, 1], np.int64)) for n in per_step]  # [S, 1, 1]
+    rows_r, per_position = _positions(b, tr, plan, scanned, IN(blocks[0]), one_row)
+    target = b.op("Reshape", X(Names.target), b.const([0, -1, 1], np.int64))  # [S, B, 1]
+    sc = [b.op("Reshape", X(n), b.const([-1, 1, 1, 1], np.int64)) for n in per_step]  # [S, 1, 1, 1]
     scan_out = [_P + "M_final", _P + "ys"]
-    b.nodes.append(helper.make_node("Scan", [M, pf, pidx, cgw, target] + sc, scan_out, num_scan_inputs=4 + len(sc),
-                                    body=_body(tr, plan, elem), name=_P + "scan"))
-    b.op("Identity", scan_out[1], out="sfc_y")  # [S, 1, 1]
-    # every step's loss, from its prediction (before its update)
+    scan_in = [M] + per_position + [target] + sc
+    b.nodes.append(helper.make_node("Scan", scan_in, scan_out, num_scan_inputs=len(scan_in) - 1,
+                                    body=_body(tr, plan, elem, one_row), name=_P + "scan"))
+    b.op("Identity", scan_out[1], out="sfc_y")  # [S, B, 1]
+    # every step's loss, from its predictions (before its update)
     per_row, _ = tr.loss.terms(b, scan_out[1], target)
-    lw = b.op("Reshape", X(Names.loss_weight), b.const([-1, 1, 1], np.int64))
+    lw = b.op("Reshape", X(Names.loss_weight), b.const([0, -1, 1], np.int64))
     b.op("ReduceSum", b.op("Mul", per_row, lw), b.const([1, 2], np.int64), keepdims=0, out="sfc_losses")
     b.op("ReduceSum", scan_out[0], keepdims=0, out="sfc_check")
     # the final block back into the table's blocks and the bias
-    C = len(blocks)
     table_rows = b.op("Slice", scan_out[0], b.const([0], np.int64), rows_r, b.const([0], np.int64))
     bias_rows = b.op("Slice", scan_out[0], rows_r, b.const([1 << 62], np.int64), b.const([0], np.int64))
     for source, names in ((table_rows, blocks), (bias_rows, dense)):
-        if C > 1:
+        if len(blocks) > 1:
             b.nodes.append(helper.make_node("Split", [source], [OUT(n) for n in names], axis=1, name=b.name("Split")))
         else:
             b.op("Identity", source, out=OUT(names[0]))
