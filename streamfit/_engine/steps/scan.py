@@ -249,7 +249,7 @@ class ChunkSteps:
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self._built: dict[tuple[bool, bool, tuple[str, ...], bool], tuple[Any, list[str], list[str], list[str]] | None] = {}
-        #: the keys built with the lean one-row body of a hashed linear model (steps/scan_lean.py)
+        #: the keys built with the lean body of a hashed linear model (steps/scan_lean.py)
         self._lean: set[tuple[bool, bool, tuple[str, ...], bool]] = set()
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
@@ -281,7 +281,7 @@ class ChunkSteps:
             return None
         state = [n for n in tr.params.names]
         scanned: list[str] = []
-        plan = lean_plan(tr) if one_row and not large and not host_steps else None
+        plan = lean_plan(tr) if not large and not host_steps else None
         flat = flat_step_graph(tr) if not large and self.flat and plan is None else None
         if flat is not None:  # one parameter vector: the optimizer's update emitted once
             step, self.layout = flat
@@ -303,7 +303,7 @@ class ChunkSteps:
                                                    + list(tr.prepared.host))
         if plan is not None:
             self._lean.add(key)
-            model = lean_chunk_model(tr, plan, state, scanned, per_step)
+            model = lean_chunk_model(tr, plan, state, scanned, per_step, one_row)
         else:
             model = build_chunk_model(step, state, scanned, per_step, tr.prepared.output_name, eval_model)
         options = tr.small_batch_options if light else tr.options
@@ -318,7 +318,7 @@ class ChunkSteps:
         return self._build(self._kind(batch_size) + (host_steps, batch_size == 1)) is not None
 
     def lean(self, rows: int, host_steps: tuple[str, ...] = ()) -> bool:
-        """Whether ``rows`` rows per step run the lean one-row body (steps/scan_lean.py)."""
+        """Whether ``rows`` rows per step run the lean body of a hashed linear model (steps/scan_lean.py)."""
         return self._kind(rows) + (host_steps, rows == 1) in self._lean
 
     def names(self, rows: int, host_steps: tuple[str, ...] = ()) -> list[str]:
