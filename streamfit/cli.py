@@ -7,6 +7,7 @@ input or configuration, 1 for a runtime failure; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 __all__ = ["main"]
 
@@ -506,10 +507,31 @@ def _train(ns: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[list[int]]:
+    """SIGTERM/SIGINT during start-up (the preflight, a resume) recorded instead of killing the process: the
+    list holds the signals that came."""
+    came: list[int] = []
+    previous = {}
+    for number in (signal.SIGTERM, signal.SIGINT):
+        previous[number] = signal.signal(number, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def _serve(ns: argparse.Namespace) -> int:
     import anyio
 
-    cfg, runner = _prepare(ns, serve=True)
+    with _signals_held() as came:
+        cfg, runner = _prepare(ns, serve=True)
+    if came:  # told to stop before the first batch: nothing trained, nothing to save
+        logging.getLogger("streamfit.daemon").info(
+            "signal %s during start-up: stopping before the first batch (nothing trained)",
+            signal.Signals(came[0]).name)
+        return 0
     if runner is None:  # --workers N: the learners run on Ray
         from streamfit.distributed._cli import run_distributed
 
