@@ -243,7 +243,17 @@ class RiverClassifier(_RiverWrapper, _ClassifierBase):
         return y
 
     def learn_one(self, x: Mapping[Any, Any], y: Any, **kwargs: Any) -> None:
-        """One training step on one row (the estimator's one-row path)."""
+        """One training step on one row (the estimator's one-row path).
+
+        Parameters
+        ----------
+        x
+            The row: ``{feature: value}`` (a feature not seen before widens the model).
+        y
+            Its label.
+        **kwargs
+            River's other arguments of ``learn_one`` (ignored).
+        """
         label = self._label(y)
         index = self._vocabulary()
         if len(index) < len(x) or any(k not in index for k in x):
@@ -277,11 +287,27 @@ class RiverClassifier(_RiverWrapper, _ClassifierBase):
         return dict(zip(model.classes_.tolist(), proba.tolist()))
 
     def learn_many(self, X: Any, y: Any, **kwargs: Any) -> None:
-        """Learn the rows of a pandas frame (and its labels) one by one, as ``learn_one`` in a loop."""
+        """Learn the rows of a pandas frame (and its labels) one by one, as ``learn_one`` in a loop.
+
+        Parameters
+        ----------
+        X
+            A pandas DataFrame of rows.
+        y
+            A pandas Series of their labels.
+        **kwargs
+            River's other arguments (ignored).
+        """
         self._learn_rows(X, y)
 
     def predict_proba_many(self, X: Any) -> Any:
-        """A frame of class probabilities, one column per class (one prediction of the whole frame)."""
+        """A frame of class probabilities, one column per class (one prediction of the whole frame).
+
+        Parameters
+        ----------
+        X
+            A pandas DataFrame of rows.
+        """
         import pandas as pd
 
         model = self._model()
@@ -292,7 +318,13 @@ class RiverClassifier(_RiverWrapper, _ClassifierBase):
         return pd.DataFrame(proba, columns=labels, index=getattr(X, "index", None))
 
     def predict_many(self, X: Any) -> Any:
-        """The most probable class of each row, a pandas Series."""
+        """The most probable class of each row, a pandas Series.
+
+        Parameters
+        ----------
+        X
+            A pandas DataFrame of rows.
+        """
         import pandas as pd
 
         proba = self.predict_proba_many(X)
@@ -336,7 +368,17 @@ class RiverRegressor(_RiverWrapper, _RegressorBase):
         return LinearRegressor(batch_size=1)
 
     def learn_one(self, x: Mapping[Any, Any], y: Any, **kwargs: Any) -> None:
-        """One training step on one row (the estimator's one-row path)."""
+        """One training step on one row (the estimator's one-row path).
+
+        Parameters
+        ----------
+        x
+            The row: ``{feature: value}`` (a feature not seen before widens the model).
+        y
+            Its target.
+        **kwargs
+            River's other arguments of ``learn_one`` (ignored).
+        """
         index = self._vocabulary()
         if len(index) < len(x) or any(k not in index for k in x):
             self._learn_features(x)
@@ -362,11 +404,27 @@ class RiverRegressor(_RiverWrapper, _RegressorBase):
         return float(model.predict(self._row(x))[0])
 
     def learn_many(self, X: Any, y: Any, **kwargs: Any) -> None:
-        """Learn the rows of a pandas frame (and its targets) one by one, as ``learn_one`` in a loop."""
+        """Learn the rows of a pandas frame (and its targets) one by one, as ``learn_one`` in a loop.
+
+        Parameters
+        ----------
+        X
+            A pandas DataFrame of rows.
+        y
+            A pandas Series of their targets.
+        **kwargs
+            River's other arguments (ignored).
+        """
         self._learn_rows(X, y)
 
     def predict_many(self, X: Any) -> Any:
-        """The prediction of each row, a pandas Series (one prediction of the whole frame)."""
+        """The prediction of each row, a pandas Series (one prediction of the whole frame).
+
+        Parameters
+        ----------
+        X
+            A pandas DataFrame of rows.
+        """
         import pandas as pd
 
         model = self._model()

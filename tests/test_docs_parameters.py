@@ -1,9 +1,10 @@
 """Every public callable with parameters documents each of them in a numpydoc ``Parameters`` section, as the API
-reference renders it: the names of ``streamfit.__all__`` and of the public extension modules (losses, optim,
-schedules, penalties, sources), classes by their constructor's signature, and the public methods of those
-classes (an override without a docstring of its own excepted: its base's says what its parameters are).
-Parsed with griffe's numpy parser (the one mkdocstrings uses), on the docstring ``help()`` shows, which the
-API reference renders too (``docs/_griffe_roles.py``).
+reference renders it: the names of ``streamfit.__all__`` and of the public modules (losses, optim, schedules,
+penalties, sources, estimators, models, features, graph, testing, river, daemon; not yet checkpoint, history,
+report), classes by their constructor's signature, and the public methods of those classes (an override
+without a docstring of its own excepted: its base's says what its parameters are).  Parsed with griffe's numpy
+parser (the one mkdocstrings uses), on the docstring ``help()`` shows, which the API reference renders too
+(``docs/_griffe_roles.py``).
 
 ``python tests/test_docs_parameters.py`` lists what is missing.
 """
@@ -25,7 +26,8 @@ griffe = pytest.importorskip("griffe", reason="the [docs] extra (mkdocstrings) b
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("streamfit", "streamfit.losses", "streamfit.optim", "streamfit.schedules", "streamfit.penalties",
-           "streamfit.sources")
+           "streamfit.sources", "streamfit.estimators", "streamfit.models", "streamfit.features", "streamfit.graph",
+           "streamfit.testing", "streamfit.river", "streamfit.daemon")
 
 
 def public_callables(methods: bool = False) -> Iterator[tuple[str, Any]]:

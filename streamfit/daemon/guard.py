@@ -89,7 +89,15 @@ class DivergenceGuard:
         self.seen = 0
 
     def check(self, loss: float | None, refused_steps: int = 0) -> str | None:
-        """A reason string when this batch diverged, else ``None`` (and the running mean moves on)."""
+        """A reason string when this batch diverged, else ``None`` (and the running mean moves on).
+
+        Parameters
+        ----------
+        loss
+            The batch's mean training loss, or None (no loss: nothing to judge).
+        refused_steps
+            Steps of the batch the trainer refused (non-finite).
+        """
         if refused_steps:
             return f"{refused_steps} step(s) refused: non-finite loss, gradient or weight"
         if loss is None:

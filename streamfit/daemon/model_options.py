@@ -379,7 +379,15 @@ class ModelOptions:
     # ------------------------------------------------------------------------------------ building
     @classmethod
     def from_text(cls, values: Mapping[str, Any], where: str = "") -> "ModelOptions":
-        """From TOML values or collected flags (names checked, text forms read: ``penalty = "none"``, ...)."""
+        """From TOML values or collected flags (names checked, text forms read: ``penalty = "none"``, ...).
+
+        Parameters
+        ----------
+        values
+            ``{name: value}``: the TOML file's estimator keys, or the flags given.
+        where
+            Where they come from, for the messages (``"config.toml"``, ``"flags"``).
+        """
         known = _params()
         estimator = values.get("estimator")
         if estimator is not None:
@@ -400,7 +408,13 @@ class ModelOptions:
             raise OptionError(f"{where}{exc}", option=exc.option) from None
 
     def class_name(self, task: str | None = None) -> str | None:
-        """The estimator's class name (an ONNX file's by ``task``; ``None`` while it is unknown)."""
+        """The estimator's class name (an ONNX file's by ``task``; ``None`` while it is unknown).
+
+        Parameters
+        ----------
+        task
+            ``"regression"`` or ``"classification"``: picks an ONNX file's estimator; None while it is unknown.
+        """
         if self.estimator is not None:
             return self.estimator
         if task is None:
@@ -416,7 +430,15 @@ class ModelOptions:
 
     def value(self, name: str, task: str | None = None) -> Any:
         """A parameter as given, else the estimator's default (the regressor's while the task is open; ``None``
-        when the estimator does not take it)."""
+        when the estimator does not take it).
+
+        Parameters
+        ----------
+        name
+            A parameter name.
+        task
+            ``"regression"`` or ``"classification"``: picks an ONNX file's estimator; None while it is unknown.
+        """
         if name in self.params:
             return self.params[name]
         p = _params()[name]
@@ -425,7 +447,13 @@ class ModelOptions:
         return p.defaults.get(self.class_name(task) or "OnnxRegressor")
 
     def optimizer(self, task: str | None = None) -> Any:
-        """The optimizer: its name, or an instance when any of its parameters is given (``FTRL(l1=0.5)``)."""
+        """The optimizer: its name, or an instance when any of its parameters is given (``FTRL(l1=0.5)``).
+
+        Parameters
+        ----------
+        task
+            ``"regression"`` or ``"classification"``: picks an ONNX file's estimator; None while it is unknown.
+        """
         name = self.value("optimizer", task)
         given = {p.argument: self.params[n] for n, p in _params().items() if p.optimizer == name and n in self.params}
         if not given:
@@ -440,7 +468,21 @@ class ModelOptions:
 
     def build(self, *, model: str | None, task: str, batch_size: int, guard: bool, inputs: Any = None) -> Any:
         """The estimator: its class with the parameters given, the run's batch size and its ``on_nonfinite``
-        (``"skip"`` under the divergence guard: a refused step is rolled back, never applied)."""
+        (``"skip"`` under the divergence guard: a refused step is rolled back, never applied).
+
+        Parameters
+        ----------
+        model
+            The ONNX file for ``OnnxRegressor``/``OnnxClassifier``; None for a ready-made model.
+        task
+            ``"regression"`` or ``"classification"``.
+        batch_size
+            The run's rows per step.
+        guard
+            Whether the divergence guard is on (then ``on_nonfinite="skip"``).
+        inputs
+            The run's ``inputs=`` mapping, or None.
+        """
         cname = self.class_name(task)
         assert cname is not None
         cls = _classes()[cname]

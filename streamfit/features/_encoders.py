@@ -86,7 +86,20 @@ class Encoder:
 
     def encode(self, state: EncoderState, arrays: Sequence[pa.Array], *, journal_at: int | None = None,
                length: int | None = None) -> np.ndarray:
-        """``(n, width)`` int64 ids of the rows of ``arrays`` (one per column)."""
+        """``(n, width)`` int64 ids of the rows of ``arrays`` (one per column).
+
+        Parameters
+        ----------
+        state
+            The encoder's state (:meth:`new_state`, or the one a trainer keeps).
+        arrays
+            One Arrow array per column of ``columns``, of the same rows.
+        journal_at
+            The stream's good-row number of the first row, for an encoder whose state journals its updates; None:
+            no journal.
+        length
+            The width a list encoder pads to when it has no ``length`` of its own (the model input's last dimension).
+        """
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -149,10 +162,25 @@ class Hashed(Encoder):
         self.seed = int(seed)
 
     def column_seed(self, k: int) -> int:
+        """The hash seed of column ``k`` (from its name and :attr:`seed`).
+
+        Parameters
+        ----------
+        k
+            The column's index in ``columns``.
+        """
         return _column_seed(self.columns[k], self.seed)
 
     def ids_of(self, values: np.ndarray, k: int) -> np.ndarray:
-        """int64 ids of non-null values (str or integers) of column ``k``."""
+        """int64 ids of non-null values (str or integers) of column ``k``.
+
+        Parameters
+        ----------
+        values
+            The non-null values of the column (str or integers).
+        k
+            The column's index in ``columns`` (its seed).
+        """
         return 1 + murmur3(values, self.column_seed(k)).astype(np.int64) % (self.buckets - 1)
 
     def encode(self, state: EncoderState, arrays: Sequence[pa.Array], *, journal_at: int | None = None,
@@ -160,7 +188,20 @@ class Hashed(Encoder):
         """``(n, columns)`` ids.  Integer and bool columns hash as one numpy block (:func:`murmur3_int64`),
         string columns as another (:func:`murmur3_strings`, over the Arrow offsets and bytes; a few values in
         Python, cached per value), a dictionary column's values once; all bit-identical to the kernel, and
-        no string reaches onnxruntime (whose Python binding would keep every one of them alive)."""
+        no string reaches onnxruntime (whose Python binding would keep every one of them alive).
+
+        Parameters
+        ----------
+        state
+            The encoder's state (:meth:`new_state`, or the one a trainer keeps).
+        arrays
+            One Arrow array per column of ``columns``, of the same rows.
+        journal_at
+            The stream's good-row number of the first row, for an encoder whose state journals its updates; None:
+            no journal.
+        length
+            The width a list encoder pads to when it has no ``length`` of its own (the model input's last dimension).
+        """
         n = len(arrays[0]) if len(arrays) else 0
         out = np.empty((n, len(arrays)), dtype=np.int64)
         block: list[int] = []  # plain integer/bool columns, hashed together
@@ -370,7 +411,20 @@ class Vocabulary(Encoder):
     def encode(self, state: EncoderState, arrays: Sequence[pa.Array], *, journal_at: int | None = None,
                length: int | None = None) -> np.ndarray:
         """Ids of the rows; the vocabulary learns from them (row by row, in order).  ``journal_at``: the
-        stream's good-row number of the first row, to journal the updates (see :class:`VocabularyState`)."""
+        stream's good-row number of the first row, to journal the updates (see :class:`VocabularyState`).
+
+        Parameters
+        ----------
+        state
+            The encoder's state (:meth:`new_state`, or the one a trainer keeps).
+        arrays
+            One Arrow array per column of ``columns``, of the same rows.
+        journal_at
+            The stream's good-row number of the first row, for an encoder whose state journals its updates; None:
+            no journal.
+        length
+            The width a list encoder pads to when it has no ``length`` of its own (the model input's last dimension).
+        """
         assert isinstance(state, VocabularyState)
         cats = self._categoricals(state, arrays)
         n = len(cats[0].index) if cats else 0
@@ -418,7 +472,15 @@ class Vocabulary(Encoder):
 
     def lookup(self, state: EncoderState, arrays: Sequence[pa.Array]) -> np.ndarray:
         """Ids of the rows as the vocabulary stands, learning nothing (predictions): unknown values, and
-        values not yet admitted, get the unknown id."""
+        values not yet admitted, get the unknown id.
+
+        Parameters
+        ----------
+        state
+            The vocabulary's state.
+        arrays
+            One Arrow array per column of ``columns``.
+        """
         assert isinstance(state, VocabularyState)
         probe = EncoderState(len(self.columns))  # the kinds are checked, not fixed, by a prediction
         probe.kinds = list(state.kinds)
@@ -431,7 +493,15 @@ class Vocabulary(Encoder):
         return out
 
     def commit(self, committed: EncoderState, live: EncoderState, rows: int) -> None:
-        """Apply to ``committed`` the live updates of the stream's first ``rows`` good rows."""
+        """Apply to ``committed`` the live updates of the stream's first ``rows`` good rows.
+
+        Parameters
+        ----------
+        committed, live
+            The state a checkpoint holds, and the one training updated.
+        rows
+            Good rows of the stream whose updates to apply (those trained up to the checkpoint).
+        """
         assert isinstance(committed, VocabularyState) and isinstance(live, VocabularyState)
         for k, kind in enumerate(live.kinds):
             if committed.kinds[k] is None:

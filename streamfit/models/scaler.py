@@ -84,7 +84,13 @@ class RunningScaler:
 
     def bind(self, mean: np.ndarray, scale: np.ndarray) -> None:
         """Keep the float32 mean and scale in these arrays from now on (every update writes them in place):
-        the arrays a trainer's graph reads (its host tensors), so scaling costs no host work per row."""
+        the arrays a trainer's graph reads (its host tensors), so scaling costs no host work per row.
+
+        Parameters
+        ----------
+        mean, scale
+            float32 arrays of ``n_features`` values each, written in place from now on.
+        """
         if mean.shape != (len(self._s1),) or scale.shape != mean.shape:
             raise ValueError(f"bind() needs two arrays of shape ({len(self._s1)},), got {mean.shape}, {scale.shape}")
         self._f32 = (mean, scale)
@@ -145,7 +151,15 @@ class RunningScaler:
         return np.array(self.float64()[1], np.float64)
 
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
-        """Add the rows of ``X`` (weighted by ``sample_weight``) to the statistics."""
+        """Add the rows of ``X`` (weighted by ``sample_weight``) to the statistics.
+
+        Parameters
+        ----------
+        X
+            Rows ``(n, n_features)``.
+        sample_weight
+            Row weights (``n`` values), or None for 1 each.
+        """
         if sample_weight is None and len(X) == 1 and len(self._s1) <= self.small:  # one row, on Python floats
             self.update_row(X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else
                             np.asarray(X).reshape(-1).tolist())
@@ -168,7 +182,13 @@ class RunningScaler:
     def update_row(self, row: list[float]) -> None:
         """One unweighted row given as Python floats (the one-row path of a stream): its deviations added to
         the sums, and the float32 mean and scale that :meth:`transform` uses refreshed in place, in one pass
-        with :meth:`float64`'s operations."""
+        with :meth:`float64`'s operations.
+
+        Parameters
+        ----------
+        row
+            One row's ``n_features`` values.
+        """
         shift = self._shift if self._shift is not None else self._shift_of(row)
         n = self.count + 1.0
         eps4, sqrt = 4 * _EPS32, math.sqrt
@@ -193,13 +213,27 @@ class RunningScaler:
             f32[1][:] = scales
 
     def update_value(self, x: float) -> None:
-        """:meth:`update_row` of a one-feature scaler (a regressor's target)."""
+        """:meth:`update_row` of a one-feature scaler (a regressor's target).
+
+        Parameters
+        ----------
+        x
+            The value.
+        """
         self.update_row([x])
 
     def update_steps(self, X: np.ndarray, size: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Add the rows of ``X`` in steps of ``size`` rows (the last may be shorter), as :meth:`update` on each
         step's rows in turn (the same bits: a step's sums are added to the running ones), and return the float64
-        mean and scale after each step ([steps, features] each)."""
+        mean and scale after each step ([steps, features] each).
+
+        Parameters
+        ----------
+        X
+            Rows ``(n, n_features)``.
+        size
+            Rows per step.
+        """
         if not len(X):
             return np.empty((0, len(self._s1))), np.empty((0, len(self._s1)))
         X = np.asarray(X, np.float64).reshape(len(X), -1)
@@ -247,7 +281,13 @@ class RunningScaler:
         return means, scales
 
     def transform(self, X: np.ndarray) -> np.ndarray:
-        """``(X - mean) / scale`` computed in ``X``'s float type (as the exported graph computes it)."""
+        """``(X - mean) / scale`` computed in ``X``'s float type (as the exported graph computes it).
+
+        Parameters
+        ----------
+        X
+            Rows ``(n, n_features)``.
+        """
         X = np.asarray(X)
         if X.dtype == np.float32:  # the ready-made estimators' case: statistics cast once per update
             mean, scale = self.float32()
@@ -265,7 +305,13 @@ class RunningScaler:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (or an older one of ``count``, ``mean``, ``m2``: the deviations are
-        then measured from that mean); the number of features must match."""
+        then measured from that mean); the number of features must match.
+
+        Parameters
+        ----------
+        state
+            What :meth:`state_dict` returned.
+        """
         keys = ("shift", "s1", "s2") if "s1" in state else ("mean", "m2")
         arrays = [np.asarray(state[k], np.float64).reshape(-1) for k in keys]
         if any(a.shape != (len(self._s1),) for a in arrays):

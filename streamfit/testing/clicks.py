@@ -132,7 +132,15 @@ class ClickStream:
         return np.minimum(np.floor(r).astype(np.int64) - 1, c - 1)
 
     def logit(self, values: list[np.ndarray], dense: np.ndarray) -> np.ndarray:
-        """The true logit of rows given their categorical values (one int array per field) and dense fields."""
+        """The true logit of rows given their categorical values (one int array per field) and dense fields.
+
+        Parameters
+        ----------
+        values
+            One int array of value indices per categorical field.
+        dense
+            The dense fields, ``(n, n_dense)``.
+        """
         z = np.full(len(dense), self.intercept) + dense @ self.dense_weights
         for f, v in enumerate(values):
             z += self.effect_scale * _normal(self.seed, f, 0, v)
@@ -144,7 +152,15 @@ class ClickStream:
 
     def batch(self, index: int, rows: int) -> pa.RecordBatch:
         """Batch ``index`` of the stream: ``rows`` rows, the categorical, dense and ``label`` columns (plus
-        none of the true model's internals; :meth:`true_logit` recomputes them)."""
+        none of the true model's internals; :meth:`true_logit` recomputes them).
+
+        Parameters
+        ----------
+        index
+            Which batch: the same index gives the same rows, in any process.
+        rows
+            Rows in it.
+        """
         rng = np.random.default_rng([self.seed, int(index)])
         values = [self._values(rng, f, rows) for f in range(self.n_categorical)]
         dense = rng.standard_normal((rows, self.n_dense))
@@ -155,7 +171,13 @@ class ClickStream:
         return pa.record_batch(cols + [pa.array(label)], names=self.categorical + self.dense + ["label"])
 
     def true_logit(self, batch: "pa.RecordBatch | pa.Table") -> np.ndarray:
-        """The true model's logit for rows of this stream (the best any learner can do, in expectation)."""
+        """The true model's logit for rows of this stream (the best any learner can do, in expectation).
+
+        Parameters
+        ----------
+        batch
+            Rows of this stream (a batch or table it made).
+        """
         values = [np.asarray(batch.column(c).to_numpy(zero_copy_only=False)).astype(np.int64)
                   for c in self.categorical]
         dense = np.column_stack([batch.column(c).to_numpy() for c in self.dense]).astype(np.float64) \
@@ -164,16 +186,41 @@ class ClickStream:
 
     # -- whole streams -------------------------------------------------------------------------------
     def batches(self, rows: int, batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
-        """The first ``rows`` rows, as batches of ``batch_rows`` (the last one shorter)."""
+        """The first ``rows`` rows, as batches of ``batch_rows`` (the last one shorter).
+
+        Parameters
+        ----------
+        rows
+            Rows in all.
+        batch_rows
+            Rows per batch.
+        """
         for k, start in enumerate(range(0, rows, batch_rows)):
             yield self.batch(k, min(batch_rows, rows - start))
 
     def table(self, rows: int, batch_rows: int = 65536) -> pa.Table:
+        """The first ``rows`` rows as one table (of :meth:`batches`).
+
+        Parameters
+        ----------
+        rows, batch_rows
+            As for :meth:`batches`.
+        """
         return pa.Table.from_batches(list(self.batches(rows, batch_rows)))
 
     def write_parquet(self, directory: "str | os.PathLike[str]", rows: int, rows_per_file: int = 262144,
                       batch_rows: int = 65536) -> list[Path]:
-        """The first ``rows`` rows as Parquet files ``part-00000.parquet, ...`` in ``directory``."""
+        """The first ``rows`` rows as Parquet files ``part-00000.parquet, ...`` in ``directory``.
+
+        Parameters
+        ----------
+        directory
+            Where the files go (made if missing).
+        rows
+            Rows in all.
+        rows_per_file, batch_rows
+            Rows per file (a file ends at the first whole batch that reaches it), and per record batch written.
+        """
         import pyarrow.parquet as pq
 
         out = Path(directory)
@@ -195,7 +242,15 @@ class ClickStream:
         return paths
 
     def kafka_messages(self, rows: int, rows_per_message: int = 1024) -> Iterator[bytes]:
-        """The first ``rows`` rows as Kafka message values (Arrow IPC stream bytes, one batch each)."""
+        """The first ``rows`` rows as Kafka message values (Arrow IPC stream bytes, one batch each).
+
+        Parameters
+        ----------
+        rows
+            Rows in all.
+        rows_per_message
+            Rows per message.
+        """
         from streamfit.testing.kafka import ipc_bytes
 
         for batch in self.batches(rows, rows_per_message):

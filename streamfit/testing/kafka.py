@@ -123,7 +123,15 @@ class LocalKafkaBroker:
         self.stop()
 
     def create_topic(self, name: str | None = None, partitions: int = 1) -> str:
-        """Create a topic (a fresh unique name by default) and return its name."""
+        """Create a topic (a fresh unique name by default) and return its name.
+
+        Parameters
+        ----------
+        name
+            The topic's name; None: a fresh unique one.
+        partitions
+            Its number of partitions.
+        """
         from confluent_kafka.admin import AdminClient, NewTopic
 
         name = name or f"t-{uuid.uuid4().hex[:10]}"
@@ -134,7 +142,17 @@ class LocalKafkaBroker:
         return name
 
     def produce(self, topic: str, values: Iterable[bytes], partition: int | None = None) -> None:
-        """Produce raw message values, in order, to one partition (or the default partitioner's)."""
+        """Produce raw message values, in order, to one partition (or the default partitioner's).
+
+        Parameters
+        ----------
+        topic
+            The topic.
+        values
+            The message values, in order.
+        partition
+            The partition to write to; None: the default partitioner's.
+        """
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5,
@@ -155,5 +173,13 @@ class LocalKafkaBroker:
 
     def produce_batches(self, topic: str, batches: Iterable[pa.RecordBatch | pa.Table],
                         partition: int | None = None) -> None:
-        """Produce one Arrow IPC stream message per batch."""
+        """Produce one Arrow IPC stream message per batch.
+
+        Parameters
+        ----------
+        topic, partition
+            As for :meth:`produce`.
+        batches
+            Record batches or tables, one message each.
+        """
         self.produce(topic, (ipc_bytes(b) for b in batches), partition)

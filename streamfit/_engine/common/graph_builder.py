@@ -51,18 +51,47 @@ class GraphBuilder:
         self._consts: dict[tuple[Any, ...], str] = {}
 
     def name(self, hint: str) -> str:
+        """A new name, ``prefix + hint + _<count>``, unique within this builder.
+
+        Parameters
+        ----------
+        hint
+            A readable part of the name (``"w_new"``, ``"grad"``...).
+        """
         self._count += 1
         return f"{self.prefix}{hint}_{self._count}"
 
     def op(self, op_type: str, *inputs: str, out: str | None = None, domain: str = "", **attrs: Any) -> str:
-        """Add one single-output node and return its output name."""
+        """Add one single-output node and return its output name.
+
+        Parameters
+        ----------
+        op_type
+            The ONNX op (``"MatMul"``, ``"Add"``, ...).
+        *inputs
+            Names of its inputs, in order.
+        out
+            The output's name; None: a new name.
+        domain
+            The op's domain (``""``: standard ONNX; ``"com.microsoft"``: onnxruntime's contrib ops).
+        **attrs
+            The node's attributes (``transB=1``, ``axis=0``...).
+        """
         output = out or self.name(op_type.lower())
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=self.name(op_type),
                                            domain=domain, **attrs))
         return output
 
     def const(self, value: Any, dtype: Any = None) -> str:
-        """A constant initializer (float constants take the builder's dtype); equal constants are shared."""
+        """A constant initializer (float constants take the builder's dtype); equal constants are shared.
+
+        Parameters
+        ----------
+        value
+            A number or an array.
+        dtype
+            Its element type; None: the builder's (float constants) or numpy's guess.
+        """
         arr = np.asarray(value, dtype=self.dtype if dtype is None else dtype)
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         if key not in self._consts:
