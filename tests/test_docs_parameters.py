@@ -1,6 +1,6 @@
 """Every public callable with parameters documents each of them in a numpydoc ``Parameters`` section, as the API
 reference renders it: the names of ``streamfit.__all__`` and of the public modules (losses, optim, schedules,
-penalties, sources, estimators, models, features, graph, testing, river, daemon; not yet checkpoint, history,
+penalties, sources, estimators, models, features, graph, testing, river, daemon, checkpoint, history,
 report), classes by their constructor's signature, and the public methods of those classes (an override
 without a docstring of its own excepted: its base's says what its parameters are).  Parsed with griffe's numpy
 parser (the one mkdocstrings uses), on the docstring ``help()`` shows, which the API reference renders too
@@ -27,7 +27,8 @@ griffe = pytest.importorskip("griffe", reason="the [docs] extra (mkdocstrings) b
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("streamfit", "streamfit.losses", "streamfit.optim", "streamfit.schedules", "streamfit.penalties",
            "streamfit.sources", "streamfit.estimators", "streamfit.models", "streamfit.features", "streamfit.graph",
-           "streamfit.testing", "streamfit.river", "streamfit.daemon")
+           "streamfit.testing", "streamfit.river", "streamfit.daemon", "streamfit.checkpoint", "streamfit.history",
+           "streamfit.report")
 
 
 def public_callables(methods: bool = False) -> Iterator[tuple[str, Any]]:
@@ -44,7 +45,8 @@ def public_callables(methods: bool = False) -> Iterator[tuple[str, Any]]:
             if inspect.isclass(obj) and issubclass(obj, enum.Enum):
                 continue
             seen.add(id(obj))
-            yield f"{module_name}.{name}", obj
+            if not getattr(obj, "_is_protocol", False):  # a Protocol is no constructor: its methods are the contract
+                yield f"{module_name}.{name}", obj
             if methods and inspect.isclass(obj):
                 for attr, value in vars(obj).items():
                     func = getattr(value, "__func__", value)

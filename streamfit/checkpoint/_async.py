@@ -27,7 +27,15 @@ logger = logging.getLogger("streamfit.checkpoint")
 
 @dataclass(frozen=True)
 class WriteResult:
-    """A finished background write: which step, where, and how long ``save`` took (seconds)."""
+    """A finished background write: which step, where, and how long ``save`` took (seconds).
+
+    Attributes
+    ----------
+    step, path
+        The checkpoint written and its directory.
+    seconds
+        How long ``save`` took.
+    """
 
     step: int
     path: Path
@@ -51,6 +59,11 @@ class AsyncCheckpointWriter:
     :attr:`busy` first to avoid snapshotting for nothing.  A failed write is raised as
     :class:`CheckpointError` by the next ``submit``/``flush``/``close``, never lost.  Arrays handed
     in must be copies the caller no longer mutates: the worker reads them later.
+
+    Parameters
+    ----------
+    store
+        The :class:`CheckpointStore` to write to.
 
     Examples
     --------
@@ -116,6 +129,23 @@ class AsyncCheckpointWriter:
         released when written, or here when not queued).  Raises :class:`CheckpointError`
         if an earlier write failed, if the writer is closed, or if ``timeout`` seconds pass while
         waiting for the write in flight.
+
+        Parameters
+        ----------
+        step
+            The checkpoint's step (the trainer's step count); greater than every committed one.
+        model
+            The model file's bytes (ONNX).
+        arrays
+            ``{name: array}``: the state's arrays (copies the caller no longer mutates).
+        meta
+            JSON-able state (the estimator's state tree, the source position, counters...).
+        wait
+            While a write is queued or running: wait for it (True), or skip this one and return False.
+        timeout
+            The most seconds to wait; None: no limit.
+        tables
+            The large arrays, as for :meth:`CheckpointStore.save`.
         """
         if tables is not None and not isinstance(tables, TableArrays):
             raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
@@ -152,14 +182,26 @@ class AsyncCheckpointWriter:
             return True
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until no write is queued or running; raise the error of a failed one."""
+        """Wait until no write is queued or running; raise the error of a failed one.
+
+        Parameters
+        ----------
+        timeout
+            The most seconds to wait (then :class:`~streamfit.exceptions.CheckpointError`); None: no limit.
+        """
         with self._cond:
             if not self._cond.wait_for(self._idle, timeout):
                 raise CheckpointError(f"checkpoint write still running after {timeout} s")
             self._raise_error()
 
     def close(self, timeout: float | None = None) -> None:
-        """Finish the pending write, stop the worker; idempotent.  Raises a failed write's error."""
+        """Finish the pending write, stop the worker; idempotent.  Raises a failed write's error.
+
+        Parameters
+        ----------
+        timeout
+            The most seconds to wait (then :class:`~streamfit.exceptions.CheckpointError`); None: no limit.
+        """
         with self._cond:
             self._closed = True
             self._cond.notify_all()

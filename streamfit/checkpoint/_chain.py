@@ -36,6 +36,17 @@ class RowDelta:
     ``rows`` are sorted, distinct int64 indices along axis 0 of an array of ``shape``; ``values`` has
     ``len(rows)`` rows of ``shape[1:]``.  Both must be copies the caller no longer mutates.
 
+    Attributes
+    ----------
+    shape
+        The whole array's shape.
+    rows
+        The sorted, distinct row indices.
+    values
+        Their new values.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from streamfit.checkpoint._chain import apply_delta
     >>> d = RowDelta((4, 2), np.array([1, 3]), np.ones((2, 2), np.float32))
@@ -75,6 +86,17 @@ class ArrayBlocks:
     reused buffer: consumed before the next is asked for); ``release()`` frees the snapshot behind it
     (idempotent; called by the store after the write, and by whoever drops an unwritten one).
 
+    Attributes
+    ----------
+    shape, dtype
+        The whole array's shape and element type.
+    blocks
+        A callable yielding consecutive row blocks (see above).
+    release
+        A callable freeing the snapshot behind the blocks (idempotent).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> a = np.arange(6.0).reshape(3, 2)
     >>> blocks = ArrayBlocks(a.shape, a.dtype, lambda: iter((a[:2], a[2:])))
@@ -108,6 +130,18 @@ class TableArrays:
     ``arrays`` maps each name to a :class:`RowDelta` relative to checkpoint ``parent``, which must be the
     newest committed checkpoint of the store and of the same chain.  ``model_fill`` maps each ONNX
     initializer left empty in the model bytes to the array that fills it.
+
+    Attributes
+    ----------
+    arrays
+        ``{name: array}`` (a full; an :class:`ArrayBlocks` streams one) or ``{name: RowDelta}`` (a delta).
+    parent
+        None for a full; the newest committed checkpoint's step for a delta.
+    model_fill
+        ``{initializer left empty in the model bytes: array name}``.
+    compact
+        Write a delta as a full checkpoint (its parent's chain resolved from disk, these rows applied): ends a
+        long chain.
     """
 
     arrays: Mapping[str, "np.ndarray | ArrayBlocks | RowDelta"]
@@ -151,7 +185,23 @@ class TableArrays:
 
 @dataclass(frozen=True)
 class ChainLink:
-    """A checkpoint's place in its chain, as its manifest's ``tables`` section says."""
+    """A checkpoint's place in its chain, as its manifest's ``tables`` section says.
+
+    Attributes
+    ----------
+    kind
+        ``"full"`` or ``"delta"``.
+    base, depth
+        The step of the chain's full checkpoint, and the deltas from it to this one (0 for the full).
+    parent, parent_manifest_sha256
+        A delta's previous checkpoint step and the SHA-256 of its manifest; None for a full.
+    tables
+        ``{array name: {"dtype", "shape"}}`` of each whole table array.
+    model_fill
+        ``{initializer: array name}``: the model's initializers left empty, filled from the tables.
+    rows
+        A delta's rows per table.
+    """
 
     kind: str  # "full" or "delta"
     base: int  # step of the chain's full checkpoint
@@ -170,7 +220,15 @@ class ChainLink:
 
     @classmethod
     def from_json(cls, value: Any, step: int) -> "ChainLink":
-        """Parse a manifest's ``tables`` section; :class:`ValueError` naming what is wrong."""
+        """Parse a manifest's ``tables`` section; :class:`ValueError` naming what is wrong.
+
+        Parameters
+        ----------
+        value
+            The manifest's ``tables`` section.
+        step
+            The checkpoint's step (for the messages and checks).
+        """
         if not isinstance(value, dict):
             raise ValueError(f"'tables' is {type(value).__name__}, expected an object")
         kind = value.get("kind")

@@ -67,6 +67,21 @@ class Checkpoint:
     From :class:`~streamfit.checkpoint.CheckpointStore` a checkpoint of a chain comes *resolved*:
     ``arrays`` hold the whole tables (the full with every delta up to this one applied) and ``deltas`` is
     empty; ``model_bytes`` fills the skeleton model's tables on first access (not needed to resume).
+
+    Attributes
+    ----------
+    path, step
+        The checkpoint's directory and step.
+    manifest, meta
+        Its manifest (files, checksums, chain) and the JSON state saved with it.
+    arrays
+        ``{name: array}``: the state's arrays (whole tables, for a resolved chain checkpoint).
+    skeleton
+        The model file's bytes as stored (tables left empty in a chain checkpoint).
+    link
+        Its place in a chain, or None.
+    deltas
+        A delta's own rows, when read alone.
     """
 
     path: Path

@@ -90,6 +90,13 @@ def publish(model_bytes: bytes | bytearray | memoryview, path: StrPath) -> Path:
 
     A reader opening ``path`` sees either the previous complete file or the new one, never a
     partial write; after return the new content survives a crash.  Returns ``path`` as a ``Path``.
+
+    Parameters
+    ----------
+    model_bytes
+        The file's content.
+    path
+        Where it goes.
     """
     try:
         return atomic_write(path, model_bytes)

@@ -57,7 +57,13 @@ DELTA_VERSION = 1
 
 
 def delta_path(path: StrPath) -> Path:
-    """Where the delta file of a model published at ``path`` is written: ``<path>.delta.npz``."""
+    """Where the delta file of a model published at ``path`` is written: ``<path>.delta.npz``.
+
+    Parameters
+    ----------
+    path
+        Where the model is published.
+    """
     p = Path(path)
     return p.with_name(p.name + ".delta.npz")
 
@@ -65,7 +71,19 @@ def delta_path(path: StrPath) -> Path:
 @dataclass(frozen=True)
 class PublishResult:
     """One publication: the checkpoint step, the model's SHA-256, whether a patchable delta was written
-    (``False``: the delta says reload), the rows it holds, and how long writing took (seconds)."""
+    (``False``: the delta says reload), the rows it holds, and how long writing took (seconds).
+
+    Attributes
+    ----------
+    step, sha256
+        The checkpoint step published, and the model file's SHA-256.
+    patchable
+        Whether a patchable delta was written (False: the delta says reload).
+    rows
+        Table rows the delta holds.
+    seconds, started
+        How long writing took, and when it started (Unix time).
+    """
 
     step: int
     sha256: str
@@ -154,6 +172,13 @@ class BackgroundPublisher:
     and writes the newest state when a publication is due, so training never waits for a publication and
     offers made between two publications are merged (their rows united).  :meth:`close` publishes what is
     left and stops.  A failed write is logged and retried at the next offer, never raised into training.
+
+    Parameters
+    ----------
+    path
+        Where the model is published (a serving process reads it; the delta file goes beside it).
+    every_seconds
+        The least seconds between two publications (0: publish every offer).
     """
 
     def __init__(self, path: StrPath, every_seconds: float = 0.0) -> None:
@@ -188,7 +213,15 @@ class BackgroundPublisher:
 
     # -- the caller's side ---------------------------------------------------------------------------
     def prime(self, model: bytes, tables: TableArrays) -> None:
-        """Start from a full state (its arrays, which the caller no longer mutates) without publishing it."""
+        """Start from a full state (its arrays, which the caller no longer mutates) without publishing it.
+
+        Parameters
+        ----------
+        model
+            The model's bytes.
+        tables
+            Its full :class:`TableArrays`.
+        """
         with self._cond:
             self._offers.append(_Offer(-1, bytes(model), tables))
             self._cond.notify_all()
@@ -197,7 +230,17 @@ class BackgroundPublisher:
                     chain: "tuple[Mapping[str, RowDelta], ...]" = ()) -> None:
         """Start from a resumed chain checkpoint without publishing it or holding its tables: the full checkpoint
         ``full`` (a directory; its ``state.npz`` is opened now), then the deltas ``chain`` (per table array its
-        :class:`RowDelta`) in order; ``model`` the checkpoint's skeleton, ``model_fill`` its link's."""
+        :class:`RowDelta`) in order; ``model`` the checkpoint's skeleton, ``model_fill`` its link's.
+
+        Parameters
+        ----------
+        model, model_fill
+            The checkpoint's skeleton model bytes and the initializers its tables fill.
+        full
+            The chain's full checkpoint directory.
+        chain
+            Per delta after it, in order: ``{table array: RowDelta}``.
+        """
         source = _FileTables.from_npz(Path(full) / "state.npz", dict(model_fill))
         with self._cond:
             self._offers.append(_Offer(-1, bytes(model), None, None, source, tuple(chain), dict(model_fill)))
@@ -210,7 +253,21 @@ class BackgroundPublisher:
         ``changed`` (for a full: per table array, the rows written since the checkpoint offered before it)
         lets the next delta file patch across a full instead of asking servers to reload.  A full whose tables
         were streamed (:class:`~streamfit.checkpoint.ArrayBlocks`) is read from ``checkpoint`` (its directory),
-        whose ``state.npz`` is opened here, before the caller's next save can delete it."""
+        whose ``state.npz`` is opened here, before the caller's next save can delete it.
+
+        Parameters
+        ----------
+        step
+            The checkpoint's step.
+        model
+            Its model bytes.
+        tables
+            Its :class:`TableArrays` (None: a model without tables).
+        changed
+            For a full: per table array, the rows written since the previous offer.
+        checkpoint
+            The checkpoint's directory (read for a full whose tables were streamed).
+        """
         source = self._source(tables, checkpoint)
         with self._cond:
             if self._closed:
@@ -232,7 +289,13 @@ class BackgroundPublisher:
         return _FileTables.from_npz(Path(checkpoint) / "state.npz", dict(tables.model_fill))
 
     def flush(self, timeout: float | None = None) -> None:
-        """Publish now what was offered (ignoring ``every_seconds``) and wait for it."""
+        """Publish now what was offered (ignoring ``every_seconds``) and wait for it.
+
+        Parameters
+        ----------
+        timeout
+            The most seconds to wait (then :class:`~streamfit.exceptions.CheckpointError`); None: no limit.
+        """
         with self._cond:
             self._force = True
             self._cond.notify_all()
@@ -240,7 +303,13 @@ class BackgroundPublisher:
                 raise CheckpointError(f"publication still running after {timeout} s")
 
     def close(self, timeout: float | None = None) -> None:
-        """Publish what is left, then stop the thread; idempotent."""
+        """Publish what is left, then stop the thread; idempotent.
+
+        Parameters
+        ----------
+        timeout
+            The most seconds to wait for the thread to finish; None: no limit.
+        """
         with self._cond:
             self._closed = True
             self._cond.notify_all()
@@ -554,7 +623,15 @@ def apply_published_delta(model: Any, delta: "StrPath | Mapping[str, np.ndarray]
     return it: each table's changed rows written, each dense initializer replaced.
 
     Raises :class:`CheckpointError` if the delta says to reload the model file (``from_sha256`` empty) or is
-    not a publish delta.  The caller checks ``from_sha256`` against the model it holds."""
+    not a publish delta.  The caller checks ``from_sha256`` against the model it holds.
+
+    Parameters
+    ----------
+    model
+        The ``onnx.ModelProto`` the delta starts from (its ``from_sha256``).
+    delta
+        The delta file's path (:func:`delta_path`), or its arrays as loaded.
+    """
     from onnx import numpy_helper
 
     if isinstance(delta, Mapping):

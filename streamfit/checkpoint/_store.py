@@ -66,7 +66,13 @@ _NO_CHECKPOINT = "none"  # pointer content after discard_after() removed every c
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """A committed checkpoint directory, as listed (not yet verified: use :meth:`CheckpointStore.load`)."""
+    """A committed checkpoint directory, as listed (not yet verified: use :meth:`CheckpointStore.load`).
+
+    Attributes
+    ----------
+    step, path
+        The checkpoint's step and directory.
+    """
 
     step: int
     path: Path
@@ -138,6 +144,19 @@ class CheckpointStore:
         first.  ``tables`` (large arrays) makes it a link of a chain: a full, or a delta of the rows
         written since ``tables.parent``, which must be the newest committed checkpoint, itself of a
         chain (see :mod:`streamfit.checkpoint._chain`).  Returns the checkpoint directory.
+
+        Parameters
+        ----------
+        step
+            The checkpoint's step (the trainer's step count); greater than every committed one.
+        model
+            The model file's bytes (ONNX).
+        arrays
+            ``{name: array}``: the state's arrays (copies the caller no longer mutates).
+        meta
+            JSON-able state (the estimator's state tree, the source position, counters...).
+        tables
+            The large arrays (:class:`TableArrays`): a full or a delta of a chain; None: no chain.
         """
         if tables is not None and not isinstance(tables, TableArrays):
             raise CheckpointError(f"tables must be a TableArrays, got {type(tables).__name__}")
@@ -291,6 +310,11 @@ class CheckpointStore:
         """Delete every checkpoint with a step greater than ``step`` (after a rollback); return them.
 
         ``latest`` is moved back first, so a crash midway never resurrects a discarded checkpoint.
+
+        Parameters
+        ----------
+        step
+            The last step to keep.
         """
         step = check_step(step)
         with self._writing():
@@ -486,6 +510,11 @@ class CheckpointStore:
         """Read and verify one checkpoint: a directory path, or a directory name under ``root``.
 
         Raises :class:`CorruptCheckpointError` with the reason if it is incomplete or fails a check.
+
+        Parameters
+        ----------
+        path
+            A checkpoint directory, or its name under ``root``.
         """
         p = Path(path)
         if not p.is_absolute() and len(p.parts) == 1:
@@ -523,7 +552,13 @@ class CheckpointStore:
 
     def chain_of(self, path: StrPath) -> tuple[Path, tuple[dict[str, RowDelta], ...]]:
         """For chain checkpoint ``path``: its full checkpoint's directory and, oldest first, the rows of each
-        delta after it up to ``path`` (each delta verified; the full's tables are not read)."""
+        delta after it up to ``path`` (each delta verified; the full's tables are not read).
+
+        Parameters
+        ----------
+        path
+            A chain checkpoint's directory, or its name under ``root``.
+        """
         p = Path(path)
         if not p.is_absolute() and len(p.parts) == 1:
             p = self.root / p

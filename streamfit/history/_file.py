@@ -28,7 +28,13 @@ DIRNAME = "history"
 
 
 def history_dir(checkpoint_dir: str | os.PathLike[str]) -> Path:
-    """Where a run's history lives: ``CHECKPOINT_DIR/history``."""
+    """Where a run's history lives: ``CHECKPOINT_DIR/history``.
+
+    Parameters
+    ----------
+    checkpoint_dir
+        The run's checkpoint directory.
+    """
     return Path(checkpoint_dir) / DIRNAME
 
 
@@ -61,7 +67,15 @@ def _read_part(path: Path, last: bool) -> Iterator[Interval | RunStart]:
 
 @dataclass(frozen=True)
 class History:
-    """A run's history as read back: its starts (one per process, fresh or resumed) and its intervals in order."""
+    """A run's history as read back: its starts (one per process, fresh or resumed) and its intervals in order.
+
+    Attributes
+    ----------
+    runs
+        The starts, one per process.
+    intervals
+        The intervals, in order.
+    """
 
     runs: list[RunStart]
     intervals: list[Interval]
@@ -84,7 +98,13 @@ class History:
 
 
 def read_history(path: str | os.PathLike[str]) -> History:
-    """Read the history of a checkpoint directory (or of its ``history`` directory itself)."""
+    """Read the history of a checkpoint directory (or of its ``history`` directory itself).
+
+    Parameters
+    ----------
+    path
+        A checkpoint directory, or its ``history`` directory.
+    """
     root = Path(path)
     if not _parts(root) and _parts(root / DIRNAME):
         root = root / DIRNAME
@@ -102,7 +122,17 @@ def read_history(path: str | os.PathLike[str]) -> History:
 
 class HistoryLog:
     """Append-only JSON-lines parts in ``root``: a new part past ``max_bytes``, the oldest removed beyond
-    ``keep_parts`` (so at most about ``max_bytes * keep_parts`` on disk)."""
+    ``keep_parts`` (so at most about ``max_bytes * keep_parts`` on disk).
+
+    Parameters
+    ----------
+    root
+        The directory of the parts.
+    max_bytes
+        Bytes per part before a new one starts.
+    keep_parts
+        Parts kept (the oldest removed beyond).
+    """
 
     def __init__(self, root: str | os.PathLike[str], max_bytes: int = 4 << 20, keep_parts: int = 16) -> None:
         if max_bytes < 1024:
@@ -121,7 +151,13 @@ class HistoryLog:
         return read_history(self.root)
 
     def truncate_after(self, step: int) -> Interval | None:
-        """Drop the intervals ending after batch ``step`` (and a torn last line); the last interval kept."""
+        """Drop the intervals ending after batch ``step`` (and a torn last line); the last interval kept.
+
+        Parameters
+        ----------
+        step
+            The last batch to keep.
+        """
         self.close()
         for number, part in reversed(_parts(self.root)):
             kept: list[bytes] = []
@@ -144,7 +180,15 @@ class HistoryLog:
         return None
 
     def append(self, record: Interval | RunStart, sync: bool = False) -> None:
-        """Write one record as one line (flushed; fsynced with ``sync``)."""
+        """Write one record as one line (flushed; fsynced with ``sync``).
+
+        Parameters
+        ----------
+        record
+            An :class:`Interval` or a :class:`RunStart`.
+        sync
+            fsync it too.
+        """
         if isinstance(record, RunStart):
             self._run = record
         line = _line(record)

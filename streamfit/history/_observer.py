@@ -28,7 +28,15 @@ logger = logging.getLogger("streamfit.history")
 class HistoryOptions:
     """How a run's history is cut and kept: an interval ends every ``every_rows`` rows or ``every_seconds``
     seconds (whichever first; and at every checkpoint and rollback point); parts of ``max_bytes``, at most
-    ``keep_parts`` of them."""
+    ``keep_parts`` of them.
+
+    Attributes
+    ----------
+    every_rows, every_seconds
+        An interval ends every this many rows, or seconds, whichever comes first (None: not by that).
+    max_bytes, keep_parts
+        As for :class:`HistoryLog`.
+    """
 
     every_rows: int | None = None
     every_seconds: float | None = 10.0
@@ -47,14 +55,36 @@ class HistorySink(Protocol):
     :mod:`streamfit.report.trackers`): each :class:`RunStart` and :class:`Interval` once it is on disk, then
     ``close`` when the run ends."""
 
-    def record(self, record: "Interval | RunStart") -> None: ...
+    def record(self, record: "Interval | RunStart") -> None:
+        """See one record, once it is on disk.
+
+        Parameters
+        ----------
+        record
+            An :class:`Interval` or a :class:`RunStart`.
+        """
+        ...
 
     def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class Progress:
-    """The run's counters at an interval's end, as the Runner has them (cumulative over resumes)."""
+    """The run's counters at an interval's end, as the Runner has them (cumulative over resumes).
+
+    Attributes
+    ----------
+    batches, rows
+        Trained batches and rows (over resumes).
+    skipped_rows, skipped_messages
+        Skipped input, by reason.
+    stream_metrics
+        The stream's progressive metrics so far.
+    lr_scale
+        The learning-rate scale now (None: no divergence guard).
+    lag
+        The source's lag (Kafka: per partition), where known.
+    """
 
     batches: int
     rows: int
@@ -129,7 +159,19 @@ def plain_json(value: Any, depth: int = 0) -> Any:
 class RunHistory:
     """Keeps the metrics history of a run in ``CHECKPOINT_DIR/history`` (see :mod:`streamfit.history`), or in
     ``directory`` when given.  ``sinks`` see every record once it is written (a failing sink is logged and
-    dropped: the history on disk stays whole, and ``streamfit report --mlflow/--tensorboard`` replays it)."""
+    dropped: the history on disk stays whole, and ``streamfit report --mlflow/--tensorboard`` replays it).
+
+    Parameters
+    ----------
+    checkpoint_dir
+        The run's checkpoint directory (the history goes in its ``history``); None with ``directory``.
+    options
+        How intervals are cut and parts kept (default: :class:`HistoryOptions`'s defaults).
+    directory
+        Keep the history here instead.
+    sinks
+        :class:`HistorySink` objects fed each record once it is written.
+    """
 
     def __init__(self, checkpoint_dir: str | os.PathLike[str] | None, options: HistoryOptions | None = None, *,
                  directory: str | os.PathLike[str] | None = None, sinks: Sequence[HistorySink] = ()) -> None:
@@ -152,7 +194,17 @@ class RunHistory:
     def start(self, progress: Callable[[], Progress], *, resumed_from: str | None, source: str | None,
               config: Mapping[str, Any]) -> None:
         """A process starts on the run: cut what a lost tail held (after the resumed checkpoint's batch), note
-        the start and its configuration, open the first interval."""
+        the start and its configuration, open the first interval.
+
+        Parameters
+        ----------
+        progress
+            A callable giving the run's counters now (the Runner's).
+        resumed_from, source
+            The checkpoint resumed from (None: fresh), and the source.
+        config
+            The run's configuration (plain JSON values).
+        """
         self._progress = progress
         now = progress()
         if resumed_from is None and now.batches == 0:
@@ -170,13 +222,25 @@ class RunHistory:
         self._begin(now, now.stream_metrics)
 
     def batch(self, rows: int) -> None:
-        """A batch was trained (``rows``: the run's row counter): end the interval if it is due."""
+        """A batch was trained (``rows``: the run's row counter): end the interval if it is due.
+
+        Parameters
+        ----------
+        rows
+            The run's row counter after the batch.
+        """
         if rows >= self._next_rows or time.monotonic() >= self._next_clock:
             self.boundary()
 
     def boundary(self, sync: bool = False) -> None:
         """End the open interval here (a checkpoint or rollback point was taken: a resume or rollback may come
-        back to this batch); ``sync`` fsyncs it (before the checkpoint that covers it is written)."""
+        back to this batch); ``sync`` fsyncs it (before the checkpoint that covers it is written).
+
+        Parameters
+        ----------
+        sync
+            fsync the interval.
+        """
         if self._open is None or self._progress is None:
             return
         now = self._progress()
@@ -191,7 +255,17 @@ class RunHistory:
 
     def checkpoint(self, step: int, rows: int | None, seconds: float, path: str | os.PathLike[str]) -> None:
         """A checkpoint became durable: noted in the interval open now (``rows`` None: the rows at the boundary
-        of that step)."""
+        of that step).
+
+        Parameters
+        ----------
+        step, rows
+            The checkpoint's step and rows (None: the rows at that step's boundary).
+        seconds
+            Its write time.
+        path
+            Its directory.
+        """
         if rows is None:
             rows = self._rows_at.get(step, 0)
         if self._open is not None:
@@ -201,14 +275,30 @@ class RunHistory:
     def rollback(self, *, at_rows: int, to_step: int, to_rows: int, reason: str, lr_scale: float,
                  quarantined: tuple[str, ...] = ()) -> None:
         """Training went back to batch ``to_step``: the intervals after it leave the lineage (their rollbacks
-        are kept: they happened), the next interval starts there and notes this one."""
+        are kept: they happened), the next interval starts there and notes this one.
+
+        Parameters
+        ----------
+        at_rows, to_step, to_rows, reason, lr_scale, quarantined
+            As in :class:`RollbackMark`.
+        """
         self.rewind(to_step, RollbackMark(at_rows, to_step, to_rows, reason, float(lr_scale), tuple(quarantined)),
                     fresh_metrics=True)
 
     def rewind(self, to_step: int, mark: RollbackMark | None = None, fresh_metrics: bool = False) -> None:
         """Training goes on from step ``to_step`` again (a rollback; a distributed run's learners restarted
         from its last global checkpoint): the intervals after it are cut, the next one starts there.
-        ``fresh_metrics``: the progressive metrics count from zero again (a new stream loop)."""
+        ``fresh_metrics``: the progressive metrics count from zero again (a new stream loop).
+
+        Parameters
+        ----------
+        to_step
+            The batch training goes on from.
+        mark
+            The rollback to note in the next interval, or None.
+        fresh_metrics
+            Whether the progressive metrics count from zero again.
+        """
         dropped = [i for i in self.log.read().intervals if i.batch_end > to_step]
         carried = [r for i in dropped for r in i.rollbacks]
         if self._open is not None:

@@ -21,7 +21,17 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class CheckpointMark:
-    """A checkpoint that became durable in the interval: its step and rows, write time and bytes on disk."""
+    """A checkpoint that became durable in the interval: its step and rows, write time and bytes on disk.
+
+    Attributes
+    ----------
+    step, rows
+        The checkpoint's step and rows.
+    seconds, bytes
+        Its write time and size on disk.
+    name
+        Its directory's name.
+    """
 
     step: int
     rows: int
@@ -33,7 +43,21 @@ class CheckpointMark:
 @dataclass(frozen=True)
 class RollbackMark:
     """A divergence rollback: at ``at_rows`` training went back to ``to_rows`` (batch ``to_step``) with the
-    learning-rate scale ``lr_scale``; ``quarantined`` names the poison messages it set aside (a quarantine)."""
+    learning-rate scale ``lr_scale``; ``quarantined`` names the poison messages it set aside (a quarantine).
+
+    Attributes
+    ----------
+    at_rows
+        The rows trained when the divergence was caught.
+    to_step, to_rows
+        The batch and rows training went back to.
+    reason
+        What the guard saw.
+    lr_scale
+        The learning-rate scale after the rollback.
+    quarantined
+        The poison messages set aside.
+    """
 
     at_rows: int
     to_step: int
@@ -47,7 +71,27 @@ class RollbackMark:
 class Interval:
     """What the run did over batches ``(batch_start, batch_end]``: progressive metrics over the interval's
     evaluated rows, throughput, skips by reason, checkpoints, rollbacks, the learning-rate scale at its end and
-    the source's lag (Kafka: messages behind the high watermark per partition) where known."""
+    the source's lag (Kafka: messages behind the high watermark per partition) where known.
+
+    Attributes
+    ----------
+    seq, run
+        The interval's number, and the run (process) it belongs to.
+    batch_start, batch_end, rows_start, rows_end
+        The batches ``(batch_start, batch_end]`` and the rows it covers.
+    time_start, time_end, rows_per_s
+        Its start and end (Unix time), and its throughput.
+    metrics, evaluated_rows
+        Progressive metrics over its evaluated rows, and how many.
+    skipped_rows, skipped_messages
+        Input skipped in it, by reason.
+    lr_scale
+        The learning-rate scale at its end.
+    checkpoints, rollbacks
+        Checkpoints that became durable, and rollbacks, in it.
+    lag
+        The source's lag at its end (Kafka: messages behind the high watermark, per partition).
+    """
 
     seq: int
     run: int
@@ -77,7 +121,19 @@ class Interval:
 @dataclass(frozen=True)
 class RunStart:
     """A process started on the run: at batch ``batches`` (row ``rows``), resumed from ``resumed_from`` or
-    fresh, with its configuration (plain JSON values)."""
+    fresh, with its configuration (plain JSON values).
+
+    Attributes
+    ----------
+    run, time
+        The run's number and its start (Unix time).
+    batches, rows
+        Where it starts (the resumed checkpoint's counters, or 0).
+    resumed_from, source
+        The checkpoint it resumed from (None: fresh), and its source.
+    config
+        Its configuration, as plain JSON.
+    """
 
     run: int
     time: float

@@ -19,7 +19,17 @@ __all__ = ["ReportResult", "write_report"]
 
 @dataclass(frozen=True)
 class ReportResult:
-    """What :func:`write_report` wrote: the page, and each plot's name (and PNG file with ``png_dir``)."""
+    """What :func:`write_report` wrote: the page, and each plot's name (and PNG file with ``png_dir``).
+
+    Attributes
+    ----------
+    path
+        The HTML page.
+    plots
+        Each plot's name.
+    png_files
+        The PNG files, with ``png_dir``.
+    """
 
     path: Path
     plots: tuple[str, ...]
@@ -29,7 +39,17 @@ class ReportResult:
 def write_report(checkpoint_dir: str | os.PathLike[str], output: str | os.PathLike[str],
                  png_dir: str | os.PathLike[str] | None = None) -> ReportResult:
     """Write the report of the run kept in ``checkpoint_dir`` to ``output`` (HTML); ``png_dir``: the plots
-    as files too.  ``ValueError`` if the directory holds no history."""
+    as files too.  ``ValueError`` if the directory holds no history.
+
+    Parameters
+    ----------
+    checkpoint_dir
+        The run's checkpoint directory (its history is read).
+    output
+        The HTML file to write.
+    png_dir
+        Also write each plot as a PNG there; None: only the page.
+    """
     from streamfit.report._page import checkpoint_chain, render_page
     from streamfit.report._plots import draw_plots
 
