@@ -46,8 +46,13 @@ def fm_model(n_fields: int, n_dense: int, buckets: int, n_factors: int, rng: Any
     if n_fields:
         inputs.append(helper.make_tensor_value_info(IDS, TensorProto.INT64, ["N", n_fields]))
         inits.append(numpy_helper.from_array(np.zeros((buckets, n_outputs), dtype), "linear"))
-        nodes += [helper.make_node("Gather", ["linear", IDS], ["lin_rows"]),  # [N, F, O]
-                  helper.make_node("ReduceSum", ["lin_rows", "axis1"], ["lin"], keepdims=0)]  # [N, O]
+        nodes.append(helper.make_node("Gather", ["linear", IDS], ["lin_rows"]))  # [N, F, O]
+        if n_outputs == 1:  # [N, F] summed, keeping the axis: onnxruntime reduces [N, F, 1] over F 10x slower
+            inits.append(numpy_helper.from_array(np.array([0, -1], np.int64), "rows_2d"))
+            nodes += [helper.make_node("Reshape", ["lin_rows", "rows_2d"], ["lin_2d"]),
+                      helper.make_node("ReduceSum", ["lin_2d", "axis1"], ["lin"], keepdims=1)]  # [N, 1]
+        else:
+            nodes.append(helper.make_node("ReduceSum", ["lin_rows", "axis1"], ["lin"], keepdims=0))  # [N, O]
         terms.append("lin")
     if n_dense:
         inputs.append(helper.make_tensor_value_info(DENSE, elem, ["N", n_dense]))

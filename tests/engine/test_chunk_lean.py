@@ -17,6 +17,10 @@ from streamfit.models._fm_graph import fm_model
 from streamfit.penalties import Penalty
 
 RTOL, ATOL = 1e-6, 1e-7
+#: the body's sums and square roots round as the step path's only within a few ulps (see scan_lean's docstring),
+#: and Adam divides each gradient by its running scale: a rounding difference in a small gradient moves its weight
+#: by up to lr times the relative difference (1e-7 absolute on weights of ~0.01 seen)
+_ADAM_ATOL = 1e-6
 
 
 def _data(n: int, fields: int, buckets: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +77,7 @@ def test_lean_chunks_equal_step_by_step(optimizer: str, penalty: Any) -> None:
     ref_out, ref_loss = _steps(b, ids, y)
     np.testing.assert_allclose(np.concatenate(outs), ref_out, rtol=RTOL, atol=1e-6)
     np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
-    _same(a, b)
+    _same(a, b, atol=_ADAM_ATOL if optimizer == "adam" else ATOL)
 
 
 def test_ftrl_with_l1_and_l2_and_a_squared_loss() -> None:
@@ -109,7 +113,7 @@ def test_lean_chunks_of_several_rows_a_step_equal_step_by_step(optimizer: str, p
         outs.append(b.last_output.copy())
     np.testing.assert_allclose(r.outputs, np.concatenate(outs), rtol=RTOL, atol=1e-6)
     np.testing.assert_allclose(r.losses, np.array(losses), rtol=RTOL, atol=ATOL)
-    _same(a, b)
+    _same(a, b, atol=_ADAM_ATOL if optimizer == "adam" else ATOL)
 
 
 def test_dense_columns_keep_the_generic_body() -> None:

@@ -67,6 +67,28 @@ def _const_int(pm: Any, name: str) -> list[int] | None:
     return None
 
 
+def _row_sum(pm: Any, table: str, ids: str, rows: str) -> str | None:
+    """The name of each row's sum of its table rows ([N, 1]) when the model's nodes are ``Gather`` of the table,
+    then ``ReduceSum`` over the fields (of [N, F, 1], or of it reshaped [N, F] keeping the axis), then one
+    ``Add``; else None."""
+    nodes = list(pm.model.graph.node)
+    if len(nodes) not in (3, 4) or (nodes[0].op_type, list(nodes[0].input), list(nodes[0].output)) != \
+            ("Gather", [table, ids], [rows]):
+        return None
+    source, keep = rows, 0
+    if len(nodes) == 4:
+        reshape = nodes[1]
+        if reshape.op_type != "Reshape" or reshape.input[0] != rows or _const_int(pm, reshape.input[1]) != [0, -1]:
+            return None
+        source, keep = reshape.output[0], 1
+    reduce = nodes[-2]
+    kept = [a.i for a in reduce.attribute if a.name == "keepdims"]
+    if reduce.op_type != "ReduceSum" or list(reduce.input[:1]) != [source] or len(reduce.input) != 2 \
+            or _const_int(pm, reduce.input[1]) != [1] or kept != [keep]:
+        return None
+    return str(reduce.output[0])
+
+
 def lean_plan(tr: Any) -> LeanPlan | None:
     """The plan of ``tr``'s lean body, or None when its model or rules are not the hashed linear ones."""
     sparse, pm = tr.tables, tr.prepared
@@ -75,24 +97,18 @@ def lean_plan(tr: Any) -> LeanPlan | None:
     t = sparse.tables[0]
     if len(t.uses) != 1 or len(t.shape) != 2 or t.shape[1] != 1 or pm.buffers or pm.host or pm.train_differs:
         return None
-    use = t.uses[0]
-    nodes = [(n.op_type, list(n.input), list(n.output)) for n in pm.model.graph.node]
-    if len(nodes) != 3 or nodes[0] != ("Gather", [t.name, use.ids], [use.rows]):
-        return None
-    (op1, in1, out1), (op2, in2, out2) = nodes[1], nodes[2]
-    reduce = pm.model.graph.node[1]
-    keep = [a.i for a in reduce.attribute if a.name == "keepdims"]
-    if op1 != "ReduceSum" or in1[:1] != [use.rows] or len(in1) != 2 or _const_int(pm, in1[1]) != [1] or keep != [0]:
-        return None
+    lin = _row_sum(pm, t.name, t.uses[0].ids, t.uses[0].rows)
     bias = next((w for w in pm.weights if w != t.name), None)
-    if op2 != "Add" or bias is None or sorted(in2) != sorted([bias, out1[0]]) or out2 != [pm.output_name]:
+    last = pm.model.graph.node[-1]
+    if lin is None or bias is None or last.op_type != "Add" or sorted(last.input) != sorted([bias, lin]) \
+            or list(last.output) != [pm.output_name]:
         return None
     if tuple(pm.initial[bias].shape) != (1, 1) or [w for w in pm.weights if w not in (bias, t.name)]:
         return None
     slots = tuple(sparse.state[t.name])
     if list(tr.params.names) != [bias] + [Names.slot(bias, s) for s in slots]:
         return None
-    ids = next(i for i in pm.inputs if i.name == use.ids)
+    ids = next(i for i in pm.inputs if i.name == t.uses[0].ids)
     if len(ids.shape) != 2 or not isinstance(ids.shape[1], int) or ids.shape[1] < 1:
         return None
     penalty = tr.penalty
@@ -125,7 +141,8 @@ def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
     else:
         parts = [rows]
     w, state = parts[0], dict(zip(plan.slots, parts[1:]))
-    y = b.op("ReduceSum", w, b.const([1], np.int64), keepdims=0, out=_P + "y")  # [B, 1]: the ids', then the bias
+    flat = b.op("Reshape", w, b.const([0, -1], np.int64))  # [B, F + 1]: summed as the model sums [N, F]
+    y = b.op("ReduceSum", flat, b.const([1], np.int64), keepdims=1, out=_P + "y")  # [B, 1]: the ids', then the bias
     _, dl = tr.loss.terms(b, y, "t")
     if one_row:  # an id twice in the row: twice the gradient
         g = b.op("Mul", dl, "cgw")  # [1, F + 1, 1]
