@@ -10,8 +10,8 @@ enough to write by hand, and this module does, with the same update rule:
   ``ScatterND`` writes them back;
 * a row's prediction is the sum of its gathered weights; a position's gradient is its distinct row's: at one
   row a step ``dl/dy * grad_weight`` times the position's multiplicity (an id twice in the row: twice the
-  gradient), at several rows the sum over the step's positions of that row (``ScatterND`` add, then ``Gather``;
-  the bias's: over the step's rows), as the step path's rows update and bias gradient give it -- every copy of
+  gradient), at several rows the sum over the step's positions of that row (``ScatterND`` add into a zero per
+  block row, then ``Gather``; the bias's: over the step's rows), as the step path's rows update and bias gradient give it -- every copy of
   a row then computes the same new values;
 * the optimizer's own update nodes (the emitter of dense weights and of the rows update) run once over the
   positions; a penalty (the standard :class:`~streamfit.penalties.Penalty`) is applied with a
@@ -128,8 +128,8 @@ def _vi(name: str, elem: int, shape: list[Any] | None) -> onnx.ValueInfoProto:
 
 def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
     """One step of ``B`` rows: block ``M`` [R, C], positions ``pf`` [B, F+1] (each row's ids, then the bias), their
-    ScatterND indices [B, F+1, 1], then (one row) multiplicity times grad weight [1, F+1, 1], or (``B`` rows) each
-    position's index among the step's distinct rows [B, F+1, 1] and the grad weights [B, 1]; the targets [B, 1]
+    ScatterND indices [B, F+1, 1], then (one row) multiplicity times grad weight [1, F+1, 1], or (``B`` rows) the
+    grad weights [B, 1]; the targets [B, 1]
     and the optimizer's scalars [1, 1, 1] -> the new block, the predictions [B, 1]."""
     b = GraphBuilder(tr.dtype, prefix=_P + "b_")
     F, C = plan.fields, 1 + len(plan.slots)
@@ -148,7 +148,7 @@ def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
         g = b.op("Mul", dl, "cgw")  # [1, F + 1, 1]
     else:  # each distinct row's gradient: the sum over its positions in the step (the bias': over the rows)
         spread = b.op("Expand", b.op("Mul", dl, "gw"), _P + "pshape")  # [B, F + 1]
-        g = b.op("Gather", b.op("ScatterND", _P + "zeros", "sinv", spread, reduction="add"), "sinv", axis=0)
+        g = b.op("Gather", b.op("ScatterND", _P + "zeros", "pidx", spread, reduction="add"), "pidx", axis=0)
     per_position = lambda pair: b.const(np.array([pair[0]] * F + [pair[1]]).reshape(F + 1, 1))  # noqa: E731
     if any(plan.l2):
         g = b.op("Add", g, b.op("Mul", w, per_position(plan.l2)))
@@ -162,8 +162,7 @@ def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
     b.op("ScatterND", "M", "pidx", new_rows, out=_P + "M_new")
     ints = TensorProto.INT64
     inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", ints, ["sfl_B", F + 1]), _vi("pidx", ints, ["sfl_B", F + 1, 1])]
-    inputs += [_vi("cgw", elem, [1, F + 1, 1])] if one_row else [_vi("sinv", ints, ["sfl_B", F + 1, 1]),
-                                                                _vi("gw", elem, ["sfl_B", 1])]
+    inputs += [_vi("cgw", elem, [1, F + 1, 1])] if one_row else [_vi("gw", elem, ["sfl_B", 1])]
     inputs += [_vi("t", elem, ["sfl_B", 1])] + [_vi(s, elem, [1, 1, 1]) for s in scalars.values()]
     outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, ["sfl_B", 1])]
     graph = helper.make_graph(b.nodes, "streamfit_lean_step", inputs, outputs, b.initializers)
@@ -175,7 +174,7 @@ def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
 def _positions(b: GraphBuilder, tr: Any, plan: LeanPlan, scanned: list[str], block: str, one_row: bool
                ) -> tuple[str, list[str]]:
     """The outer graph's nodes making the Scan's per-step position inputs: (the bias row's index [1], the
-    scanned names after the block: ``pf``, ``pidx``, then ``cgw`` or ``sinv`` and ``gw``)."""
+    scanned names after the block: ``pf``, ``pidx``, then ``cgw`` or ``gw``)."""
     F = plan.fields
     pos = "sfc_x_" + next(n for n in scanned if n.startswith("sfc_pos_"))  # [S, B, F]: the chunk's local ids
     rows_r = b.op("Shape", block, start=0, end=1)  # [1]: the bias row's index
@@ -188,12 +187,11 @@ def _positions(b: GraphBuilder, tr: Any, plan: LeanPlan, scanned: list[str], blo
         mult = b.op("ReduceSum", b.op("Cast", same, to=b.elem), b.const([3], np.int64), keepdims=1)
         gw = b.op("Reshape", "sfc_x_" + Names.grad_weight, b.const([-1, 1, 1, 1], np.int64))
         return rows_r, [pf, pidx, b.op("Mul", mult, gw)]
-    # outer-scope values the body reads: the positions' shape [B, F + 1] and B * (F + 1) zeros
-    shape = b.op("Shape", pf, start=1, end=3, out=_P + "pshape")
-    b.op("ConstantOfShape", b.op("ReduceProd", shape, keepdims=1), out=_P + "zeros",
+    # outer-scope values the body reads: the positions' shape [B, F + 1] and a zero per block row (and the bias's)
+    b.op("Shape", pf, start=1, end=3, out=_P + "pshape")
+    b.op("ConstantOfShape", b.op("Add", rows_r, b.const([1], np.int64)), out=_P + "zeros",
          value=numpy_helper.from_array(np.zeros(1, tr.dtype)))
-    sinv = b.op("Reshape", "sfc_x_" + Names.table(plan.table, "inv"), b.const([0, -1, F + 1, 1], np.int64))
-    return rows_r, [pf, pidx, sinv, b.op("Reshape", "sfc_x_" + Names.grad_weight, b.const([0, -1, 1], np.int64))]
+    return rows_r, [pf, pidx, b.op("Reshape", "sfc_x_" + Names.grad_weight, b.const([0, -1, 1], np.int64))]
 
 
 def lean_chunk_model(tr: Any, plan: LeanPlan, state: list[str], scanned: list[str], per_step: list[str],

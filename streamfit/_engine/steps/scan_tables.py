@@ -158,8 +158,8 @@ class TableBlocks:
                lean: bool = False) -> "TableBlocks":
         """The blocks of the first ``steps * batch_size`` rows of the model inputs ``arrays``; raises the step
         path's :class:`~streamfit.exceptions.BadInputError` for an id outside its table.  ``lean``: for the lean
-        body (:mod:`~streamfit._engine.steps.scan_lean`): no scratch rows; the step-local ids (``<table>__inv``)
-        are those of each row's positions and the bias (block row ``U``, last in each row), none at one row a step."""
+        body (:mod:`~streamfit._engine.steps.scan_lean`), which reads the positions' block rows only (no scratch
+        rows; the step-local ids are left empty)."""
         m = steps * batch_size
         uniqs: list[np.ndarray] = []
         carried: dict[str, np.ndarray] = {}
@@ -186,14 +186,10 @@ class TableBlocks:
                 np.take(source, uniq, axis=0, out=out[:u])
                 if extra:
                     out[u:] = scratch[k]
-            if not lean:
-                step_rows, step_inv = _step_rows(inv, u)
-            elif batch_size == 1:
+            if lean:  # the lean body sums a step's positions per block row itself
                 step_rows = step_inv = np.zeros((steps, 0), np.int64)
-            else:  # each position's index among its step's distinct rows, the bias (block row u) last in each row
-                with_bias = np.concatenate([inv.reshape(steps, batch_size, -1),
-                                            np.full((steps, batch_size, 1), u, np.int64)], axis=2)
-                step_rows, step_inv = _step_rows(with_bias.reshape(steps, -1), u + 1)
+            else:
+                step_rows, step_inv = _step_rows(inv, u)
             at = 0
             for j, (i, _) in enumerate(slots):
                 width = parts[j].shape[1]
