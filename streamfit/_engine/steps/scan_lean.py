@@ -24,7 +24,7 @@ chunk's host side (blocks, feeds, write back, replay on a non-finite step) is un
 step path's within float rounding: the prediction is one sum (the bias last, not added after the ids' sum),
 and onnxruntime's Sqrt is not correctly rounded on 6 values or more (1-4 ulps), so its result depends on
 how many rows it is given (the step path's distinct ids, here the positions and the bias).  23 nodes a step
-at one row, 25 at several, with FTRL and an L2 penalty.
+at one row, 27 at several, with FTRL and an L2 penalty.
 """
 
 from __future__ import annotations
@@ -141,8 +141,11 @@ def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
     else:
         parts = [rows]
     w, state = parts[0], dict(zip(plan.slots, parts[1:]))
-    flat = b.op("Reshape", w, b.const([0, -1], np.int64))  # [B, F + 1]: summed as the model sums [N, F]
-    y = b.op("ReduceSum", flat, b.const([1], np.int64), keepdims=1, out=_P + "y")  # [B, 1]: the ids', then the bias
+    if one_row:  # [1, 1]: the ids', then the bias (a node less than the reshape below)
+        y = b.op("ReduceSum", w, b.const([1], np.int64), keepdims=0, out=_P + "y")
+    else:  # [B, 1], summed as the model sums [N, F]
+        flat = b.op("Reshape", w, b.const([0, -1], np.int64))
+        y = b.op("ReduceSum", flat, b.const([1], np.int64), keepdims=1, out=_P + "y")
     _, dl = tr.loss.terms(b, y, "t")
     if one_row:  # an id twice in the row: twice the gradient
         g = b.op("Mul", dl, "cgw")  # [1, F + 1, 1]
