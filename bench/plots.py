@@ -12,6 +12,7 @@
     python bench/columns.py --json docs/benchmarks/data/columns.json
     python bench/primitives.py --json docs/benchmarks/data/primitives.json
     python bench/ort_versions.py --new-python PYTHON --json docs/benchmarks/data/ort_versions.json
+    python bench/profile_step.py --json docs/benchmarks/data/profile_step.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -42,7 +43,7 @@ from _cpu import cpu_model  # noqa: E402
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
-           "columns", "primitives", "ort_versions")
+           "columns", "primitives", "ort_versions", "profile_step")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -381,6 +382,50 @@ def ort_versions(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) 
                                                                              "-") for k in keys]
         ratio = r.get("new_portable_vs_1192_original")
         lines.append(f"| {g} | " + " | ".join(cells) + f" | {'-' if ratio is None else f'{ratio:.2f}'} |")
+    return lines
+
+
+def _by_op(case: dict[str, Any]) -> dict[str, float]:
+    """A profiled step's kernel time summed per op type (us), slowest first."""
+    ops: dict[str, float] = {}
+    for n in case["nodes"]:
+        ops[n["op"]] = ops.get(n["op"], 0.0) + n["us"]
+    return dict(sorted(ops.items(), key=lambda kv: -kv[1]))
+
+
+def profile_step(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    cases, config = doc["cases"], doc["config"]
+    per_op = [_by_op(c) for c in cases]
+    ops = list(dict.fromkeys(op for o in per_op for op in o))
+    shown = ops[:8] + (["other ops"] if len(ops) > 8 else [])
+    shares = [{**{op: o.get(op, 0.0) for op in ops[:8]}, "other ops": sum(o.get(op, 0.0) for op in ops[8:]),
+               "executor overhead": c["overhead_us"]} for c, o in zip(cases, per_op)]
+    groups = [*shown, "executor overhead"]
+    series = {f"batch {c['batch']} ({c['model_run_us']:,.0f} us a run)":
+              [100 * sh[g] / c["model_run_us"] for g in groups] for c, sh in zip(cases, shares)}
+    fig, ax = plt.subplots(figsize=(10, 4.4))
+    _bars(ax, groups, series, "% of the session run (model_run)", log=False)
+    sizes = "-".join(map(str, config["sizes"]))
+    ax.set_title(f"bench/profile_step.py: where a fused step's time goes (MLP {sizes}, SGD, {config['threads']} "
+                 f"threads, ORT's profiler, mean of {config['steps']} steps)\n{_env_line(doc, cpu, when)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "profile_step.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; MLP {sizes}, squared error, SGD, {config['threads']} threads, "
+             f"{config['steps']} profiled steps per batch size (profiling adds a few us per node: the shares are "
+             "the point, `bench/engine.py` the speed).", "",
+             "| batch | graph | nodes | step (wall) | rows/s | model_run | kernels | executor overhead | GEMM-like share |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        gemm = sum(n["us"] for n in c["nodes"] if n["gflops"])
+        lines.append(f"| {c['batch']} | {c['graph']} | {len(c['nodes'])} | {c['wall_us']:,.0f} us | "
+                     f"{c['rows_per_s'] / 1e3:,.0f}K | {c['model_run_us']:,.0f} us | {c['kernels_us']:,.0f} us | "
+                     f"{c['overhead_us']:,.0f} us | {100 * gemm / max(c['kernels_us'], 1e-9):.0f} % |")
+    lines += ["", "| op type | " + " | ".join(f"batch {c['batch']} (us, % of kernels)" for c in cases) + " |",
+              "|---|" + "---|" * len(cases)]
+    for op in ops[:8]:
+        lines.append(f"| {op} | " + " | ".join(f"{o.get(op, 0.0):,.1f} ({100 * o.get(op, 0.0) / c['kernels_us']:.0f} %)"
+                                             for c, o in zip(cases, per_op)) + " |")
     return lines
 
 

@@ -4,6 +4,7 @@
     python bench/profile_step.py                      # MLP 100-256-256-1, batches 256 and 2048, 2 threads
     python bench/profile_step.py --batches 2048 --threads 1 --steps 300 --top 30
     python bench/profile_step.py --gemms              # also time each big GEMM shape alone (ORT vs numpy)
+    python bench/profile_step.py --json docs/benchmarks/data/profile_step.json   # bench/plots.py draws it
 
 For each batch size it trains a ``Trainer(step="fused")`` (float32, squared error, SGD) with ORT profiling on,
 then prints the mean time per step of every node of the graph that ran (the large-batch graph for batches of
@@ -20,8 +21,10 @@ import collections
 import json
 import os
 import sys
+import shutil
 import tempfile
 import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -29,6 +32,9 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")):
     sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, HERE)  # bench/, for _cpu
+from _cpu import run_env  # noqa: E402
 
 SIZES = (100, 256, 256, 1)
 
@@ -49,7 +55,8 @@ def _flops(op: str, args: dict) -> float | None:  # type: ignore[type-arg]
     return 2.0 * c * float(np.sqrt(a * b / c)) if c else None
 
 
-def profile(batch: int, threads: int, steps: int, top: int) -> None:
+def profile(batch: int, threads: int, steps: int) -> dict[str, Any]:
+    """Profile ``steps`` fused steps at ``batch`` rows; the mean time per step of each node, and the run's."""
     from streamfit import Trainer
     from streamfit._engine.testing import mlp_model
 
@@ -72,9 +79,19 @@ def profile(batch: int, threads: int, steps: int, top: int) -> None:
     for i in range(steps):
         trainer.step(*data[i % 8])
     wall = (time.perf_counter() - t0) / steps
-    path = session.end_profiling()
-    with open(path) as f:
+    with open(session.end_profiling()) as f:
         events = json.load(f)
+    shutil.rmtree(tmp, ignore_errors=True)
+    nodes, runs = _node_times(events, steps)
+    kernel_sum = sum(n["us"] for n in nodes)
+    mean_run = sum(runs) / max(1, len(runs))
+    return {"batch": batch, "threads": threads, "graph": "large" if large else "small", "wall_us": wall * 1e6,
+            "rows_per_s": batch / wall, "model_run_us": mean_run, "kernels_us": kernel_sum,
+            "overhead_us": mean_run - kernel_sum, "loadavg": os.getloadavg()[0], "nodes": nodes}
+
+
+def _node_times(events: list[dict[str, Any]], steps: int) -> tuple[list[dict[str, Any]], list[float]]:
+    """Each node's mean kernel time over the last ``steps`` steps (slowest first), and the model_run times."""
     kernels: dict[str, list[float]] = collections.defaultdict(list)
     op_of: dict[str, str] = {}
     flops_of: dict[str, float | None] = {}
@@ -88,22 +105,27 @@ def profile(batch: int, threads: int, steps: int, top: int) -> None:
         elif e.get("cat") == "Session" and e["name"] == "model_run":
             runs.append(e["dur"])
     runs = runs[-steps:] if len(runs) > steps else runs
-    n_runs = max(1, len(runs))
     per_step = {k: float(np.mean(v[-steps:])) for k, v in kernels.items()}  # each node runs once a step
-    kernel_sum = sum(per_step.values())
-    mean_run = sum(runs) / n_runs
-    print(f"\n== MLP {'-'.join(map(str, SIZES))}, batch {batch}, {threads} thread(s), "
-          f"{'large' if large else 'small'}-batch graph, {len(per_step)} nodes after ORT's optimizations ==")
-    print(f"step (profiled) {wall * 1e6:.0f} us wall, {batch / wall / 1e3:.0f}K rows/s; model_run {mean_run:.0f} us; "
-          f"kernels {kernel_sum:.0f} us; executor overhead {mean_run - kernel_sum:.0f} us; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    nodes = [{"name": k, "op": op_of.get(k, "?"), "us": us,
+              "gflops": (flops_of[k] / us / 1e3 if flops_of.get(k) and us else None)}
+             for k, us in sorted(per_step.items(), key=lambda kv: -kv[1])]
+    return nodes, runs
+
+
+def report(case: dict[str, Any], top: int) -> None:
+    """Print one batch size's profile: the run's times, then the ``top`` slowest nodes."""
+    kernel_sum = case["kernels_us"] or 1.0
+    print(f"\n== MLP {'-'.join(map(str, SIZES))}, batch {case['batch']}, {case['threads']} thread(s), "
+          f"{case['graph']}-batch graph, {len(case['nodes'])} nodes after ORT's optimizations ==")
+    print(f"step (profiled) {case['wall_us']:.0f} us wall, {case['rows_per_s'] / 1e3:.0f}K rows/s; model_run "
+          f"{case['model_run_us']:.0f} us; kernels {case['kernels_us']:.0f} us; executor overhead "
+          f"{case['overhead_us']:.0f} us; load average {case['loadavg']:.2f}")
     gemm_sum = 0.0
-    for name, us in sorted(per_step.items(), key=lambda kv: -kv[1])[:top]:
-        fl = flops_of.get(name)
-        if fl:
-            gemm_sum += us
-        extra = f"{fl / us / 1e3:6.0f} GFLOP/s" if fl else ""
-        print(f"  {us:8.1f} us {us / kernel_sum * 100:5.1f}%  {op_of.get(name, '?'):13s} {extra:>15s}  {name}")
+    for n in case["nodes"][:top]:
+        if n["gflops"]:
+            gemm_sum += n["us"]
+        extra = f"{n['gflops']:6.0f} GFLOP/s" if n["gflops"] else ""
+        print(f"  {n['us']:8.1f} us {n['us'] / kernel_sum * 100:5.1f}%  {n['op']:13s} {extra:>15s}  {n['name']}")
     print(f"  GEMM nodes listed: {gemm_sum:.0f} us ({gemm_sum / kernel_sum * 100:.0f}% of the kernels)")
 
 
@@ -174,11 +196,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=200, help="profiled steps per batch size (default %(default)s)")
     p.add_argument("--top", type=int, default=20, help="nodes listed (default %(default)s)")
     p.add_argument("--gemms", action="store_true", help="also time the big GEMM shapes alone, ORT vs numpy")
+    p.add_argument("--quick", action="store_true", help="a smoke run: batch 256 only, 30 profiled steps")
+    p.add_argument("--json", metavar="PATH", help="also write the profiles as JSON (bench/plots.py draws them)")
     args = p.parse_args(argv)
-    for batch in [int(b) for b in args.batches.split(",") if b.strip()]:
-        profile(batch, args.threads, args.steps, args.top)
+    env = run_env()
+    batches, steps = ([256], 30) if args.quick else ([int(b) for b in args.batches.split(",") if b.strip()], args.steps)
+    cases = []
+    for batch in batches:
+        cases.append(profile(batch, args.threads, steps))
+        report(cases[-1], args.top)
         if args.gemms:
             gemms(batch, args.threads)
+    if args.json:
+        doc = {"env": {**env, "loadavg_end": list(os.getloadavg())},
+               "config": {"quick": args.quick, "sizes": list(SIZES), "threads": args.threads, "steps": steps,
+                          "batches": batches}, "cases": cases}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nwrote {args.json}")
     return 0
 
 

@@ -1,8 +1,8 @@
 """The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
 its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (the smoke runs of
-chunk_steps.py, bigtable.py, columns.py, primitives.py and ort_versions.py, a few seconds each; those of
-sparse.py, perrow.py and inputs.py, ~10-15 s each, are marked slow). The drawing of the committed JSON and the
-generated _figures.md are checked by tests/test_bench.py."""
+chunk_steps.py, bigtable.py, columns.py, primitives.py, ort_versions.py and profile_step.py, a few seconds each;
+those of sparse.py, perrow.py and inputs.py, ~10-15 s each, are marked slow). The drawing of the committed JSON
+and the generated _figures.md are checked by tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -75,6 +75,11 @@ def test_primitives_json_is_drawn(tmp_path):
 def test_ort_versions_json_is_drawn(tmp_path):
     section = _json_then_plot(tmp_path, "ort_versions")  # onnxruntime-training alone: no --new-python here
     assert "| mlp batch 2048 |" in section and "onnxruntime 1.19.2, portable graph" in section
+
+
+def test_profile_step_json_is_drawn(tmp_path):
+    section = _json_then_plot(tmp_path, "profile_step")
+    assert "| 256 | large | " in section and "| FusedGemm | " in section
 
 
 @pytest.mark.slow
