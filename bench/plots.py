@@ -13,6 +13,7 @@
     python bench/primitives.py --json docs/benchmarks/data/primitives.json
     python bench/ort_versions.py --new-python PYTHON --json docs/benchmarks/data/ort_versions.json
     python bench/profile_step.py --json docs/benchmarks/data/profile_step.json
+    python bench/message_path.py --json docs/benchmarks/data/message_path.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -43,7 +44,8 @@ from _cpu import cpu_model  # noqa: E402
 ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
-           "columns", "primitives", "ort_versions", "profile_step")
+           "columns", "primitives", "ort_versions", "profile_step",
+           "message_path")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -426,6 +428,42 @@ def profile_step(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) 
     for op in ops[:8]:
         lines.append(f"| {op} | " + " | ".join(f"{o.get(op, 0.0):,.1f} ({100 * o.get(op, 0.0) / c['kernels_us']:.0f} %)"
                                              for c, o in zip(cases, per_op)) + " |")
+    return lines
+
+
+def _package(file: str) -> str:
+    return file.split("/")[0] if "/" in file else "(root)"
+
+
+def message_path(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, files = doc["config"], doc["per_file"]
+    pkgs = list(dict.fromkeys(_package(f["file"]) for f in files))
+    colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(pkgs)}
+    fig, ax = plt.subplots(figsize=(9, 0.22 * len(files) + 1.8))
+    ys = list(range(len(files)))
+    ax.barh(ys, [f["calls_per_batch"] for f in files], color=[colors[_package(f["file"])] for f in files])
+    for y, f in zip(ys, files):
+        ax.text(f["calls_per_batch"], y, f"  {len(f['functions'])} fn", va="center", fontsize=6)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f["file"] for f in files], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("calls per batch into the file (fn: its functions entered on every batch)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"bench/message_path.py: {doc['functions']} streamfit functions, {doc['calls_per_batch']:.0f} calls, "
+                 f"{doc['files']} files, {doc['packages']} packages per {config['batch']}-row Parquet batch "
+                 f"(steady state of {config['batches']})\n{_env_line(doc, cpu, when)}", fontsize=8)
+    fig.savefig(out / "message_path.png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)} (counts, not times: they do not depend on the machine). A "
+             f"`LinearRegressor(batch_size={config['batch']})` trained by `train_stream_sync` on {config['batches']} "
+             f"Parquet row groups of {config['features']} float32 features; a function counts when it is entered at "
+             "least once per batch.", "",
+             "| package | files | functions entered every batch | calls per batch |", "|---|---|---|---|"]
+    for p in pkgs:
+        mine = [f for f in files if _package(f["file"]) == p]
+        lines.append(f"| `{p}` | {len(mine)} | {sum(len(f['functions']) for f in mine)} | "
+                     f"{sum(f['calls_per_batch'] for f in mine):.0f} |")
+    lines.append(f"| all | {doc['files']} | {doc['functions']} | {doc['calls_per_batch']:.0f} |")
     return lines
 
 

@@ -1,8 +1,8 @@
 """The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
 its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (the smoke runs of
-chunk_steps.py, bigtable.py, columns.py, primitives.py, ort_versions.py and profile_step.py, a few seconds each;
-those of sparse.py, perrow.py and inputs.py, ~10-15 s each, are marked slow). The drawing of the committed JSON
-and the generated _figures.md are checked by tests/test_bench.py."""
+chunk_steps.py, bigtable.py, columns.py, primitives.py, ort_versions.py, profile_step.py and message_path.py, a
+few seconds each; those of sparse.py, perrow.py and inputs.py, ~10-15 s each, are marked slow). The drawing of
+the committed JSON and the generated _figures.md are checked by tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -80,6 +80,11 @@ def test_ort_versions_json_is_drawn(tmp_path):
 def test_profile_step_json_is_drawn(tmp_path):
     section = _json_then_plot(tmp_path, "profile_step")
     assert "| 256 | large | " in section and "| FusedGemm | " in section
+
+
+def test_message_path_json_is_drawn(tmp_path):
+    section = _json_then_plot(tmp_path, "message_path")
+    assert "| `_engine` | " in section and "| `_stream` | " in section and "| all | " in section
 
 
 @pytest.mark.slow
