@@ -4,6 +4,7 @@ daemon's memory stays flat over a long stream.
 
     python bench/checkpoint.py                 # checkpoint overhead, about 4 minutes on 2 cores
     python bench/checkpoint.py --quick         # smoke run, < 30 s (CI)
+    python bench/checkpoint.py --rounds 3 --seconds 6 --json docs/benchmarks/data/checkpoint.json  # ~1.5 min
     python bench/checkpoint.py --rss           # the daemon's RSS over 10M rows (minutes; NOT for CI)
     python bench/checkpoint.py --rss --rss-rows 2000000 --rss-model mlp
     python bench/checkpoint.py --tables         # delta checkpoints of a 2^24 x 16 table (1 GiB), ~2 min
@@ -75,6 +76,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import _common as C  # noqa: E402  (puts the repository root on sys.path)
+from _cpu import run_env  # noqa: E402
 import anyio  # noqa: E402
 
 BATCH = 2048
@@ -190,7 +192,8 @@ def run_arm(est: Any, source_factory: Callable[[], Any], every: float | None, se
     })
 
 
-def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[str], None]) -> None:
+def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the arms interleaved, print their table and verdict; return what ``--json`` writes (config, arms)."""
     arms = QUICK_ARMS if args.quick else ARMS
     seconds = args.seconds or (1.5 if args.quick else 10.0)
     warmup = 0.3 if args.quick else 1.0
@@ -215,24 +218,28 @@ def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable
     finally:
         dlog.removeHandler(events)
         shutil.rmtree(tmp, ignore_errors=True)
-    W = 14
-    out("")
-    out(f"{'arm':8s}{'rows/s':>{W}s}{'+-IQR/2':>{W}s}{'vs none':>{W + 8}s}{'ckpts/run':>{W}s}"
-        f"{'pause ms':>{W}s}{'write ms':>{W}s}{'writer CPU':>{W}s}{'model cost':>{W}s}{'cores':>{W - 4}s}"
-        f"{'others':>{W - 4}s}")
-    for name in arms:
+    rows = _arm_rows(res, arms)
+    _print_arms(rows, out)
+    _print_verdict(res, arms, out)
+    return {"config": {"quick": args.quick, "model": "mlp", "sizes": list(C.MLP_SIZES), "optimizer": args.optimizer,
+                       "batch": BATCH, "source": args.source, "rounds": rounds, "seconds": seconds, "warmup": warmup,
+                       "target_slowdown": TARGET_SLOWDOWN}, "arms": rows}
+
+
+def _num(x: float | None) -> float | None:
+    """A figure for JSON: None for a missing or NaN one."""
+    return None if x is None or x != x else float(x)
+
+
+def _arm_rows(res: C.Rounds, arms: dict[str, float | None]) -> list[dict[str, Any]]:
+    """Each arm's medians: rows/s, the change against ``none`` [quartiles], checkpoints, pauses, writes, costs."""
+    rows = []
+    for name, every in arms.items():
         if name in res.errors:
-            out(f"{name:8s} ERROR {res.errors[name]}")
+            rows.append({"arm": name, "every_s": every, "error": str(res.errors[name])})
             continue
-        m = res.median_rate(name)
-        sp = res.spread(name)
-        ratio = res.ratio(name, "none") if name != "none" else None
-        vs = "-" if ratio is None else \
-            f"{(ratio[0] - 1) * 100:+.1f}% [{(ratio[1] - 1) * 100:+.1f},{(ratio[2] - 1) * 100:+.1f}]"
-        ck = res.median_extra(name, "checkpoints")
-        pause = res.median_extra(name, "pause_ms")
-        write = res.median_extra(name, "write_ms")
         samples = res.samples[name]
+        ratio = res.ratio(name, "none") if name != "none" else None
         # cost model: the loop stands still during a snapshot; the writer thread's CPU is taken from training,
         # which uses every core (this process's CPU use, ``cores``)
         cost = statistics.median(s.extra["pause_total_s"] / s.seconds
@@ -240,20 +247,46 @@ def overhead(args: argparse.Namespace, out: Callable[[str], None], log: Callable
                                  for s in samples) if samples else None
         wcpu = statistics.median(s.extra.get("writer_cpu_s", 0.0) / max(1.0, s.extra["checkpoints"]) * 1e3
                                  for s in samples) if samples else None
-        out(f"{name:8s}{C.fmt_rate(m):>{W}s}{(f'{sp * 100:.1f}%' if sp is not None else '-'):>{W}s}{vs:>{W + 8}s}"
-            f"{(f'{ck:.0f}' if ck is not None else '-'):>{W}s}"
-            f"{(f'{pause:.2f}' if pause == pause and pause is not None else '-'):>{W}s}"
-            f"{(f'{write:.1f}' if write == write and write is not None else '-'):>{W}s}"
-            f"{(f'{wcpu:.1f} ms' if wcpu else '-'):>{W}s}"
-            f"{(f'{cost * 100:.2f}%' if cost else '-'):>{W}s}"
-            f"{res.median_extra(name, 'cpu') or 0:>{W - 4}.2f}{res.median_extra(name, 'others') or 0:>{W - 4}.2f}")
+        rows.append({"arm": name, "every_s": every, "rows_per_s": _num(res.median_rate(name)),
+                     "spread": _num(res.spread(name)), "vs_none": None if ratio is None else [r - 1 for r in ratio],
+                     "checkpoints": _num(res.median_extra(name, "checkpoints")),
+                     "pause_ms": _num(res.median_extra(name, "pause_ms")),
+                     "write_ms": _num(res.median_extra(name, "write_ms")), "writer_cpu_ms": _num(wcpu) or None,
+                     "model_cost": _num(cost) or None, "cores": res.median_extra(name, "cpu") or 0.0,
+                     "others": res.median_extra(name, "others") or 0.0})
+    return rows
+
+
+def _print_arms(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
+    W = 14
+    out("")
+    out(f"{'arm':8s}{'rows/s':>{W}s}{'+-IQR/2':>{W}s}{'vs none':>{W + 8}s}{'ckpts/run':>{W}s}"
+        f"{'pause ms':>{W}s}{'write ms':>{W}s}{'writer CPU':>{W}s}{'model cost':>{W}s}{'cores':>{W - 4}s}"
+        f"{'others':>{W - 4}s}")
+    for r in rows:
+        if "error" in r:
+            out(f"{r['arm']:8s} ERROR {r['error']}")
+            continue
+        sp, v, ck, pause, write = r["spread"], r["vs_none"], r["checkpoints"], r["pause_ms"], r["write_ms"]
+        wcpu, cost = r["writer_cpu_ms"], r["model_cost"]
+        vs = "-" if v is None else f"{v[0] * 100:+.1f}% [{v[1] * 100:+.1f},{v[2] * 100:+.1f}]"
+        out(f"{r['arm']:8s}{C.fmt_rate(r['rows_per_s']):>{W}s}{(f'{sp * 100:.1f}%' if sp is not None else '-'):>{W}s}"
+            f"{vs:>{W + 8}s}{(f'{ck:.0f}' if ck is not None else '-'):>{W}s}"
+            f"{(f'{pause:.2f}' if pause is not None else '-'):>{W}s}"
+            f"{(f'{write:.1f}' if write is not None else '-'):>{W}s}"
+            f"{(f'{wcpu:.1f} ms' if wcpu else '-'):>{W}s}{(f'{cost * 100:.2f}%' if cost else '-'):>{W}s}"
+            f"{r['cores']:>{W - 4}.2f}{r['others']:>{W - 4}.2f}")
     out("vs none: rows/s change against the no-checkpoint arm, median of same-round pairs [quartiles]; pause: the"
         " loop stopped while Runner._submit snapshots the state (per checkpoint, median); write: background"
         " CheckpointStore.save; writer CPU: that thread's CPU per checkpoint; model cost: pauses + writer CPU /"
         " cores used, as a share of the window; cores: this process; others: every other process on the machine")
+
+
+def _print_verdict(res: C.Rounds, arms: dict[str, float | None], out: Callable[[str], None]) -> None:
     target_arm = "5s" if "5s" in arms else None
     if target_arm and target_arm not in res.errors and res.ratio(target_arm, "none"):
         r = res.ratio(target_arm, "none")
+        assert r is not None
         slow = 1 - r[0]
         verdict = "MET" if slow <= TARGET_SLOWDOWN else "MISSED"
         out(f"target: checkpoint every 5 s <= {TARGET_SLOWDOWN:.0%} slower than none: {slow * 100:+.1f}% slower "
@@ -648,7 +681,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cow", action="store_true", help="a full checkpoint while training: copy vs copy-on-write")
     p.add_argument("--cow-rounds", type=int, default=3)
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--json", metavar="PATH", help="also write the overhead run's figures as JSON (bench/plots.py "
+                                                  "draws them; not with --rss, --tables or --cow)")
     args = p.parse_args(argv)
+    if args.json and (args.rss or args.tables or args.cow):
+        p.error("--json writes the overhead run only: drop --rss/--tables/--cow")
+    env = run_env()
     t0 = time.perf_counter()
 
     def out(s: str = "") -> None:
@@ -671,7 +709,11 @@ def main(argv: list[str] | None = None) -> int:
             args.rss_rows = min(args.rss_rows, 500_000)
         rss_run(args, out, log)
     else:
-        overhead(args, out, log)
+        doc = overhead(args, out, log)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"env": {**env, "loadavg_end": list(os.getloadavg())}, **doc}, f, indent=1)
+            out(f"wrote {args.json}")
     out(f"total {time.perf_counter() - t0:.0f} s; load average at the end {C.load_average()}")
     return 0
 

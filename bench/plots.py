@@ -14,6 +14,7 @@
     python bench/ort_versions.py --new-python PYTHON --json docs/benchmarks/data/ort_versions.json
     python bench/profile_step.py --json docs/benchmarks/data/profile_step.json
     python bench/message_path.py --json docs/benchmarks/data/message_path.json
+    python bench/checkpoint.py --rounds 3 --seconds 6 --json docs/benchmarks/data/checkpoint.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -45,7 +46,7 @@ ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
            "columns", "primitives", "ort_versions", "profile_step",
-           "message_path")
+           "message_path", "checkpoint")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -465,6 +466,60 @@ def message_path(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) 
                      f"{sum(f['calls_per_batch'] for f in mine):.0f} |")
     lines.append(f"| all | {doc['files']} | {doc['functions']} | {doc['calls_per_batch']:.0f} |")
     return lines
+
+
+def checkpoint(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, arms = doc["config"], [a for a in doc["arms"] if "error" not in a]
+    names = [a["arm"] for a in arms]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    rates = [a["rows_per_s"] or 0 for a in arms]
+    axes[0].bar(names, rates, yerr=[r * (a["spread"] or 0) for r, a in zip(rates, arms)], capsize=4)
+    axes[0].set(ylabel="rows/s (median; bar: +-half the IQR)", title="training rows/s per checkpoint interval")
+    changed = [a for a in arms if a["vs_none"]]
+    xs = list(range(len(changed)))
+    med = [100 * a["vs_none"][0] for a in changed]
+    axes[1].errorbar(xs, med, yerr=[[m - 100 * a["vs_none"][1] for m, a in zip(med, changed)],
+                                    [100 * a["vs_none"][2] - m for m, a in zip(med, changed)]],
+                     fmt="o", capsize=4, label="rows/s against none [quartiles of same-round pairs]")
+    axes[1].plot(xs, [-100 * (a["model_cost"] or 0) for a in changed], "x", color="tab:red",
+                 label="cost model: -(pauses + writer CPU / cores)")
+    axes[1].axhline(-100 * config["target_slowdown"], color="grey", ls="--", lw=1, label="target (5 s): -2 %")
+    axes[1].axhline(0, color="black", lw=0.5)
+    axes[1].set_xticks(xs)
+    axes[1].set_xticklabels([a["arm"] for a in changed])
+    axes[1].set(ylabel="% change against no checkpoints", title="what the checkpoints cost")
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"bench/checkpoint.py: MLP {'-'.join(map(str, config['sizes']))} ({config['optimizer']}), batch "
+                 f"{config['batch']}, daemon Runner from {config['source']}, {config['rounds']} interleaved rounds of "
+                 f"{config['seconds']:.0f} s per arm\n{_env_line(doc, cpu, when)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "checkpoint.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; medians of {config['rounds']} interleaved rounds of "
+             f"{config['warmup']:.0f} s warm-up + {config['seconds']:.0f} s per arm. Change: median of same-round "
+             "pairs against `none` [quartiles]; pause: the loop stopped while a checkpoint's snapshot is taken; "
+             "write: the background save; cost model: pauses + writer CPU / cores, a share of the window.", "",
+             "| every | rows/s | +- half IQR | change vs none | checkpoints a run | pause ms | write ms | cost model |",
+             "|---|---|---|---|---|---|---|---|"]
+    for a in arms:
+        v = a["vs_none"]
+        lines.append(f"| {a['arm']} | {a['rows_per_s'] / 1e3:,.0f}K | {100 * (a['spread'] or 0):.1f} % | "
+                     + ("-" if v is None else f"{100 * v[0]:+.1f} % [{100 * v[1]:+.1f}, {100 * v[2]:+.1f}]")
+                     + f" | {a['checkpoints'] or 0:.0f} | {_opt(a['pause_ms'], '.2f')} | {_opt(a['write_ms'], '.1f')} | "
+                     + ("-" if a["model_cost"] is None else f"{100 * a['model_cost']:.2f} %") + " |")
+    lines += [f"| {a['arm']} | error: {a['error']} | | | | | | |" for a in doc["arms"] if "error" in a]
+    spread = max((a["spread"] or 0 for a in arms), default=0)
+    if spread > config["target_slowdown"]:
+        lines += ["", f"Rows/s move by up to +-{100 * spread:.1f} % between samples of one arm here, more than the "
+                  f"{100 * config['target_slowdown']:.0f} % target: the change against `none` cannot resolve it, the "
+                  "cost model is the sharper estimate."]
+    return lines
+
+
+def _opt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
 
 
 def chunk_steps(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:

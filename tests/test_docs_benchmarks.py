@@ -1,8 +1,8 @@
 """The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
 its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (the smoke runs of
 chunk_steps.py, bigtable.py, columns.py, primitives.py, ort_versions.py, profile_step.py and message_path.py, a
-few seconds each; those of sparse.py, perrow.py and inputs.py, ~10-15 s each, are marked slow). The drawing of
-the committed JSON and the generated _figures.md are checked by tests/test_bench.py."""
+few seconds each; those of checkpoint.py, sparse.py, perrow.py and inputs.py, ~10-15 s each, are marked slow).
+The drawing of the committed JSON and the generated _figures.md are checked by tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ def test_profile_step_json_is_drawn(tmp_path):
 def test_message_path_json_is_drawn(tmp_path):
     section = _json_then_plot(tmp_path, "message_path")
     assert "| `_engine` | " in section and "| `_stream` | " in section and "| all | " in section
+
+
+@pytest.mark.slow
+def test_checkpoint_json_is_drawn(tmp_path):
+    section = _json_then_plot(tmp_path, "checkpoint", timeout=240)  # --quick: three 1.5 s arms through the Runner
+    assert "| none | " in section and "| 1s | " in section and "| 0.25s | " in section
 
 
 @pytest.mark.slow
