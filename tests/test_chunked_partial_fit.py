@@ -97,3 +97,21 @@ def test_the_loop_keeps_only_what_depends_on_the_weights() -> None:
     assert {"Log", "Exp"} <= set(ops[ops.index("Scan"):]) and not {"Log", "Exp"} & set(body)
     assert len(body) <= 8  # MatMul, Add, Sigmoid, Sub, Mul (the gradient weight), Gemm, ReduceSum, Sub
     assert np.isfinite(est.loss_)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("cls, params", CASES, ids=lambda c: getattr(c, "__name__", str(c)))
+def test_many_rows_per_call_equal_one_call_per_step_bit_for_bit(cls: Any, params: dict[str, Any], batch_size: int) -> None:
+    """On CPU (onnxruntime-training 1.19 and the newest onnxruntime) the ready-made models' chunks give the bits of one call per step
+    (what runs outside the loop is exact arithmetic, and the loop body is the step's own nodes)."""
+    X, y, labels, multi = _data(60)
+    target = y if "Regressor" in cls.__name__ else (multi if cls is MLPClassifier else labels)
+    kw = {} if "Regressor" in cls.__name__ else {"classes": np.unique(target)}
+    a, b = cls(batch_size=batch_size, random_state=0, **params), cls(batch_size=batch_size, random_state=0, **params)
+    got = a.partial_fit_predict(X, target, **kw)
+    ref = np.concatenate([b.partial_fit_predict(X[s:s + batch_size], target[s:s + batch_size], **(kw if s == 0 else {}))
+                          for s in range(0, len(X), batch_size)])
+    np.testing.assert_array_equal(got, ref)
+    for part in ("weights", "optimizer"):
+        for k, v in b.trainer_.state_dict()[part].items():
+            np.testing.assert_array_equal(a.trainer_.state_dict()[part][k], v, err_msg=f"{part} {k}")

@@ -10,7 +10,8 @@ so a step's cost in a chunk is its node count.  Two kinds of nodes do not need t
   (a log loss is a dozen nodes): computed once over the stacked outputs after the Scan.
 
 Only ops whose result does not depend on the tensor's size are hoisted (IEEE-exact arithmetic: the weights see
-the same bits as a step per run); the sunk loss may use any elementwise op or a reduction (a reported value,
+the same bits as a step per run), and not a scale by a constant, which onnxruntime folds into the product it
+feeds only while both are in one graph; the sunk loss may use any elementwise op or a reduction (a reported value,
 within float32 rounding of the step path's).  Broadcasting is kept: a stacked value of lower per-step rank gets
 its missing axes after the steps axis; constants broadcast from the right, as in the body.
 """
@@ -25,12 +26,13 @@ from onnx import helper, numpy_helper
 
 __all__ = ["Lifted", "lift"]
 
-#: results that are the correctly rounded value of their inputs: the same bits on any tensor size
-_EXACT = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sqrt", "Identity", "Cast", "Max", "Min", "Where",
-          "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Not", "And", "Or", "Reciprocal"}
+#: results that are the correctly rounded value of their inputs: the same bits on any tensor size (not Sqrt:
+#: onnxruntime's vectorized float Sqrt is not correctly rounded on longer tensors, measured on 1.19)
+_EXACT = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Identity", "Cast", "Max", "Min", "Where",
+          "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Not", "And", "Or"}
 #: further elementwise ops a sunk loss may use (their kernels may round differently on other sizes)
-_ELEMENTWISE = _EXACT | {"Exp", "Log", "Sigmoid", "Softplus", "Relu", "Tanh", "Pow", "Clip", "Floor", "Ceil",
-                         "IsNaN", "IsInf"}
+_ELEMENTWISE = _EXACT | {"Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Softplus", "Relu", "Tanh", "Pow",
+                         "Clip", "Floor", "Ceil", "IsNaN", "IsInf"}
 _REDUCE = {"ReduceSum", "ReduceMean"}
 #: the opset from which each reduction takes its axes as an input (before: an attribute)
 _AXES_INPUT = {"ReduceSum": 13, "ReduceMean": 18}
@@ -191,7 +193,7 @@ def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: li
     outer = _Outer(dict(outer_in), {r: r for r in outer_refs}, ranks, inits, lifted, opset)
     hoisted = []
     for node in body.node:  # topological order: a node's inputs are hoisted before it
-        if id(node) in needed and outer.can(node, _EXACT):
+        if id(node) in needed and outer.can(node, _EXACT) and not _scales_by_a_constant(node, inits):
             outer.emit(node, lifted.before)
             hoisted.append(node)
     # the loss, after the Scan: its inputs are stacked inputs, hoisted values or body values scanned out
@@ -220,6 +222,14 @@ def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: li
     produced = {o for n in kept for o in n.output} | {n for n, _ in lifted.scanned}
     lifted.unused = {n for n in scanned + per_step if n not in read and n not in produced}
     return lifted
+
+
+def _scales_by_a_constant(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> bool:
+    """A Mul or Div by a one-element constant: onnxruntime folds it into the MatMul or Gemm it feeds (a scale of
+    the product, rounded otherwise), which it can do only while both are in the same graph, so it stays."""
+    if node.op_type not in ("Mul", "Div"):
+        return False
+    return any(i in inits and int(np.prod(inits[i].dims, dtype=np.int64)) == 1 for i in node.input)
 
 
 def _without_identities(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:

@@ -1,0 +1,86 @@
+"""What a chunk's Scan keeps in its loop (streamfit/_engine/steps/scan_lift.py): state-free nodes hoisted before
+it, the loss sunk after it, the results those of the body run step by step."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from streamfit._engine.common.names import Names
+from streamfit._engine.steps.scan import build_chunk_model
+from streamfit._engine.steps.scan_lift import _EXACT
+
+F = TensorProto.FLOAT
+
+
+def _step_model():
+    """w <- w - lr * x^T (x w - t) with x = (X - m) * 2 (per-step m of rank 1: broadcast against [1, 3]); the
+    loss a mean of squares over a softmax of the output (a reduction and a softmax to move)."""
+    vi = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Sub", ["X", "m"], ["c"]),
+        helper.make_node("Mul", ["c", "two"], ["x"]),
+        helper.make_node("MatMul", ["x", "w"], ["y"]),
+        helper.make_node("Sub", ["y", "t"], ["e"]),
+        helper.make_node("Gemm", ["x", "e", "w"], [Names.new("w")], transA=1, alpha=-0.01, beta=1.0),
+        helper.make_node("Softmax", ["y"], ["p"], axis=-1),
+        helper.make_node("Mul", ["p", "p"], ["p2"]),
+        helper.make_node("ReduceMean", ["p2"], ["l1"], keepdims=0, axes=[1]),
+        helper.make_node("ReduceSum", ["l1"], [Names.loss], keepdims=0),
+    ]
+    graph = helper.make_graph(nodes, "step", [vi("w", F, [3, 2]), vi("X", F, [1, 3]), vi("t", F, [1, 2]), vi("m", F, [3])],
+                              [vi(Names.new("w"), F, [3, 2]), vi(Names.loss, F, []), vi("y", F, [1, 2])],
+                              initializer=[helper.make_tensor("two", F, [], [2.0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_hoisted_and_sunk_nodes_give_the_step_by_step_results() -> None:
+    rng = np.random.default_rng(0)
+    steps = 40
+    X = rng.standard_normal((steps, 1, 3)).astype(np.float32)
+    T = rng.standard_normal((steps, 1, 2)).astype(np.float32)
+    M = rng.standard_normal((steps, 3)).astype(np.float32)
+    w0 = rng.standard_normal((3, 2)).astype(np.float32)
+    step = _step_model()
+    one = ort.InferenceSession(step.SerializeToString(), providers=["CPUExecutionProvider"])
+    w, ref_loss, ref_y = w0, [], []
+    for k in range(steps):
+        w_new, loss, y = one.run(None, {"w": w, "X": X[k], "t": T[k], "m": M[k]})
+        ref_loss.append(loss)
+        ref_y.append(y)
+        w = w_new
+    chunk = build_chunk_model(step, ["w"], ["X", "t"], ["m"], "y")
+    ops = [n.op_type for n in chunk.graph.node]
+    scan = chunk.graph.node[ops.index("Scan")]
+    body = [n.op_type for n in next(a.g for a in scan.attribute if a.name == "body").node]
+    # the centering before the loop, the loss after it; the scale by a constant stays with the MatMul it feeds
+    # (onnxruntime folds it into the product, which it can only do in one graph: hoisted, the bits would differ)
+    assert body == ["Mul", "MatMul", "Sub", "Gemm"]
+    assert ops[:ops.index("Scan")] == ["Unsqueeze", "Sub"]
+    assert {"Softmax", "ReduceMean", "ReduceSum"} <= set(ops[ops.index("Scan"):])
+    sess = ort.InferenceSession(chunk.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    got = dict(zip(names, sess.run(None, {"sfc_in_w": w0, "sfc_x_X": X, "sfc_x_t": T, "sfc_x_m": M})))
+    np.testing.assert_array_equal(got["sfc_out_w"], w)  # what the weights see: the same bits
+    np.testing.assert_array_equal(got["sfc_y"], np.stack(ref_y))
+    np.testing.assert_allclose(got["sfc_losses"], np.array(ref_loss), rtol=1e-6)  # a reported value
+
+
+def test_the_ops_hoisted_are_exact_on_any_tensor_size() -> None:
+    """The premise of hoisting: onnxruntime's float arithmetic gives the same bits on a [4096, 1, 9] tensor as on
+    each [1, 9] slice (true of the basic arithmetic, not of Sqrt, which is kept in the loop)."""
+    rng = np.random.default_rng(1)
+    A = (rng.standard_normal((4096, 1, 9)) * 100).astype(np.float32)
+    B = rng.uniform(0.01, 100, (4096, 1, 9)).astype(np.float32)
+    assert "Sqrt" not in _EXACT
+    for op in ("Add", "Sub", "Mul", "Div"):
+        assert op in _EXACT
+        g = helper.make_graph([helper.make_node(op, ["a", "b"], ["c"])], "g",
+                              [helper.make_tensor_value_info("a", F, None), helper.make_tensor_value_info("b", F, None)],
+                              [helper.make_tensor_value_info("c", F, None)])
+        s = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+                                 .SerializeToString(), providers=["CPUExecutionProvider"])
+        big = s.run(None, {"a": A, "b": B})[0]
+        small = np.stack([s.run(None, {"a": A[i], "b": B[i]})[0] for i in range(0, 4096, 37)])
+        np.testing.assert_array_equal(big[::37], small, err_msg=op)
