@@ -108,11 +108,10 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     if outputs is not None:
         out = result.outputs.reshape((len(X),) + outputs.shape[1:])
         if before is not None:
-            if len(slices) == len(X):  # one row per step: each row with its step's statistics, at once
-                out = est._to_target_units(out, before[0].reshape(out.shape), before[1].reshape(out.shape))
-            else:
-                for k, sl in enumerate(slices):
-                    out[sl] = est._to_target_units(out[sl], before[0][k], before[1][k])
+            # each row with its step's statistics, at once (the same elementwise operations as per step)
+            sizes = [sl.stop - sl.start for sl in slices]
+            mean, scale = (np.repeat(b, sizes, axis=0).reshape(out.shape) for b in before)
+            out = est._to_target_units(out, mean, scale)
         outputs[...] = out
     est.t_ = trainer.n_steps
     est.loss_ = _mean_loss(result, slices)
