@@ -157,12 +157,47 @@ def _checkout(rev: str, where: str) -> str:
     return path
 
 
+def encode_section(old: str, baseline: str, sizes: list[int], rounds: int) -> list[dict[str, Any]]:
+    """Section 2: ``Hashed.encode`` of 1 and 20 columns in children of the old tree and the new, printed."""
+    print(f"\n== Hashed.encode of N rows x C string columns of distinct values: old tree ({baseline}) vs new")
+    print(f"{'N':>7} {'C':>3} {'old us':>10} {'new us':>10} {'speed-up':>9}")
+    rows = []
+    for columns in (1, 20):
+        job = {"kind": "encode", "sizes": sizes, "columns": columns, "rounds": rounds}
+        o, n = _child(old, job), _child(ROOT, job)
+        for a, b in zip(o, n):
+            print(f"{a['n']:>7} {columns:>3} {a['us']:>10.1f} {b['us']:>10.1f} {a['us'] / b['us']:>8.2f}x")
+            rows.append({"n": a["n"], "columns": columns, "old_us": a["us"], "new_us": b["us"]})
+    return rows
+
+
+def fit_section(old: str, batches: list[int], rows_per_round: int, rounds: int) -> list[dict[str, Any]]:
+    """Section 3: ``partial_fit`` of the hashed model in children of the old tree and the new, printed."""
+    print("\n== LogisticRegression(categorical=20 string columns, FTRL, 2**18 buckets).partial_fit, "
+          "distinct strings per batch")
+    print(f"{'batch':>6} {'old rows/s':>11} {'new rows/s':>11} {'speed-up':>9} {'old RSS +MB':>12} "
+          f"{'new RSS +MB':>12} {'batches':>8}")
+    out = []
+    for batch in batches:
+        rows = min(rows_per_round, 2000 if batch == 1 else 10**9)
+        job = {"kind": "fit", "batch": batch, "rows": rows, "rounds": min(rounds, 3)}
+        o, n = _child(old, job), _child(ROOT, job)
+        print(f"{batch:>6} {o['rows_per_s']:>11.0f} {n['rows_per_s']:>11.0f} "
+              f"{n['rows_per_s'] / o['rows_per_s']:>8.2f}x {o['rss_growth_mb']:>12.1f} "
+              f"{n['rss_growth_mb']:>12.1f} {n['batches']:>8}")
+        out.append({"batch": batch, "old_rows_per_s": o["rows_per_s"], "new_rows_per_s": n["rows_per_s"],
+                    "old_rss_growth_mb": o["rss_growth_mb"], "new_rss_growth_mb": n["rss_growth_mb"],
+                    "batches": n["batches"]})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=BASELINE, help="git revision of the old tree")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", type=int, default=20_480, help="rows per round of each partial_fit run")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny sizes")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON (bench/plots.py draws them)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -171,38 +206,34 @@ def main() -> None:
         print(json.dumps(_child_encode(**job) if kind == "encode" else _child_fit(**job)))
         return
     sys.path.insert(0, HERE)
-    from _cpu import cpu_model
+    from _cpu import cpu_model, run_env
 
+    env = run_env()
     sizes = [1, 32] if args.quick else [1, 32, 1024, 65536]
     rounds = 1 if args.quick else args.rounds
+    rows = args.rows if not args.quick else 256
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; times: CPU time, best of {rounds} rounds")
     print("\n== hashing one string column of N distinct values (8-24 chars): session (old) vs numpy (new)")
     print(f"{'N':>7} {'session us':>11} {'numpy us':>10} {'numpy/session speed':>20}")
-    for r in hash_column(sizes, rounds):
+    column = hash_column(sizes, rounds)
+    for r in column:
         print(f"{r['n']:>7} {r['session_us']:>11.1f} {r['numpy_us']:>10.1f} {r['session_us'] / r['numpy_us']:>19.2f}x")
-    with tempfile.TemporaryDirectory() as tmp:
+    baseline = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", args.baseline], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="streamfit-bench-hashing-") as tmp:  # the old tree: a worktree there
         old = _checkout(args.baseline, tmp)
         try:
-            print(f"\n== Hashed.encode of N rows x C string columns of distinct values: old tree ({args.baseline}) vs new")
-            print(f"{'N':>7} {'C':>3} {'old us':>10} {'new us':>10} {'speed-up':>9}")
-            for columns in (1, 20):
-                job = {"kind": "encode", "sizes": sizes, "columns": columns, "rounds": rounds}
-                o, n = _child(old, job), _child(ROOT, job)
-                for a, b in zip(o, n):
-                    print(f"{a['n']:>7} {columns:>3} {a['us']:>10.1f} {b['us']:>10.1f} {a['us'] / b['us']:>8.2f}x")
-            print("\n== LogisticRegression(categorical=20 string columns, FTRL, 2**18 buckets).partial_fit, "
-                  "distinct strings per batch")
-            print(f"{'batch':>6} {'old rows/s':>11} {'new rows/s':>11} {'speed-up':>9} {'old RSS +MB':>12} "
-                  f"{'new RSS +MB':>12} {'batches':>8}")
-            for batch in ([1, 32, 1024] if not args.quick else [32]):
-                rows = min(args.rows if not args.quick else 256, 2000 if batch == 1 else 10**9)
-                job = {"kind": "fit", "batch": batch, "rows": rows, "rounds": min(rounds, 3)}
-                o, n = _child(old, job), _child(ROOT, job)
-                print(f"{batch:>6} {o['rows_per_s']:>11.0f} {n['rows_per_s']:>11.0f} "
-                      f"{n['rows_per_s'] / o['rows_per_s']:>8.2f}x {o['rss_growth_mb']:>12.1f} "
-                      f"{n['rss_growth_mb']:>12.1f} {n['batches']:>8}")
+            encode = encode_section(old, args.baseline, sizes, rounds)
+            fit = fit_section(old, [1, 32, 1024] if not args.quick else [32], rows, rounds)
         finally:
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old], capture_output=True)
+    if args.json:
+        doc = {"env": {**env, "loadavg_end": list(os.getloadavg())},
+               "config": {"quick": args.quick, "rounds": rounds, "rows": rows, "baseline": baseline, "sizes": sizes},
+               "hash_column": column, "encode": encode, "fit": fit}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":

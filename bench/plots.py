@@ -15,6 +15,7 @@
     python bench/profile_step.py --json docs/benchmarks/data/profile_step.json
     python bench/message_path.py --json docs/benchmarks/data/message_path.json
     python bench/checkpoint.py --rounds 3 --seconds 6 --json docs/benchmarks/data/checkpoint.json
+    python bench/hashing.py --rounds 3 --rows 4096 --json docs/benchmarks/data/hashing.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -46,7 +47,7 @@ ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
            "columns", "primitives", "ort_versions", "profile_step",
-           "message_path", "checkpoint")
+           "message_path", "checkpoint", "hashing")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -520,6 +521,49 @@ def checkpoint(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) ->
 
 def _opt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
+
+
+def hashing(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, column, encode, fit = doc["config"], doc["hash_column"], doc["encode"], doc["fit"]
+    base = config["baseline"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    ns = [r["n"] for r in column]
+    axes[0].plot(ns, [r["session_us"] for r in column], "o-", label="MurmurHash3 session (old)")
+    axes[0].plot(ns, [r["numpy_us"] for r in column], "s-", label="murmur3_arrow, numpy (new)")
+    axes[0].set(xscale="log", yscale="log", xlabel="strings in the column", ylabel="us per call (CPU, log)",
+                title="hash one string column")
+    for columns, marker in ((1, "o"), (20, "s")):
+        rows = [r for r in encode if r["columns"] == columns]
+        xs = [r["n"] for r in rows]
+        axes[1].plot(xs, [r["old_us"] for r in rows], marker + "--", label=f"{columns} col, old tree")
+        axes[1].plot(xs, [r["new_us"] for r in rows], marker + "-", label=f"{columns} col, new")
+    axes[1].set(xscale="log", yscale="log", xlabel="rows", ylabel="us per call (CPU, log)",
+                title="Hashed.encode")
+    _bars(axes[2], [f"batch {r['batch']}" for r in fit], {f"old tree ({base})": [r["old_rows_per_s"] for r in fit],
+                                                         "new": [r["new_rows_per_s"] for r in fit]}, "rows/s (CPU, log)")
+    axes[2].set_title("LogisticRegression, 20 string columns, partial_fit", fontsize=10)
+    for ax in axes[:2]:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"bench/hashing.py: string hashing in onnxruntime (the old path, tree {base}) against numpy (the new), "
+                 f"CPU time, best of {config['rounds']} rounds\n{_env_line(doc, cpu, when)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "hashing.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; this thread's or process's CPU time, best of {config['rounds']} rounds; "
+             f"old tree: `{base}` checked out as a git worktree; distinct strings of 8-24 letters.", "",
+             "| strings | session (old) us | numpy (new) us | speed-up |", "|---|---|---|---|"]
+    lines += [f"| {r['n']:,} | {r['session_us']:,.1f} | {r['numpy_us']:,.1f} | {r['session_us'] / r['numpy_us']:.2f}x |"
+              for r in column]
+    lines += ["", "| `Hashed.encode` rows | columns | old tree us | new us | speed-up |", "|---|---|---|---|---|"]
+    lines += [f"| {r['n']:,} | {r['columns']} | {r['old_us']:,.1f} | {r['new_us']:,.1f} | {r['old_us'] / r['new_us']:.2f}x |"
+              for r in encode]
+    lines += ["", "| `partial_fit` batch | old rows/s | new rows/s | speed-up | old RSS growth MB | new RSS growth MB |"
+              " batches |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['batch']} | {r['old_rows_per_s']:,.0f} | {r['new_rows_per_s']:,.0f} | "
+              f"{r['new_rows_per_s'] / r['old_rows_per_s']:.2f}x | {r['old_rss_growth_mb']:.1f} | "
+              f"{r['new_rss_growth_mb']:.1f} | {r['batches']:,} |" for r in fit]
+    return lines
 
 
 def chunk_steps(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
