@@ -447,18 +447,9 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
     if why is not None or steps < 2:
         return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
     assert chunks is not None
-    T = tr._targets(y, n)
-    if tr._integer_labels:
-        T = T.astype(np.int64)
     m = steps * batch_size
     y_tail = tuple(tr._y_tail or ())
-    feeds = _per_step_inputs(tr, chunks.names(batch_size, names), steps, host)
-    feeds.update((spec.name, np.ascontiguousarray(a[:m], dtype=spec.dtype).reshape((steps, batch_size) + a.shape[1:]))
-                 for spec, a in zip(tr.model_inputs, arrays))
-    t_dtype = np.int64 if tr.loss.integer_labels else tr.dtype
-    feeds[Names.target] = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
-    feeds[Names.loss_weight], feeds[Names.grad_weight] = _row_weights(
-        tr, None if sw is None else sw[:m], steps, batch_size, y_tail, feeds.pop("lrs"))
+    feeds = _scan_feeds(tr, chunks.names(batch_size, names), arrays, y, sw, n, steps, batch_size, host)
     blocks = None
     if tr.tables is not None:
         try:
@@ -487,6 +478,25 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
     outputs[m:] = tail.outputs
     return ChunkResult(outputs, np.concatenate([losses, tail.losses]), batch_size, tail.nonfinite,
                        steps + tail.applied, True)
+
+
+def _scan_feeds(tr: Trainer, per_step: list[str], arrays: tuple[np.ndarray, ...], y: np.ndarray,
+                sw: np.ndarray | None, n: int, steps: int, batch_size: int, host: Mapping[str, np.ndarray]
+                ) -> dict[str, np.ndarray]:
+    """The Scan's inputs for the chunk's ``steps`` full steps, by name: the per-step values (``per_step``), each
+    model input, the targets and the two row weights, as [steps, batch_size, ...] arrays."""
+    T = tr._targets(y, n)
+    if tr._integer_labels:
+        T = T.astype(np.int64)
+    m = steps * batch_size
+    feeds = _per_step_inputs(tr, per_step, steps, host)
+    feeds.update((spec.name, np.ascontiguousarray(a[:m], dtype=spec.dtype).reshape((steps, batch_size) + a.shape[1:]))
+                 for spec, a in zip(tr.model_inputs, arrays))
+    t_dtype = np.int64 if tr.loss.integer_labels else tr.dtype
+    feeds[Names.target] = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
+    feeds[Names.loss_weight], feeds[Names.grad_weight] = _row_weights(
+        tr, None if sw is None else sw[:m], steps, batch_size, tuple(tr._y_tail or ()), feeds.pop("lrs"))
+    return feeds
 
 
 #: a chunk with row-sparse tables runs at most this many id positions per Scan (its block of distinct rows,

@@ -68,6 +68,17 @@ def _no_proximal(penalty: Any) -> bool:
     return bool(penalty.l1 == 0 and type(penalty).proximal is Penalty.proximal)
 
 
+def _theta_gradient(b: GraphBuilder, grads: list[str], weights: list[str], shapes: tuple[tuple[int, ...], ...],
+                    penalty: Any, penalized: frozenset[str]) -> str:
+    """The weights' gradients as one vector (``penalty``: its gradient term added to the penalized ones first)."""
+    if penalty is not None:
+        grads = [penalty.gradient(b, w, g) if w in penalized else g for w, g in zip(weights, grads)]
+    minus_one = b.const(np.array([-1], np.int64), np.int64)
+    # a gradient is shaped as its weight: a 1-D one (a bias) is concatenated as it is
+    flat = [g if len(shape) == 1 else b.op("Reshape", g, minus_one) for g, shape in zip(grads, shapes)]
+    return b.op("Concat", *flat, axis=0)
+
+
 def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
     """The small-batch fused step graph of ``tr`` with one parameter vector, or None where it does not apply."""
     pm, graphs, opt, penalty = tr._train_pm, tr.graphs, tr.optimizer, tr.penalty
@@ -97,14 +108,8 @@ def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
     loss_out, dy = tr.loss.graph(b, y_name, Names.target, Names.loss_weight, Names.grad_weight)
     rename_output(b, loss_out, Names.loss, existing)
     rename_output(b, dy, dy_name, existing)
-    minus_one = b.const(np.array([-1], np.int64), np.int64)
-    grads = list(graphs.grad_names)
-    if partial:  # the penalty's gradient term on the penalized weights, before the concatenation
-        assert penalty is not None
-        grads = [penalty.gradient(b, w, g) if w in pm.penalized else g for w, g in zip(weights, grads)]
-    # a gradient is shaped as its weight: a 1-D one (a bias) is concatenated as it is
-    flat_grads = [g if len(shape) == 1 else b.op("Reshape", g, minus_one) for g, shape in zip(grads, shapes)]
-    theta_grad = b.op("Concat", *flat_grads, axis=0)
+    theta_grad = _theta_gradient(b, list(graphs.grad_names), weights, shapes, penalty if partial else None,
+                                 pm.penalized)
     flat_pm = replace(pm, weights=[THETA], initial={THETA: flat0},
                       penalized=frozenset({THETA}) if penalty is not None and not partial else frozenset())
     upd_inputs, upd_outputs = emit_updates(b, flat_pm, [theta_grad], opt, None if partial else penalty, None,
