@@ -16,6 +16,7 @@
     python bench/message_path.py --json docs/benchmarks/data/message_path.json
     python bench/checkpoint.py --rounds 3 --seconds 6 --json docs/benchmarks/data/checkpoint.json
     python bench/hashing.py --rounds 3 --rows 4096 --json docs/benchmarks/data/hashing.json
+    python bench/soak.py --duration 75 --json docs/benchmarks/data/soak.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -47,7 +48,7 @@ ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
            "columns", "primitives", "ort_versions", "profile_step",
-           "message_path", "checkpoint", "hashing")
+           "message_path", "checkpoint", "hashing", "soak")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -563,6 +564,51 @@ def hashing(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> li
     lines += [f"| {r['batch']} | {r['old_rows_per_s']:,.0f} | {r['new_rows_per_s']:,.0f} | "
               f"{r['new_rows_per_s'] / r['old_rows_per_s']:.2f}x | {r['old_rss_growth_mb']:.1f} | "
               f"{r['new_rss_growth_mb']:.1f} | {r['batches']:,} |" for r in fit]
+    return lines
+
+
+def soak(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, samples, produced = doc["config"], doc["samples"], doc["produced"]
+    model = (f"hashed LogisticRegression (FTRL, {config['buckets']:,} buckets)" if config["hashed"]
+             else "LinearRegressor (20 float32 features)")
+    ts = [x["t"] for x in samples]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.0))
+    rss = [x["rss_mb"] for x in samples]
+    axes[0].plot(ts, rss)
+    axes[0].set_ylim(0.95 * min(rss, default=0), 1.05 * max(rss, default=1))  # a few MB look as small as they are
+    axes[0].set(ylabel="MB", title=f"daemon RSS (slope, second half: {_opt(doc['rss_slope_mb_per_h'], '+.1f')} MB/h)")
+    lagged = [x for x in samples if x["lag_s"] is not None]
+    axes[1].plot([x["t"] for x in lagged], [x["lag_s"] for x in lagged])
+    axes[1].set(ylabel="s", title=f"lag: age of the oldest untrained row (p95 {_opt(doc['lag_p95_s'], '.2f')} s)")
+    trained = [x for x in samples if x["metric_rows"] is not None]
+    axes[2].plot([x["t"] for x in trained], [x["metric_rows"] for x in trained], label="rows trained")
+    axes[2].set(ylabel="rows", title=f"rows trained ({_opt(doc['rows_per_s'], ',.0f')}/s)")
+    for ax in axes:
+        ax.set_xlabel("seconds since the daemon started")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"bench/soak.py: `streamfit serve` on a live Kafka topic, {model}, {config['rate']:,.0f} rows/s for "
+                 f"{config['duration']:.0f} s, {config['bad_fraction']:.0%} of messages bad; exactly once: "
+                 f"{'OK' if doc['exactly_once'] else 'FAILED'}\n{_env_line(doc, cpu, when)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "soak.png", dpi=90)
+    plt.close(fig)
+    bad = sum(v for k, v in produced["kinds"].items() if k != "good")
+    lines = [f"{_env_line(doc, cpu, when)}; {model}, batch {config['batch_size']}, {config['rate']:,.0f} rows/s for "
+             f"{config['duration']:.0f} s ({config['rows_per_message']} rows per message, {bad} of "
+             f"{produced['messages']:,} messages bad), a checkpoint every {config['checkpoint_every']:g} s, "
+             f"a publication every {config['publish_every']:g} s. A {config['duration']:.0f}-s run: the RSS slope "
+             "over its second half is a short fit, not an hour's.", "", "| figure | value |", "|---|---|",
+             f"| RSS first / last / max | {_opt(doc['rss_first_mb'], '.0f')} / {_opt(doc['rss_last_mb'], '.0f')} / "
+             f"{_opt(doc['rss_max_mb'], '.0f')} MB |",
+             "| fds first / last / max | " + " / ".join(map(str, doc["fds"] or [])) + " |",
+             "| threads first / last / max | " + " / ".join(map(str, doc["threads"] or [])) + " |",
+             f"| lag p50 / p95 (second half) | {_opt(doc['lag_p50_s'], '.2f')} s / {_opt(doc['lag_p95_s'], '.2f')} s |",
+             f"| checkpoint writes p50 / p95 / max | {_opt(doc['checkpoint_write_p50_ms'], '.1f')} / "
+             f"{_opt(doc['checkpoint_write_p95_ms'], '.1f')} / {_opt(doc['checkpoint_write_max_ms'], '.1f')} ms "
+             f"({doc['checkpoints']} written) |",
+             f"| SIGTERM | exit {doc['sigterm_exit_code']} in {_opt(doc['sigterm_exit_s'], '.2f')} s |",
+             f"| rows trained | {doc['rows_trained'] or 0:,} of {produced['good_rows']:,} good rows |"]
+    lines += [f"| {name} | {'ok' if ok else 'FAILED'} |" for name, ok in doc["checks"].items()]
     return lines
 
 

@@ -5,6 +5,7 @@
     python bench/soak.py --hashed           # hashed LogisticRegression (FTRL, 2^20 buckets, 20 strings), 90 s
     python bench/soak.py --quick            # smoke run, a few seconds of stream (CI)
     python bench/soak.py --json /tmp/soak.json --duration 120 --rate 5000
+    python bench/soak.py --duration 60 --json docs/benchmarks/data/soak.json   # the committed run (~1.5 min)
 
 A tansu broker on 127.0.0.1 (memory storage) and a one-partition topic; a producer thread paced at
 ``--rate`` rows/s sends Arrow IPC messages of ``--rows-per-message`` rows, about ``--bad-fraction`` of them
@@ -61,7 +62,7 @@ sys.path.insert(0, HERE)
 import _common as C  # noqa: E402  (puts the repository root on sys.path)
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from _cpu import cpu_model, has_avx512  # noqa: E402
+from _cpu import cpu_model, has_avx512, run_env  # noqa: E402
 
 N_FEATURES = 20
 _kafka_log = logging.getLogger("soak.kafka")  # librdkafka's lines (a broker going away at the end) stay quiet
@@ -872,6 +873,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
 
+    env = run_env()
     for s in C.header("streamfit soak: the daemon on a live Kafka topic", sys.argv[1:] if argv is None else argv):
         print(s, flush=True)
     if args.quick:
@@ -884,8 +886,11 @@ def main(argv: list[str] | None = None) -> int:
     for line in report(fig, cfg):
         print(line, flush=True)
     if args.json:
+        doc = {"env": {**env, "loadavg_end": list(os.getloadavg())}, **asdict(fig),
+               "config": {**fig.config, "quick": args.quick}, "exactly_once": fig.exactly_once}
         with open(args.json, "w") as f:
-            json.dump({**asdict(fig), "exactly_once": fig.exactly_once}, f, indent=1, default=str)
+            json.dump(doc, f, indent=1, default=str)
+        print(f"wrote {args.json} (bench/plots.py draws it)", flush=True)
     ok = fig.exactly_once and fig.sigterm_exit_code == 0 and not any("exited" in p for p in fig.problems)
     return 0 if ok else 1
 

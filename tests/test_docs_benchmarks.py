@@ -1,8 +1,8 @@
 """The benchmarks page's figures: every bench bench/plots.py draws has its JSON, its PNG and the date and CPU of
 its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (the smoke runs of
 chunk_steps.py, bigtable.py, columns.py, primitives.py, ort_versions.py, profile_step.py and message_path.py, a
-few seconds each; those of checkpoint.py, hashing.py, sparse.py, perrow.py and inputs.py, ~10-15 s each, are
-marked slow). The drawing of the committed JSON and the generated _figures.md are checked by tests/test_bench.py."""
+few seconds each; those of checkpoint.py, hashing.py, soak.py, sparse.py, perrow.py and inputs.py, ~10-20 s each,
+are marked slow). The drawing of the committed JSON and the generated _figures.md are checked by tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -101,6 +101,12 @@ def test_hashing_json_is_drawn(tmp_path):
         pytest.skip(f"the old tree {hashing.BASELINE} is not in this clone")
     section = _json_then_plot(tmp_path, "hashing")  # --quick: ~10 s, the old tree checked out under the temp dir
     assert "| 32 | 20 | " in section and "| `partial_fit` batch |" in section
+
+
+@pytest.mark.slow
+def test_soak_json_is_drawn(tmp_path):
+    section = _json_then_plot(tmp_path, "soak", timeout=240)  # --quick: 6 s of stream through a tansu broker, ~20 s
+    assert "| committed offset == end of topic | ok |" in section and "| SIGTERM | exit 0 in " in section
 
 
 @pytest.mark.slow
