@@ -17,6 +17,7 @@
     python bench/checkpoint.py --rounds 3 --seconds 6 --json docs/benchmarks/data/checkpoint.json
     python bench/hashing.py --rounds 3 --rows 4096 --json docs/benchmarks/data/hashing.json
     python bench/soak.py --duration 75 --json docs/benchmarks/data/soak.json
+    python bench/scaleout.py --json docs/benchmarks/data/scaleout.json
     python bench/plots.py --record NAME ...    # once after a run: note its date and CPU in data/runs.json
     python bench/plots.py                      # reads docs/benchmarks/data/*.json, writes the PNGs and _figures.md
 
@@ -48,7 +49,7 @@ ENGINE_PATHS = ("fused", "pfit", "fb", "ortapi", "torch", "sklearn")
 #: the benches drawn, in the order of the page (each bench's JSON is docs/benchmarks/data/NAME.json)
 BENCHES = ("engine", "pipeline", "op_census", "river_defaults", "inputs", "perrow", "chunk_steps", "sparse", "bigtable",
            "columns", "primitives", "ort_versions", "profile_step",
-           "message_path", "checkpoint", "hashing", "soak")
+           "message_path", "checkpoint", "hashing", "soak", "scaleout")
 PIPELINE_SERIES = (("read", "source read + to numpy"), ("mlp:memory", "MLP in memory"), ("mlp:loop", "MLP loop"),
                    ("linear:memory", "linear in memory"), ("linear:loop", "linear loop"))
 
@@ -609,6 +610,60 @@ def soak(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[
              f"| SIGTERM | exit {doc['sigterm_exit_code']} in {_opt(doc['sigterm_exit_s'], '.2f')} s |",
              f"| rows trained | {doc['rows_trained'] or 0:,} of {produced['good_rows']:,} good rows |"]
     lines += [f"| {name} | {'ok' if ok else 'FAILED'} |" for name, ok in doc["checks"].items()]
+    return lines
+
+
+def scaleout(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[str]:
+    config, results = doc["config"], doc["results"]
+    arms = (("one_process", "one process, no Ray"), ("one_learner", "1 learner actor"),
+            ("two_learners", "2 learner actors"), ("two_learners_adam", "2 learners, Adam"))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+
+    def rate(r: dict[str, Any], key: str) -> float:
+        return r[key] if key == "one_process" else r[key]["rate"]
+
+    _bars(axes[0], [r["title"] for r in results], {label: [rate(r, key) for r in results] for key, label in arms},
+          "rows/s", log=False)
+    axes[0].set_ylim(0, 1.3 * max(rate(r, key) for r in results for key, _ in arms))  # room for the legend
+    axes[0].set_title("measured: a local 2-node Ray cluster on this machine", fontsize=9)
+    for r, marker, color in zip(results, "os^", ("tab:blue", "tab:orange", "tab:green")):
+        ms = [x["machines"] for x in r["projection"]["machines"]]
+        axes[1].plot(ms, [x["star_rows_per_s"] for x in r["projection"]["machines"]], marker + "-", color=color,
+                     label=f"{r['title']}: star")
+        axes[1].plot(ms, [x["ideal_rows_per_s"] for x in r["projection"]["machines"]], marker + ":", color=color,
+                     label=f"{r['title']}: no sync cost")
+    axes[1].set(xscale="log", yscale="log", xlabel="machines M (one learner each)", ylabel="rows/s (log)")
+    axes[1].set_xticks(ms)
+    axes[1].set_xticklabels([str(m) for m in ms])
+    axes[1].minorticks_off()
+    axes[1].set_title("projected on paper from the measured compute and sync costs (NOT measured)", fontsize=9)
+    axes[1].grid(alpha=0.3)
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"bench/scaleout.py: streamfit.distributed, batch {config['batch']}, a sync every "
+                 f"{config['sync_every']} batches, {config['nodes']} Ray nodes of {config['cpus_per_node']} CPU on "
+                 f"127.0.0.1\n{_env_line(doc, cpu, when)}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "scaleout.png", dpi=90)
+    plt.close(fig)
+    lines = [f"{_env_line(doc, cpu, when)}; Parquet, {config['files']} files dealt to the learners; learner rates "
+             "from the end of the first round to the end of the run. Both nodes share the machine's 2 cores with "
+             "the coordinator and the reads: 2 learners are not expected to reach 2x here. One run per arm, not "
+             "interleaved rounds: with other jobs on the cores, one arm can be off by tens of percent.", "",
+             "| model | " + " | ".join(label for _, label in arms) + " | sync ms a round (1 / 2 learners) | "
+             "kB a round (2 learners, SGD / Adam) |", "|---|" + "---|" * (len(arms) + 2)]
+    for r in results:
+        lines.append(f"| {r['title']} | " + " | ".join(f"{rate(r, key) / 1e3:,.0f}K" for key, _ in arms)
+                     + f" | {r['one_learner']['sync_ms']:.1f} / {r['two_learners']['sync_ms']:.1f} | "
+                     f"{r['two_learners']['bytes'] / 1e3:,.1f} / {r['two_learners_adam']['bytes'] / 1e3:,.1f} |")
+    lines += ["", "Projection (star: every state through the coordinator's link; assumptions in the bench's output):",
+              "", "| model | c us/row | a0 ms | a1 ms/learner | " + " | ".join(
+                  f"M={x['machines']}" for x in results[0]["projection"]["machines"]) + " |",
+              "|---|---|---|---|" + "---|" * len(results[0]["projection"]["machines"])]
+    for r in results:
+        pr = r["projection"]
+        lines.append(f"| {r['title']} | {pr['c_us_per_row']:.2f} | {pr['a0_ms']:.2f} | {pr['a1_ms']:.2f} | "
+                     + " | ".join(f"{x['star_rows_per_s'] / 1e3:,.0f}K ({x['star_sync_share']:.0%} sync)"
+                                  for x in pr["machines"]) + " |")
     return lines
 
 

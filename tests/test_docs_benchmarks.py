@@ -2,7 +2,8 @@
 its run committed (docs/benchmarks/), and a bench's --json output is what plots.py draws (the smoke runs of
 chunk_steps.py, bigtable.py, columns.py, primitives.py, ort_versions.py, profile_step.py and message_path.py, a
 few seconds each; those of checkpoint.py, hashing.py, soak.py, sparse.py, perrow.py and inputs.py, ~10-20 s each,
-are marked slow). The drawing of the committed JSON and the generated _figures.md are checked by tests/test_bench.py."""
+are marked slow; scaleout.py's, a local Ray cluster for ~30 s, slow and ray). The drawing of the committed JSON
+and the generated _figures.md are checked by tests/test_bench.py."""
 
 from __future__ import annotations
 
@@ -104,9 +105,18 @@ def test_hashing_json_is_drawn(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.kafka
 def test_soak_json_is_drawn(tmp_path):
     section = _json_then_plot(tmp_path, "soak", timeout=240)  # --quick: 6 s of stream through a tansu broker, ~20 s
     assert "| committed offset == end of topic | ok |" in section and "| SIGTERM | exit 0 in " in section
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_scaleout_json_is_drawn(tmp_path):
+    pytest.importorskip("ray")
+    section = _json_then_plot(tmp_path, "scaleout", timeout=300)  # --quick: a 2-node local Ray cluster, ~30 s
+    assert "| linear d=100 | " in section and "Projection (star" in section
 
 
 @pytest.mark.slow
