@@ -12,14 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +29,7 @@ ray = pytest.importorskip("ray")
 from streamfit import LinearRegressor  # noqa: E402
 from streamfit.checkpoint import CheckpointStore  # noqa: E402
 from streamfit.distributed import DistributedTrainer, LocalRayCluster  # noqa: E402
+from tests.distributed._clusters import driven_cluster, linear_tables  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -44,36 +43,8 @@ FAST_NODE_DEATH = {"RAY_health_check_period_ms": "500", "RAY_health_check_timeou
                    "RAY_health_check_failure_threshold": "3", "RAY_health_check_initial_delay_ms": "1000"}
 
 
-@contextlib.contextmanager
-def _cluster(tmp_path: Path, nodes: int, env: dict[str, str] | None = None, cpus: int = 1
-             ) -> Iterator[LocalRayCluster]:
-    """A cluster of ``nodes`` nodes of ``cpus`` CPUs, this process its driver; stopped (every node's processes killed by
-    their process group, which this fixture started) whatever happens."""
-    old_home = os.environ.get("HOME")
-    root = tempfile.mkdtemp(prefix="sf-ray-")  # short: Ray's socket paths must fit 107 bytes
-    try:
-        with LocalRayCluster(root, nodes=nodes, cpus=cpus, env=env) as c:
-            os.environ["HOME"] = str(c.home)
-            c.connect()
-            try:
-                yield c
-            finally:
-                ray.shutdown()
-                if old_home is not None:
-                    os.environ["HOME"] = old_home
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def _tables(seed: int = 0) -> list[pa.Table]:
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(D)
-    out = []
-    for _ in range(FILES):
-        X = rng.standard_normal((ROWS_PER_FILE, D)).astype(np.float32)
-        y = (X @ w + 1.0 * rng.standard_normal(ROWS_PER_FILE)).astype(np.float32)
-        out.append(pa.table({**{f"x{j}": X[:, j] for j in range(D)}, "y": y}))
-    return out
+    return linear_tables(FILES, ROWS_PER_FILE, D, seed)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +92,7 @@ def test_a_node_killed_mid_run_its_learner_restarts_on_the_other_node_exactly_on
     restarts the group from round 3's global checkpoint; the run ends with every row once and the model of a
     run without the fault."""
     source = f"parquet:{parquet_dir}"
-    with _cluster(tmp_path, nodes=2, env=FAST_NODE_DEATH) as cluster:
+    with driven_cluster(nodes=2, env=FAST_NODE_DEATH) as cluster:
         head = ray.get_runtime_context().get_node_id()
         ref, ref_summary = _run(source, tmp_path / "ref")
         assert ref_summary.rows == ROWS and ref_summary.restarts == 0
@@ -154,7 +125,7 @@ def test_a_hung_learner_is_detected_within_learner_timeout_and_replaced_once(par
     source = f"parquet:{parquet_dir}"
     timeout = 5.0
     stopped: dict[str, Any] = {}
-    with _cluster(tmp_path, nodes=1) as _:
+    with driven_cluster(nodes=1) as _:
         ref, _ref_summary = _run(source, tmp_path / "ref")
 
         def stop_learner(trainer: DistributedTrainer, stats: Any) -> None:
@@ -254,7 +225,7 @@ def test_coordinator_killed_between_the_files_of_a_global_checkpoint_resumes_exa
             out += [f"--{k.replace('_', '-')}", str(v)]
         return out + ["--checkpoint-dir", str(ckpt), "--health-file", str(health)]
 
-    with _cluster(tmp_path, nodes=1, cpus=2) as cluster:
+    with driven_cluster(nodes=1, cpus=2) as cluster:
         ray_address = ["--ray-address", cluster.address]
         proc = _cli(["serve", *args("g"), *ray_address], cluster,
                     {PAUSE_ROUND_ENV: f"6:model_written:{marker}", PAUSE_ENV: ""})

@@ -10,9 +10,6 @@ only after the first run: a partition without a position in the checkpoint is re
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import threading
 from typing import Any, Iterator
 
@@ -25,6 +22,7 @@ ray = pytest.importorskip("ray")
 from streamfit import LinearRegressor  # noqa: E402
 from streamfit.checkpoint import CheckpointStore  # noqa: E402
 from streamfit.distributed import DistributedTrainer, LocalRayCluster  # noqa: E402
+from tests.distributed._clusters import driven_cluster  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -37,20 +35,8 @@ BATCH = 100
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalRayCluster]:
-    old_home = os.environ.get("HOME")
-    root = tempfile.mkdtemp(prefix="sf-ray-")  # short: Ray's socket paths must fit 107 bytes
-    try:
-        with LocalRayCluster(root, nodes=1, cpus=2) as c:
-            os.environ["HOME"] = str(c.home)
-            c.connect()
-            try:
-                yield c
-            finally:
-                ray.shutdown()
-                if old_home is not None:
-                    os.environ["HOME"] = old_home
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with driven_cluster(nodes=1, cpus=2) as c:
+        yield c
 
 
 def _batches(partition: int) -> list[pa.RecordBatch]:

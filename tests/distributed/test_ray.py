@@ -22,7 +22,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from streamfit import LinearRegressor, train_stream_sync  # noqa: E402
-from streamfit.distributed import DistributedTrainer, LocalRayCluster  # noqa: E402
+from streamfit.distributed import DistributedTrainer  # noqa: E402
+from tests.distributed._clusters import driven_cluster, linear_tables  # noqa: E402
 from streamfit.sources import KafkaSource, ParquetSource  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -34,29 +35,13 @@ BATCH = 100
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ray")
-    old_home = os.environ.get("HOME")
-    with LocalRayCluster(root, nodes=2, cpus=1) as c:
-        os.environ["HOME"] = str(c.home)
-        c.connect()
-        try:
-            yield c
-        finally:
-            ray.shutdown()
-            if old_home is not None:
-                os.environ["HOME"] = old_home
+def cluster():
+    with driven_cluster(nodes=2, cpus=1) as c:
+        yield c
 
 
 def _tables(seed: int = 0) -> list[pa.Table]:
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal(D)
-    out = []
-    for _ in range(FILES):
-        X = rng.standard_normal((ROWS_PER_FILE, D)).astype(np.float32)
-        y = (X @ w + 1.0 * rng.standard_normal(ROWS_PER_FILE)).astype(np.float32)
-        out.append(pa.table({**{f"x{j}": X[:, j] for j in range(D)}, "y": y}))
-    return out
+    return linear_tables(FILES, ROWS_PER_FILE, D, seed)
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,6 +27,7 @@ ray = pytest.importorskip("ray")
 from streamfit import LinearRegressor  # noqa: E402
 from streamfit.checkpoint import CheckpointStore  # noqa: E402
 from streamfit.distributed import DistributedTrainer, LocalRayCluster  # noqa: E402
+from tests.distributed._clusters import driven_cluster  # noqa: E402
 from streamfit.distributed._shares import file_owner  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -40,20 +39,8 @@ BATCH = 100
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalRayCluster]:
-    old_home = os.environ.get("HOME")
-    root = tempfile.mkdtemp(prefix="sf-ray-")  # short: Ray's socket paths must fit 107 bytes
-    try:
-        with LocalRayCluster(root, nodes=1, cpus=2) as c:
-            os.environ["HOME"] = str(c.home)
-            c.connect()
-            try:
-                yield c
-            finally:
-                ray.shutdown()
-                if old_home is not None:
-                    os.environ["HOME"] = old_home
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with driven_cluster(nodes=1, cpus=2) as c:
+        yield c
 
 
 def _table(seed: int) -> pa.Table:
