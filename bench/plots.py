@@ -180,11 +180,8 @@ def river_defaults(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str
         ax.set(title=f"{stream} ({rows[0]['rows']} rows)", ylabel=f"progressive {rows[0]['metric']} ({worse})")
         if rows[0]["metric"] == "MAE":
             ax.set_yscale("log")
-    fig.suptitle(f"bench/river_defaults.py: batch 1, predict then learn (red: missed River by > "
-                 f"{doc['config']['tolerance']:.0%}); {cpu}, {when}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "river_defaults.png", dpi=90)
-    plt.close(fig)
+    _save(fig, out / "river_defaults.png", f"bench/river_defaults.py: batch 1, predict then learn (red: missed River by > "
+                 f"{doc['config']['tolerance']:.0%}); {cpu}, {when}", 10)
     lines = ["| stream | metric | model | streamfit | River | |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['stream']} | {r['metric']} | `{r['model']}` | {r['streamfit']:.4f} | {r['river']:.4f} | "
               f"{r['verdict']} |" for r in results]
@@ -194,6 +191,16 @@ def _env_line(doc: dict[str, Any], cpu: str, when: str) -> str:
     env = doc.get("env", {})
     return (f"{cpu}, {env.get('cpu_count', '?')} cores, load {_load(env.get('loadavg_start'))} at start, "
             f"{_load(env.get('loadavg_end'))} at the end, {when}")
+
+
+def _save(fig: Any, path: Path, title: str, fontsize: int = 9) -> None:
+    """Title ``fig`` (the bench, its settings, the machine line), lay it out and write it as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def _short(what: str) -> str:
@@ -257,11 +264,8 @@ def perrow(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> lis
         ax.set_xticklabels([f"{st} ({by[(st, configs[0])]['rows']} rows)" for st in streams], fontsize=8)
         ax.legend(fontsize=7)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"bench/perrow.py: one step per row, rows given in chunks of {config['chunk']}, beside River's "
-                 f"learn_one (best of {config['rounds']} rounds)\n{_env_line(doc, cpu, when)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "perrow.png", dpi=90)
-    plt.close(fig)
+    _save(fig, out / "perrow.png", f"bench/perrow.py: one step per row, rows given in chunks of {config['chunk']}, beside River's "
+                 f"learn_one (best of {config['rounds']} rounds)\n{_env_line(doc, cpu, when)}", 10)
     lines = [f"{_env_line(doc, cpu, when)}; sections {config['sections']}, CPU seconds (best of {config['rounds']} "
              f"interleaved rounds), rows given in chunks of {config['chunk']}.", "",
              "| stream | rows | configuration | streamfit s | River s | ratio | metric | streamfit | River |",
@@ -494,12 +498,9 @@ def checkpoint(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) ->
     axes[1].legend(fontsize=7)
     for ax in axes:
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"bench/checkpoint.py: MLP {'-'.join(map(str, config['sizes']))} ({config['optimizer']}), batch "
+    _save(fig, out / "checkpoint.png", f"bench/checkpoint.py: MLP {'-'.join(map(str, config['sizes']))} ({config['optimizer']}), batch "
                  f"{config['batch']}, daemon Runner from {config['source']}, {config['rounds']} interleaved rounds of "
-                 f"{config['seconds']:.0f} s per arm\n{_env_line(doc, cpu, when)}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "checkpoint.png", dpi=90)
-    plt.close(fig)
+                 f"{config['seconds']:.0f} s per arm\n{_env_line(doc, cpu, when)}", 9)
     lines = [f"{_env_line(doc, cpu, when)}; medians of {config['rounds']} interleaved rounds of "
              f"{config['warmup']:.0f} s warm-up + {config['seconds']:.0f} s per arm. Change: median of same-round "
              "pairs against `none` [quartiles]; pause: the loop stopped while a checkpoint's snapshot is taken; "
@@ -547,11 +548,8 @@ def hashing(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> li
     for ax in axes[:2]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"bench/hashing.py: string hashing in onnxruntime (the old path, tree {base}) against numpy (the new), "
-                 f"CPU time, best of {config['rounds']} rounds\n{_env_line(doc, cpu, when)}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "hashing.png", dpi=90)
-    plt.close(fig)
+    _save(fig, out / "hashing.png", f"bench/hashing.py: string hashing in onnxruntime (the old path, tree {base}) against numpy (the new), "
+                 f"CPU time, best of {config['rounds']} rounds\n{_env_line(doc, cpu, when)}", 9)
     lines = [f"{_env_line(doc, cpu, when)}; this thread's or process's CPU time, best of {config['rounds']} rounds; "
              f"old tree: `{base}` checked out as a git worktree; distinct strings of 8-24 letters.", "",
              "| strings | session (old) us | numpy (new) us | speed-up |", "|---|---|---|---|"]
@@ -587,12 +585,9 @@ def soak(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> list[
     for ax in axes:
         ax.set_xlabel("seconds since the daemon started")
         ax.grid(alpha=0.3)
-    fig.suptitle(f"bench/soak.py: `streamfit serve` on a live Kafka topic, {model}, {config['rate']:,.0f} rows/s for "
+    _save(fig, out / "soak.png", f"bench/soak.py: `streamfit serve` on a live Kafka topic, {model}, {config['rate']:,.0f} rows/s for "
                  f"{config['duration']:.0f} s, {config['bad_fraction']:.0%} of messages bad; exactly once: "
-                 f"{'OK' if doc['exactly_once'] else 'FAILED'}\n{_env_line(doc, cpu, when)}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "soak.png", dpi=90)
-    plt.close(fig)
+                 f"{'OK' if doc['exactly_once'] else 'FAILED'}\n{_env_line(doc, cpu, when)}", 9)
     bad = sum(v for k, v in produced["kinds"].items() if k != "good")
     lines = [f"{_env_line(doc, cpu, when)}; {model}, batch {config['batch_size']}, {config['rate']:,.0f} rows/s for "
              f"{config['duration']:.0f} s ({config['rows_per_message']} rows per message, {bad} of "
@@ -639,12 +634,9 @@ def scaleout(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> l
     axes[1].set_title("projected on paper from the measured compute and sync costs (NOT measured)", fontsize=9)
     axes[1].grid(alpha=0.3)
     axes[1].legend(fontsize=7)
-    fig.suptitle(f"bench/scaleout.py: streamfit.distributed, batch {config['batch']}, a sync every "
+    _save(fig, out / "scaleout.png", f"bench/scaleout.py: streamfit.distributed, batch {config['batch']}, a sync every "
                  f"{config['sync_every']} batches, {config['nodes']} Ray nodes of {config['cpus_per_node']} CPU on "
-                 f"127.0.0.1\n{_env_line(doc, cpu, when)}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "scaleout.png", dpi=90)
-    plt.close(fig)
+                 f"127.0.0.1\n{_env_line(doc, cpu, when)}", 9)
     lines = [f"{_env_line(doc, cpu, when)}; Parquet, {config['files']} files dealt to the learners; learner rates "
              "from the end of the first round to the end of the run. Both nodes share the machine's 2 cores with "
              "the coordinator and the reads: 2 learners are not expected to reach 2x here. One run per arm, not "
@@ -679,11 +671,8 @@ def chunk_steps(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -
           {"partial_fit_predict of C rows": [c["chunk_us_per_row"] for c in ests],
            "one call per row": [c["per_call_us_per_row"] for c in ests]}, "us per row (log)")
     axes[1].set_title("estimators at batch_size=1", fontsize=9)
-    fig.suptitle(f"bench/chunk_steps.py: many steps per session run (B rows per step, chunks of C rows), "
-                 f"{doc['config']['rounds']} interleaved rounds\n{_env_line(doc, cpu, when)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "chunk_steps.png", dpi=90)
-    plt.close(fig)
+    _save(fig, out / "chunk_steps.png", f"bench/chunk_steps.py: many steps per session run (B rows per step, chunks of C rows), "
+                 f"{doc['config']['rounds']} interleaved rounds\n{_env_line(doc, cpu, when)}", 10)
     lines = [f"{_env_line(doc, cpu, when)}; microseconds per row, medians of {doc['config']['rounds']} interleaved "
              "rounds; ratio: chunk / one run per step (median of the rounds' ratios).", "",
              "| model | B | C | chunk us/row | per-step us/row | ratio |", "|---|---|---|---|---|---|"]
@@ -712,12 +701,9 @@ def sparse(doc: dict[str, Any], plt: Any, out: Path, cpu: str, when: str) -> lis
         ax.set_xticks(range(len(keys)))
         ax.set_xticklabels(names, rotation=35, ha="right", fontsize=7)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"bench/sparse.py: the click stream ({config['rows']:,} rows at batch 1024 and for VW, "
+    _save(fig, out / "sparse.png", f"bench/sparse.py: the click stream ({config['rows']:,} rows at batch 1024 and for VW, "
                  f"{config['rows_1']:,} at batch 1, {config['rows_river']:,} for River; 2^{config['bits']} buckets)"
-                 f"\n{_env_line(doc, cpu, when)}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "sparse.png", dpi=90)
-    plt.close(fig)
+                 f"\n{_env_line(doc, cpu, when)}", 10)
     lines = [f"{_env_line(doc, cpu, when)}; each learner predicts each batch before training on it. Rows differ "
              f"by learner (their column): compare log losses on the same rows in the last column (the first "
              f"{config['rows_1']:,}).", "",
