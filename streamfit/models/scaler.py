@@ -3,7 +3,7 @@
 The statistics are float64 sums of each row's (weighted) deviations from a shift and of their squares, so
 the statistics after each row of a chunk are cumulative sums, computed at once with the bits of one row at a
 time.  Counts are float64 (sums of sample weights), so weighted rows count by their weight and zero-weight
-rows not at all.  :func:`merge_moments` is Chan, Golub & LeVeque's parallel update of (count, mean, m2).
+rows not at all.
 """
 
 from __future__ import annotations
@@ -13,35 +13,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["RunningScaler", "FixedScaler", "scaler_from_state", "merge_moments"]
+__all__ = ["RunningScaler", "FixedScaler", "scaler_from_state"]
 
 _EPS32 = float(np.finfo(np.float32).eps)
 _TOL64 = 10 * float(np.finfo(np.float64).eps)
-
-
-def merge_moments(count: float, mean: np.ndarray, m2: np.ndarray, X: np.ndarray,
-                  sample_weight: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(count, mean, m2)`` after adding the rows of ``X`` (weighted), by Chan et al.'s update.
-
-    ``m2`` is the (weighted) sum of squared deviations from the mean; the variance is ``m2 / count``.
-
-    >>> import numpy as np
-    >>> X = np.arange(10.0).reshape(5, 2)
-    >>> c, m, s = merge_moments(0.0, np.zeros(2), np.zeros(2), X[:2])
-    >>> c, m, s = merge_moments(c, m, s, X[2:])
-    >>> c, m.tolist(), (s / c).tolist() == X.var(axis=0).tolist()
-    (5.0, [4.0, 5.0], True)
-    """
-    X = np.asarray(X, np.float64)
-    w = np.ones(len(X)) if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1)
-    n_b = float(w.sum())
-    if n_b <= 0.0:
-        return count, mean, m2
-    mean_b = (w @ X) / n_b
-    m2_b = w @ (X - mean_b) ** 2
-    n = count + n_b
-    delta = mean_b - mean
-    return n, mean + delta * (n_b / n), m2 + m2_b + delta * delta * (count * n_b / n)
 
 
 class RunningScaler:
