@@ -154,8 +154,7 @@ def build_chunk_model(step: ModelProto, state: list[str], scanned: list[str], pe
     x_names = {n: _PREFIX + "x_" + n for n in scanned + per_step}
     lifted = Lifted()
     if lift_nodes:  # what does not depend on the state runs once per chunk, outside the loop
-        lifted, outer_refs = _lift_body(body, list(step.opset_import), state, scanned + per_step, outer_refs,
-                                        x_names, y_out)
+        lifted, outer_refs = _lift_body(body, list(step.opset_import), state, outer_refs, x_names, y_out)
 
     graph = _outer_graph(body, state, scanned + per_step, inputs, outs, output, outer_refs, x_names, lifted)
     return helper.make_model(graph, opset_imports=list(step.opset_import), ir_version=step.ir_version)
@@ -199,12 +198,11 @@ def _outer_graph(body: onnx.GraphProto, state: list[str], scanned: list[str], in
 
 
 def _lift_body(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: list[str],
-               inputs: list[str], outer_refs: list[onnx.ValueInfoProto], x_names: dict[str, str],
+               outer_refs: list[onnx.ValueInfoProto], x_names: dict[str, str],
                y_out: str) -> tuple[Lifted, list[onnx.ValueInfoProto]]:
     """:func:`~streamfit._engine.steps.scan_lift.lift` on ``body``, its ports and initializers updated; the outer
     references still read."""
-    lifted = lift(body, opsets, state, inputs, [], {i.name for i in outer_refs}, Names.loss, x_names,
-                  {y_out: _PREFIX + "y"})
+    lifted = lift(body, opsets, state, {i.name for i in outer_refs}, Names.loss, x_names, {y_out: _PREFIX + "y"})
     kept_in = [i for i in body.input if i.name not in lifted.unused]
     del body.input[:]
     body.input.extend(kept_in + [lifted.types[n] for n, _ in lifted.scanned])
@@ -268,6 +266,10 @@ class ChunkSteps:
                               and rows * fused._weights_size < fused.parallel_min_work)  # type: ignore[union-attr]
         return large, light
 
+    def _key(self, rows: int, host_steps: tuple[str, ...]) -> tuple[bool, bool, tuple[str, ...], bool]:
+        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, one row?)."""
+        return self._kind(rows) + (host_steps, rows == 1)
+
     def _build(self, key: tuple[bool, bool, tuple[str, ...], bool]) -> tuple[Any, list[str], list[str], list[str]] | None:
         if key in self._built:
             return self._built[key]
@@ -315,16 +317,16 @@ class ChunkSteps:
         return built
 
     def available(self, batch_size: int, host_steps: tuple[str, ...] = ()) -> bool:
-        return self._build(self._kind(batch_size) + (host_steps, batch_size == 1)) is not None
+        return self._build(self._key(batch_size, host_steps)) is not None
 
     def lean(self, rows: int, host_steps: tuple[str, ...] = ()) -> bool:
         """Whether ``rows`` rows per step run the lean body of a hashed linear model (steps/scan_lean.py)."""
-        return self._kind(rows) + (host_steps, rows == 1) in self._lean
+        return self._key(rows, host_steps) in self._lean
 
     def names(self, rows: int, host_steps: tuple[str, ...] = ()) -> list[str]:
         """The per-step inputs of the chunk graph for ``rows`` rows per step (scalars, then the host tensors
         given per step), in their order."""
-        built = self._build(self._kind(rows) + (host_steps, rows == 1))
+        built = self._build(self._key(rows, host_steps))
         assert built is not None
         return built[2]
 
@@ -336,7 +338,7 @@ class ChunkSteps:
         losses, the outputs [steps, rows, *tail], whether all is finite, and the final blocks.  The final dense
         state is in the spare ping-pong set."""
         tr = self.trainer
-        built = self._build(self._kind(rows) + (host_steps, rows == 1))
+        built = self._build(self._key(rows, host_steps))
         assert built is not None
         session, scanned, per_step, refs = built
         cpu = C.cpu_device()
@@ -364,7 +366,7 @@ class ChunkSteps:
             else:
                 io.bind_ortvalue_input(name, host[name])
         live, spare = tr.params.live(), tr.params.spare()
-        key = self._kind(rows) + (host_steps, rows == 1)
+        key = self._key(rows, host_steps)
         layout = self.layout if not key[0] and key not in self._lean else None
         flat_out: dict[str, np.ndarray] = {}
         dense = list(tr.params.names)

@@ -173,9 +173,8 @@ class _Outer:
             self.stacked[o] = outer
 
 
-def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: list[str], scanned: list[str],
-         per_step: list[str], outer_refs: set[str], loss: str, outer_in: dict[str, str],
-         scanned_out: dict[str, str]) -> Lifted:
+def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: list[str], outer_refs: set[str],
+         loss: str, outer_in: dict[str, str], scanned_out: dict[str, str]) -> Lifted:
     """Move ``body``'s state-independent nodes out (edits ``body``); ``outer_in`` maps each scanned and per-step
     input to its stacked outer name, ``scanned_out`` each body value already scanned out to its outer name."""
     lifted = Lifted()
@@ -220,7 +219,7 @@ def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: li
     del body.node[:]
     body.node.extend(kept)
     produced = {o for n in kept for o in n.output} | {n for n, _ in lifted.scanned}
-    lifted.unused = {n for n in scanned + per_step if n not in read and n not in produced}
+    lifted.unused = {n for n in outer_in if n not in read and n not in produced}
     return lifted
 
 
