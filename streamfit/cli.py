@@ -7,7 +7,6 @@ input or configuration, 1 for a runtime failure; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -16,7 +15,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 __all__ = ["main"]
 
@@ -507,25 +506,13 @@ def _train(ns: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _signals_held() -> Iterator[list[int]]:
-    """SIGTERM/SIGINT during start-up (the preflight, a resume) recorded instead of killing the process: the
-    list holds the signals that came."""
-    came: list[int] = []
-    previous = {}
-    for number in (signal.SIGTERM, signal.SIGINT):
-        previous[number] = signal.signal(number, lambda signum, frame: came.append(signum))
-    try:
-        yield came
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 def _serve(ns: argparse.Namespace) -> int:
     import anyio
 
-    with _signals_held() as came:
+    from streamfit.daemon.signals import STOP_SIGNALS, signals_handled
+
+    came: list[int] = []  # SIGTERM/SIGINT during start-up (the preflight, a resume): recorded, not fatal
+    with signals_handled(lambda signum, frame: came.append(signum)):
         cfg, runner = _prepare(ns, serve=True)
     if came:  # told to stop before the first batch: nothing trained, nothing to save
         logging.getLogger("streamfit.daemon").info(
@@ -542,7 +529,7 @@ def _serve(ns: argparse.Namespace) -> int:
         stop = anyio.Event()
 
         async def watch_signals(scope: anyio.CancelScope) -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
                 async for signum in signals:
                     if stop.is_set():  # a second signal: leave at once
                         os._exit(128 + signum)

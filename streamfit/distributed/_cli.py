@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -9,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from streamfit.daemon.signals import signals_handled
 from streamfit.distributed._coordinator import DistributedSummary, DistributedTrainer
 
 __all__ = ["run_distributed"]
@@ -82,22 +84,18 @@ def run_distributed(cfg: Any, serve: bool, preflight: Any = None, trackers: Sequ
     trainer = _trainer(cfg, serve, trackers)
     trainer.connect()  # before our signal handlers: ray.init installs its own
     stop = threading.Event()
-    previous: dict[int, Any] = {}
-    if serve:
-        def on_signal(signum: int, frame: Any) -> None:
-            if stop.is_set():
-                os._exit(128 + signum)
-            logging.getLogger("streamfit.daemon").info(
-                "signal %s: finishing the current round, then a final global checkpoint", signal.Signals(signum).name)
-            stop.set()
 
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.signal(signum, on_signal)
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            os._exit(128 + signum)
+        logging.getLogger("streamfit.daemon").info(
+            "signal %s: finishing the current round, then a final global checkpoint", signal.Signals(signum).name)
+        stop.set()
+
     try:
-        summary = trainer.run(stop)
+        with signals_handled(on_signal) if serve else contextlib.nullcontext():
+            summary = trainer.run(stop)
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
         if trainer.metrics is not None:
             trainer.metrics.close()
     if cfg.output and hasattr(trainer.estimator, "trainer_"):
