@@ -300,22 +300,23 @@ class RowPath:
             return None
         return self.target.output(est, self.trainer.last_output, before)  # type: ignore[no-any-return]
 
-    def predict(self, est: Any, X: Any) -> np.ndarray | None:
+    def output(self, X: Any) -> np.ndarray | None:
+        """The model's output of one row (a reused buffer), or None when the row must take the general path."""
         row = self.reader.read(X)
         if row is None:
             return None
         self.rows += 1
-        return self.target.prediction(self.trainer._predict(self.reader.inputs(row), False))  # type: ignore[no-any-return]
+        return self.trainer._predict(self.reader.inputs(row), False)  # type: ignore[no-any-return]
 
+    def predict(self, est: Any, X: Any) -> np.ndarray | None:
+        out = self.output(X)
+        return None if out is None else self.target.prediction(out)  # type: ignore[no-any-return]
 
     def predict_proba(self, est: Any, X: Any) -> np.ndarray | None:
         """A classifier's class probabilities of one row (as ``predict_proba`` computes them), or None when the
         row must take the general path."""
-        row = self.reader.read(X)
-        if row is None:
-            return None
-        self.rows += 1
-        return proba_of(est, self.trainer._predict(self.reader.inputs(row), False))
+        out = self.output(X)
+        return None if out is None else proba_of(est, out)
 
 
 def row_path(est: Any) -> RowPath | None:
