@@ -116,6 +116,37 @@ def test_update_steps_gives_the_statistics_of_update_row_bit_for_bit():
     assert scales[-1, 4] == 1.0  # the constant feature
 
 
+def test_a_scaler_snapshot_restores_every_kind_of_update_and_the_bound_arrays():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((40, 3)) * 5 + 2
+    s = RunningScaler(3)
+    mean32, scale32 = np.zeros(3, np.float32), np.ones(3, np.float32)
+    s.bind(mean32, scale32)
+    s.update(X[:5])
+    before, bound = s.state_dict(), (mean32.copy(), scale32.copy())
+    snap = s.snapshot()
+    s.update(X[5:9], rng.uniform(0, 2, 4))
+    s.update_steps(X[9:30], 4)
+    s.update_row(X[30].tolist())
+    assert not np.array_equal(mean32, bound[0])
+    s.restore(snap)
+    for key, value in before.items():
+        np.testing.assert_array_equal(s.state_dict()[key], value)
+    np.testing.assert_array_equal(mean32, bound[0])  # what the trainer's graph reads is put back too
+    np.testing.assert_array_equal(scale32, bound[1])
+
+
+def test_update_steps_refreshes_the_bound_arrays_with_the_bits_of_float64():
+    X = np.random.default_rng(8).standard_normal((50, 4)) * 3 + 1
+    s = RunningScaler(4)
+    mean32, scale32 = np.zeros(4, np.float32), np.ones(4, np.float32)
+    s.bind(mean32, scale32)
+    s.update_steps(X, 3)
+    mean, scale = s.float64()
+    np.testing.assert_array_equal(mean32, np.array(mean, np.float32))
+    np.testing.assert_array_equal(scale32, np.array(scale, np.float32))
+
+
 def test_an_older_scaler_state_of_mean_and_m2_still_loads():
     s = RunningScaler(2)
     s.load_state_dict({"count": np.array(4.0), "mean": np.array([1.0, 2.0]), "m2": np.array([4.0, 0.0])})

@@ -11,27 +11,56 @@ their float32 values per step are scanned into the chunk's Scan (:func:`~streamf
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from streamfit._engine.common.names import Names
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
-from streamfit.models.scaler import RunningScaler
+from streamfit.models.scaler import RunningScaler, ScalerSnapshot
 from streamfit.exceptions import NonFiniteError
 
-__all__ = ["chunk_pass"]
+__all__ = ["chunk_pass", "StepRows"]
 
 
-def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, slices: list[slice], transform: bool = False,
+@dataclass(frozen=True)
+class StepRows:
+    """The steps of a call of ``n`` rows at ``size`` rows a step (the last one shorter), by arithmetic: a chunk of
+    many one-row steps builds no slice per step unless asked.
+
+    >>> StepRows(7, 3).sizes.tolist(), StepRows(7, 3).slices()[-1]
+    ([3, 3, 1], slice(6, 7, None))
+    """
+
+    n: int
+    size: int
+
+    @property
+    def count(self) -> int:
+        return -(-self.n // self.size)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Rows per step (int64)."""
+        out = np.full(self.count, self.size, np.int64)
+        if self.n % self.size:
+            out[-1] = self.n % self.size
+        return out
+
+    def slices(self) -> list[slice]:
+        return [slice(i, min(i + self.size, self.n)) for i in range(0, self.n, self.size)]
+
+
+def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: "StepRows", transform: bool = False,
               before: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
                                              np.ndarray | None]:
     """The scaler updated by each step's rows in turn: float32 (mean, scale) after each step, (``before``)
     float64 (mean, scale) before each step, and (``transform``) each step's rows standardized with the
     statistics after its own rows."""
-    steps, width = len(slices), rows.shape[1]
+    width = rows.shape[1]
     if sw is None and isinstance(scaler, RunningScaler):  # the steps' sums added at once (cumulative sums)
-        size = slices[0].stop - slices[0].start
+        size = steps.size
         first = scaler.float64() if before else None
         mean64, scale64 = scaler.update_steps(rows, size)
         mean32, scale32 = mean64.astype(np.float32), scale64.astype(np.float32)
@@ -41,7 +70,7 @@ def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, slices: list
             b_scale = np.concatenate([np.array([first[1]]), scale64[:-1]])
         scaled = None
         if transform:  # each row with its step's statistics
-            sizes = None if size == 1 else [sl.stop - sl.start for sl in slices]
+            sizes = None if size == 1 else steps.sizes
             m32, s32 = (mean32, scale32) if sizes is None else (np.repeat(mean32, sizes, 0), np.repeat(scale32, sizes, 0))
             if rows.dtype == np.float32:
                 scaled = (rows - m32) / s32
@@ -52,12 +81,13 @@ def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, slices: list
                 scaled = ((rows.astype(dtype, copy=False) - m64.astype(dtype)) / s64.astype(dtype)
                           ).astype(np.float32, copy=False)
         return mean32, scale32, b_mean, b_scale, scaled
-    mean32 = np.empty((steps, width), np.float32)
-    scale32 = np.empty((steps, width), np.float32)
-    before_mean = np.empty((steps, width)) if before else None
-    before_scale = np.empty((steps, width)) if before else None
+    count = steps.count
+    mean32 = np.empty((count, width), np.float32)
+    scale32 = np.empty((count, width), np.float32)
+    before_mean = np.empty((count, width)) if before else None
+    before_scale = np.empty((count, width)) if before else None
     scaled = np.empty(rows.shape, np.float32) if transform else None
-    for k, sl in enumerate(slices):
+    for k, sl in enumerate(steps.slices()):
         if before_mean is not None and before_scale is not None:
             before_mean[k], before_scale[k] = scaler.mean_, scaler.scale_
         scaler.update(rows[sl], None if sw is None else sw[sl])
@@ -74,15 +104,15 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     output before its step into ``outputs`` (a regressor's in target units).  Returns the mean loss as
     ``_one_pass`` does (rows of finite steps)."""
     trainer = est.trainer_
-    slices = est._batches(len(X))
+    steps = StepRows(len(X), est.batch_size)
     scaler = est.__dict__.get("scaler_")
     target = est.__dict__.get("target_scaler_")
-    saved = [(s, s.state_dict()) for s in (scaler, target) if s is not None]
+    saved = [(s, _snapshot(s)) for s in (scaler, target) if s is not None]
     raw = {id(scaler): X, id(target): T.reshape(len(T), -1)}
     host = None
     if scaler is not None:
         in_graph = est._scaler_in_graph()
-        mean, scale, _, _, scaled = _per_step(scaler, X, sw, slices, transform=not in_graph)
+        mean, scale, _, _, scaled = _per_step(scaler, X, sw, steps, transform=not in_graph)
         if in_graph:
             host = {Names.scaler_mean: mean, Names.scaler_scale: scale}
         else:  # a model saved before the scaling moved into the graph: rows standardized here, per step
@@ -90,7 +120,7 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     before = None
     if target is not None:
         T2 = T.reshape(len(T), -1)
-        _, _, b_mean, b_scale, scaled_t = _per_step(target, T2, sw, slices, transform=True, before=True)
+        _, _, b_mean, b_scale, scaled_t = _per_step(target, T2, sw, steps, transform=True, before=True)
         assert scaled_t is not None and b_mean is not None and b_scale is not None
         T = scaled_t.reshape(T.shape)
         before = (b_mean, b_scale)
@@ -98,10 +128,10 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     try:
         result = train_chunk(trainer, X, T, sw, est.batch_size, host)
     except NonFiniteError as exc:  # the scalers then hold the rows up to the failed step, as step by step
-        failed = exc.step - 1 - steps_before if exc.step is not None else len(slices) - 1
+        failed = exc.step - 1 - steps_before if exc.step is not None else steps.count - 1
         for obj, state in saved:
-            obj.load_state_dict(state)
-            for sl in slices[:failed + 1]:
+            _restore(obj, state)
+            for sl in steps.slices()[:failed + 1]:
                 obj.update(raw[id(obj)][sl], None if sw is None else sw[sl])
         est.t_ = trainer.n_steps
         raise
@@ -109,21 +139,31 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
         out = result.outputs.reshape((len(X),) + outputs.shape[1:])
         if before is not None:
             # each row with its step's statistics, at once (the same elementwise operations as per step)
-            sizes = [sl.stop - sl.start for sl in slices]
-            mean, scale = (np.repeat(b, sizes, axis=0).reshape(out.shape) for b in before)
+            mean, scale = (np.repeat(b, steps.sizes, axis=0).reshape(out.shape) for b in before)
             out = est._to_target_units(out, mean, scale)
         outputs[...] = out
     est.t_ = trainer.n_steps
-    est.loss_ = _mean_loss(result, slices)
+    est.loss_ = _mean_loss(result, steps)
     return float(est.loss_)
 
 
-def _mean_loss(result: ChunkResult, slices: list[slice]) -> float:
+def _mean_loss(result: ChunkResult, steps: StepRows) -> float:
     """The rows' mean loss over the finite steps (summed in step order, as a loop over the steps would)."""
-    sizes = np.array([sl.stop - sl.start for sl in slices], np.float64) if len(slices) != len(result.losses) or \
-        len(slices) != slices[-1].stop else np.ones(len(slices))
     finite = np.isfinite(result.losses)
-    rows = int(sizes[finite].sum())
+    sizes = steps.sizes[:len(finite)][finite].astype(np.float64)
+    rows = int(sizes.sum())
     if not rows:
         return float("nan")
-    return float(np.cumsum(result.losses[finite].astype(np.float64) * sizes[finite])[-1]) / rows
+    return float(np.cumsum(result.losses[finite].astype(np.float64) * sizes)[-1]) / rows
+
+
+def _snapshot(scaler: Any) -> Any:
+    """What restores ``scaler`` after a failed chunk: its cheap snapshot, or its state_dict."""
+    return scaler.snapshot() if isinstance(scaler, RunningScaler) else scaler.state_dict()
+
+
+def _restore(scaler: Any, state: Any) -> None:
+    if isinstance(state, ScalerSnapshot):
+        scaler.restore(state)
+    else:
+        scaler.load_state_dict(state)

@@ -9,14 +9,25 @@ rows not at all.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["RunningScaler", "FixedScaler", "scaler_from_state"]
+__all__ = ["RunningScaler", "ScalerSnapshot", "FixedScaler", "scaler_from_state"]
 
 _EPS32 = float(np.finfo(np.float32).eps)
 _TOL64 = 10 * float(np.finfo(np.float64).eps)
+
+
+@dataclass(frozen=True)
+class ScalerSnapshot:
+    """A :class:`RunningScaler`'s statistics at one moment (its lists are never changed in place)."""
+
+    count: float
+    shift: list[float] | None
+    s1: list[float]
+    s2: list[float]
 
 
 class RunningScaler:
@@ -72,13 +83,15 @@ class RunningScaler:
         self._bound = True
         self._stale()
 
-    def _stale(self) -> None:
-        """The statistics changed: refresh the bound float32 arrays, or forget the cached ones."""
+    def _stale(self, mean: Any = None, scale: Any = None) -> None:
+        """The statistics changed: refresh the bound float32 arrays (from ``mean`` and ``scale`` when the caller
+        has them, :meth:`float64`'s bits), or forget the cached ones."""
         f32 = self.__dict__.get("_f32")
         if not self.__dict__.get("_bound") or f32 is None:
             self._f32 = None
         else:
-            mean, scale = self.float64()
+            if mean is None:
+                mean, scale = self.float64()
             f32[0][:] = mean
             f32[1][:] = scale
 
@@ -226,7 +239,7 @@ class RunningScaler:
         n = np.cumsum(np.concatenate([[self.count], rows]))[1:, None]  # the count after each step, in turn
         self._s1, self._s2, self.count = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
         mean, scale = _statistics(np.array(self._shift), S1, S2, n)
-        self._stale()
+        self._stale(mean[-1], scale[-1])
         return mean, scale
 
     def float32(self) -> tuple[np.ndarray, np.ndarray]:
@@ -277,6 +290,21 @@ class RunningScaler:
         return {"count": np.array(self.count, np.float64), "shift": np.array(shift, np.float64),
                 "s1": np.array(self._s1, np.float64), "s2": np.array(self._s2, np.float64),
                 "mean": self.mean_, "m2": self.m2_}
+
+    def snapshot(self) -> "ScalerSnapshot":
+        """The statistics as they are now, for :meth:`restore` (no copy: every update replaces the sums)."""
+        return ScalerSnapshot(self.count, self._shift, self._s1, self._s2)
+
+    def restore(self, snapshot: "ScalerSnapshot") -> None:
+        """Back to the statistics of a :meth:`snapshot` of this scaler.
+
+        Parameters
+        ----------
+        snapshot
+            What :meth:`snapshot` returned.
+        """
+        self.count, self._shift, self._s1, self._s2 = snapshot.count, snapshot.shift, snapshot.s1, snapshot.s2
+        self._stale()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (or an older one of ``count``, ``mean``, ``m2``: the deviations are
