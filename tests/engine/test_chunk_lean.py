@@ -113,7 +113,10 @@ def test_lean_chunks_of_several_rows_a_step_equal_step_by_step(optimizer: str, p
         outs.append(b.last_output.copy())
     np.testing.assert_allclose(r.outputs, np.concatenate(outs), rtol=RTOL, atol=1e-6)
     np.testing.assert_allclose(r.losses, np.array(losses), rtol=RTOL, atol=ATOL)
-    _same(a, b, atol=_ADAM_ATOL if optimizer == "adam" else ATOL)
+    # the body's sums and square roots round as the step path's only within a few ulps (see _ADAM_ATOL), and FTRL's
+    # z, which adds (sqrt(n + g^2) - sqrt(n)) / alpha * w at every step, keeps the difference: 3e-7 on a z of -0.1
+    # was seen on an AVX-512 EPYC at 32 rows a step (CPU-dependent: it passed on a Xeon)
+    _same(a, b, atol={"adam": _ADAM_ATOL, "ftrl": 1e-6}.get(optimizer, ATOL))
 
 
 def test_dense_columns_keep_the_generic_body() -> None:

@@ -114,11 +114,11 @@ def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
                       penalized=frozenset({THETA}) if penalty is not None and not partial else frozenset())
     upd_inputs, upd_outputs = emit_updates(b, flat_pm, [theta_grad], opt, None if partial else penalty, None,
                                            existing | {THETA})
-    front = []
-    for w, at, size, shape in zip(weights, offsets, sizes, shapes):
-        start, end = b.const(np.array([at], np.int64), np.int64), b.const(np.array([at + size], np.int64), np.int64)
-        piece = f"sfc_slice_{w}"
-        front.append(helper.make_node("Slice", [THETA, start, end], [piece if len(shape) != 1 else w]))
+    # the weights as pieces of theta: one Split (a node costs per step what it costs, whatever it copies),
+    # and a Reshape for each weight of more than one dimension
+    pieces = [f"sfc_slice_{w}" if len(shape) != 1 else w for w, shape in zip(weights, shapes)]
+    front = [helper.make_node("Split", [THETA, b.const(np.array(sizes, np.int64), np.int64)], pieces, axis=0)]
+    for w, piece, shape in zip(weights, pieces, shapes):
         if len(shape) != 1:
             front.append(helper.make_node("Reshape", [piece, b.const(np.array(shape, np.int64), np.int64)], [w]))
     if pm.running_stats:
