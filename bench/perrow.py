@@ -500,9 +500,30 @@ def section_floor(args: argparse.Namespace) -> None:
     per_node = {kind: _loop_node_cost(kind, args) for kind in ("Scan", "Loop")}
     print("   a node in a loop body (one iteration per row; Add on a [1, 9] tensor, bodies of 4 and 32 nodes): "
           + ", ".join(f"{kind} {c * 1e6:.3f} us per node per iteration" for kind, c in per_node.items()))
-    print("   so a chunk's per-row time is about (body nodes) x that: River's configuration (SGD, 8 nodes) "
-          f"{8 * per_node['Scan'] * 1e6:.1f} us, the defaults (Adam, one parameter vector, 28 nodes) "
-          f"{28 * per_node['Scan'] * 1e6:.1f} us a row, before any host work")
+    print("   so a chunk's per-row time is about (body nodes) x that: River's configuration (SGD, 7 nodes once "
+          f"onnxruntime has fused MatMul and Add) {7 * per_node['Scan'] * 1e6:.1f} us, the defaults (Adam, one "
+          f"parameter vector, 25 nodes) {25 * per_node['Scan'] * 1e6:.1f} us a row, before any host work")
+    _lean_floor(args)
+
+
+def _lean_floor(args: argparse.Namespace) -> None:
+    """The leanest bodies ONNX allows (bench/lean_bodies.py), beside River's per-row time on each stream: what no
+    Scan body can beat here, host work not counted."""
+    from lean_bodies import lean_body_seconds
+
+    print("   the leanest bodies ONNX allows (hand-written, bias folded in, Gemm-fused updates; they round otherwise "
+          "than the step path, so streamfit does not run them), per row alone, against River:")
+    for name in STREAMS:
+        s = load(name, args.limit)
+        model = river_model(s)
+        river_pass(s, model)
+        river = best_of({"river": lambda: river_pass(s, model)}, args.rounds)[0]["river"] / len(s.X)
+        width = s.X.shape[1]
+        for kind, limit in (("sgd", 0.3), ("adam", 0.5)):
+            sec, nodes = lean_body_seconds(kind, width, sigmoid=not s.regression, rounds=args.rounds)
+            label = "River's configuration" if kind == "sgd" else "the defaults (Adam)"
+            print(f"     {name:<14}{width:>3} features  {kind:<5}{nodes:>3} nodes {sec * 1e6:6.2f} us a row  River "
+                  f"{river * 1e6:6.2f} us  floor ratio {sec / river:.2f} (the target for {label}: {limit})")
 
 
 def _loop_node_cost(kind: str, args: argparse.Namespace) -> float:

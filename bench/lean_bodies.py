@@ -1,0 +1,96 @@
+"""The leanest Scan bodies a per-row linear learner can have in ONNX, hand-written, timed: the floor of the design.
+
+streamfit's chunk body is derived from the fused step graph, so that a chunk gives the bits of one step per call.
+These bodies drop that constraint to count as few nodes as ONNX allows, and so bound what any Scan body can
+reach on this machine:
+
+- ``sgd``: ``z = [x, 1] @ theta`` (the bias folded into the product), ``e = sigmoid(z) * gw - y * gw`` as one Gemm
+  (``y * gw`` computed before the loop), ``theta -= [x, 1]^T e`` as one Gemm: 4 nodes (3 for a linear regressor,
+  without the sigmoid).
+- ``adam``: the same forward and error, the gradient with its L2 term in one Gemm, each moment's update in one
+  Gemm (``alpha * g + beta * m``), the bias corrections folded into the scanned step size and epsilon: 12 nodes.
+
+They round differently from the step path (a fused multiply-add where the step graph rounds twice), which is why
+streamfit does not run them; their time is what the node count costs, not a target for a test.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+__all__ = ["lean_body_seconds"]
+
+
+def _model(kind: str, d: int, sigmoid: bool):  # type: ignore[no-untyped-def]
+    from onnx import TensorProto, helper, numpy_helper
+
+    def vi(name: str, shape: list) -> object:  # type: ignore[type-arg]
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    N = helper.make_node
+    nodes = [N("MatMul", ["xa", "th"], ["z"])]
+    out = "z"
+    if sigmoid:
+        nodes.append(N("Sigmoid", ["z"], ["p"]))
+        out = "p"
+    nodes.append(N("Gemm", [out, "gw", "nyg"], ["e"]))  # p * gw - y * gw
+    state = ["th"]
+    consts = []
+    if kind == "sgd":
+        nodes.append(N("Gemm", ["xa", "e", "th"], ["th2"], transA=1, alpha=-1.0, beta=1.0))
+        scanned = [("xa", [1, d + 1]), ("gw", [1, 1]), ("nyg", [1, 1])]
+    else:
+        b1, b2 = 0.9, 0.999
+        nodes += [N("Mul", ["th", "pm"], ["pen"]),
+                  N("Gemm", ["xa", "e", "pen"], ["g"], transA=1),
+                  N("Gemm", ["g", "one", "m"], ["m2"], alpha=1 - b1, beta=b1),
+                  N("Mul", ["g", "g"], ["gg"]),
+                  N("Gemm", ["gg", "one", "v"], ["v2"], alpha=1 - b2, beta=b2),
+                  N("Sqrt", ["v2"], ["sv"]),
+                  N("Add", ["sv", "eps"], ["den"]),
+                  N("Div", ["m2", "den"], ["r"]),
+                  N("Gemm", ["r", "step", "th"], ["th2"], alpha=-1.0, beta=1.0)]
+        state += ["m", "v"]
+        scanned = [("xa", [1, d + 1]), ("gw", [1, 1]), ("nyg", [1, 1]), ("eps", [1]), ("step", [1, 1])]
+        pm = np.full((d + 1, 1), 1e-4, np.float32)
+        pm[-1] = 0.0  # no penalty on the bias
+        consts = [numpy_helper.from_array(pm, "pm"), numpy_helper.from_array(np.ones((1, 1), np.float32), "one")]
+    nodes.append(N("Identity", ["z"], ["z_out"]))
+    body = helper.make_graph(nodes, "body", [vi(s, [d + 1, 1]) for s in state] + [vi(n, sh) for n, sh in scanned],
+                             [vi(s + "2", [d + 1, 1]) for s in state] + [vi("z_out", [1, 1])], initializer=consts)
+    scan = N("Scan", [s + "0" for s in state] + ["s_" + n for n, _ in scanned],
+             [s + "_final" for s in state] + ["zs"], num_scan_inputs=len(scanned), body=body)
+    g = helper.make_graph([scan], "chunk", [vi(s + "0", [d + 1, 1]) for s in state]
+                          + [vi("s_" + n, ["n"] + sh) for n, sh in scanned],
+                          [vi(s + "_final", [d + 1, 1]) for s in state] + [vi("zs", ["n", 1, 1])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), len(nodes) - 1
+
+
+def lean_body_seconds(kind: str, features: int, sigmoid: bool = True, rows: int = 256, rounds: int = 5
+                      ) -> tuple[float, int]:
+    """CPU seconds per row of the leanest ``kind`` ("sgd" or "adam") body over ``rows`` rows of ``features``
+    features (the best of ``rounds`` rounds of 20 runs), and its node count."""
+    import onnxruntime as ort
+
+    model, count = _model(kind, features, sigmoid)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [rows if not isinstance(d, int) else d for d in i.shape]
+        feeds[i.name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+    for name in ("v0", "eps", "step"):
+        if name in feeds:
+            feeds[name] = np.abs(feeds[name]) + 1e-3
+    sess.run(None, feeds)
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.process_time()
+        for _ in range(20):
+            sess.run(None, feeds)
+        best = min(best, (time.process_time() - t) / (20 * rows))
+    return best, count
