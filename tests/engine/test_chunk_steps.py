@@ -26,6 +26,8 @@ GRADIENTS = ["streamfit", pytest.param("onnxruntime", marks=pytest.mark.skipif(
     not has_ort_training(), reason="onnxruntime-training's gradient builder is not installed"))]
 
 RTOL, ATOL = 1e-6, 1e-7
+#: the lean linear step's chunks against the step graph (see test_chunk_equals_step_by_step)
+_LEAN_ATOL = 1e-6
 
 
 def _data(kind: str, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -67,18 +69,18 @@ def _by_steps(trainer: Trainer, X: np.ndarray, y: np.ndarray, batch_size: int,
     return np.concatenate(outputs), np.array(losses)
 
 
-def assert_same_state(a: Trainer, b: Trainer) -> None:
+def assert_same_state(a: Trainer, b: Trainer, atol: float = ATOL) -> None:
     for what in ("get_weights", "optimizer_state", "running_statistics"):
         sa, sb = getattr(a, what)(), getattr(b, what)()
         assert sa.keys() == sb.keys()
         for k in sa:
-            np.testing.assert_allclose(sa[k], sb[k], rtol=RTOL, atol=ATOL, err_msg=f"{what} {k}")
+            np.testing.assert_allclose(sa[k], sb[k], rtol=RTOL, atol=atol, err_msg=f"{what} {k}")
     assert (a.n_steps, a.n_skipped, a.schedule.t) == (b.n_steps, b.n_skipped, b.schedule.t)
     assert a.learning_rate == b.learning_rate
 
 
 def _check_chunk(make: Callable[[], Trainer], X: np.ndarray, y: np.ndarray, batch_size: int,
-                 sw: np.ndarray | None = None, chunks: int = 2) -> None:
+                 sw: np.ndarray | None = None, chunks: int = 2, atol: float = ATOL) -> None:
     a, b = make(), make()
     ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
     bounds = np.linspace(0, len(X), chunks + 1).astype(int)  # chunk edges fall inside steps' rows too
@@ -91,9 +93,9 @@ def _check_chunk(make: Callable[[], Trainer], X: np.ndarray, y: np.ndarray, batc
         losses.append(r.losses)
     # the reference steps are aligned with each chunk's steps only when the chunk edges are step edges
     if all(b_ % batch_size == 0 for b_ in bounds):
-        np.testing.assert_allclose(np.concatenate(outs).reshape(ref_out.shape), ref_out, rtol=RTOL, atol=ATOL)
-        np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
-    assert_same_state(a, b)
+        np.testing.assert_allclose(np.concatenate(outs).reshape(ref_out.shape), ref_out, rtol=RTOL, atol=atol)
+        np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=atol)
+    assert_same_state(a, b, atol)
 
 
 @pytest.mark.parametrize("gradient", GRADIENTS)
@@ -106,7 +108,10 @@ def test_chunk_equals_step_by_step(kind: str, batch_size: int, gradient: str) ->
         pytest.skip("streamfit's gradient builder has no BatchNormalization (ReduceMean, Sqrt) gradient")
     n = 4 * 32 * 3 if batch_size == 32 else 96
     X, y = _data(kind, n)
-    _check_chunk(lambda: _trainer(kind, gradient), X, y, batch_size)
+    # a linear model's one-row chunks run its lean step (steps/scan_dense.py), which rounds otherwise than the
+    # step graph: a few float32 ulps a step (3e-7 on a logit of 0.17 seen after 56 steps of Adam)
+    lean = kind in ("linear", "logistic") and batch_size == 1
+    _check_chunk(lambda: _trainer(kind, gradient), X, y, batch_size, atol=_LEAN_ATOL if lean else ATOL)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov", "adagrad", "adamw", "rowwise_adagrad", "ftrl"])

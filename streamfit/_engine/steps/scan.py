@@ -35,6 +35,7 @@ from streamfit._engine.common.graph_builder import onnx_dtype
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
+from streamfit._engine.steps.scan_dense import dense_step_graph
 from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
 from streamfit._engine.steps.scan_lean import lean_chunk_model, lean_plan
 from streamfit._engine.steps.scan_lift import Lifted, lift
@@ -244,6 +245,10 @@ def chunk_unsupported(trainer: Trainer) -> str | None:
 class ChunkSteps:
     """The chunk graphs of one trainer (one per step graph: small and large batches) and their sessions."""
 
+    #: a linear model's one-row chunks run its lean step (steps/scan_dense.py: within float32 rounding of one step
+    #: per call, not bit for bit); False (here, or on an instance before its first chunk): the generic body
+    dense = True
+
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self._built: dict[tuple[bool, bool, tuple[str, ...], bool], tuple[Any, list[str], list[str], list[str]] | None] = {}
@@ -253,6 +258,8 @@ class ChunkSteps:
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
         self.flat = True
         self.layout: FlatLayout | None = None
+        #: the parameter vector's layout of each chunk graph that carries one
+        self.layouts: dict[tuple[bool, bool, tuple[str, ...], bool], FlatLayout] = {}
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
         self.models: dict[tuple[bool, bool, tuple[str, ...], bool], ModelProto] = {}
         self.why_not: str | None = None
@@ -284,10 +291,15 @@ class ChunkSteps:
         state = [n for n in tr.params.names]
         scanned: list[str] = []
         plan = lean_plan(tr) if not large and not host_steps else None
-        flat = flat_step_graph(tr) if not large and self.flat and plan is None else None
+        flat = None
+        if one_row and not large and self.flat and self.dense and plan is None:  # a linear model's lean step
+            flat = dense_step_graph(tr)
+        if flat is None and not large and self.flat and plan is None:
+            flat = flat_step_graph(tr)
         if flat is not None:  # one parameter vector: the optimizer's update emitted once
-            step, self.layout = flat
-            state = self.layout.state_names() + list(tr.prepared.buffers)
+            step, layout = flat
+            self.layouts[key] = self.layout = layout
+            state = layout.state_names() + list(tr.prepared.buffers)
         if tr.tables is not None:  # the chunk's blocks of table rows, carried; their local ids, scanned
             step = with_tables(step, tr.tables)
             extra_state, scanned = table_names(tr.tables)
@@ -367,7 +379,7 @@ class ChunkSteps:
                 io.bind_ortvalue_input(name, host[name])
         live, spare = tr.params.live(), tr.params.spare()
         key = self._key(rows, host_steps)
-        layout = self.layout if not key[0] and key not in self._lean else None
+        layout = self.layouts.get(key)
         flat_out: dict[str, np.ndarray] = {}
         dense = list(tr.params.names)
         if layout is not None:  # the weights and their slots packed into one vector each

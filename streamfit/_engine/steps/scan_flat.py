@@ -40,6 +40,8 @@ class FlatLayout:
     shapes: tuple[tuple[int, ...], ...]
     slots: tuple[str, ...]
     size: int
+    #: the vectors are columns ``[size, 1]`` (the lean linear step's, steps/scan_dense.py), else 1-D
+    column: bool = False
 
     def state_names(self) -> list[str]:
         return [THETA] + [Names.slot(THETA, s) for s in self.slots]
@@ -49,14 +51,15 @@ class FlatLayout:
         out = {}
         for name, suffix in [(THETA, "")] + [(Names.slot(THETA, s), s) for s in self.slots]:
             parts = [values[w if not suffix else Names.slot(w, suffix)].reshape(-1) for w in self.weights]
-            out[name] = np.concatenate(parts).astype(dtype, copy=False)
+            vec = np.concatenate(parts).astype(dtype, copy=False)
+            out[name] = vec.reshape(-1, 1) if self.column else vec
         return out
 
     def unpack(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The per-weight arrays (weights and their slots) of ``theta`` and its slots."""
         out = {}
         for name, suffix in [(THETA, "")] + [(Names.slot(THETA, s), s) for s in self.slots]:
-            vec = flat[name]
+            vec = flat[name].reshape(-1)
             for w, at, shape in zip(self.weights, self.offsets, self.shapes):
                 size = int(np.prod(shape, dtype=np.int64))
                 out[w if not suffix else Names.slot(w, suffix)] = vec[at:at + size].reshape(shape)

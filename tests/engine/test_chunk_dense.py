@@ -1,0 +1,133 @@
+"""The lean one-row step of a linear model (streamfit._engine.steps.scan_dense): its chunks give what one step per
+call gives -- outputs, losses, weights, optimizer state -- within float32 rounding, in fewer body nodes; models and
+rules it does not write keep the generic body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamfit import LinearRegressor, LogisticRegression
+from streamfit._engine.steps.scan import ChunkSteps, train_chunk
+from streamfit._engine.testing import linear_model
+from streamfit._engine.trainer import Trainer
+from streamfit.exceptions import NonFiniteError
+from streamfit.penalties import Penalty
+
+#: a few float32 ulps a step apart (a Gemm rounds its two products once where the step graph rounds each)
+RTOL, ATOL = 1e-6, 1e-6
+
+
+def _data(n: int, logistic: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 4)).astype(np.float32)
+    if logistic:
+        return X, (X[:, 0] + 0.5 * rng.standard_normal(n) > 0).astype(np.float32)
+    return X, (X[:, 0] - 2 * X[:, 1] + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def _trainer(logistic: bool, optimizer: str, penalty: Any = None, **kw: Any) -> Trainer:
+    return Trainer(linear_model(4, seed=1), loss="log_loss" if logistic else "squared_error", optimizer=optimizer,
+                   learning_rate=0.05, penalty=penalty, **kw)
+
+
+def _chunks(tr: Trainer) -> ChunkSteps:
+    return tr.__dict__["_chunk_steps"]
+
+
+def _body_nodes(tr: Trainer) -> int:
+    (model,) = _chunks(tr).models.values()
+    scan = next(n for n in model.graph.node if n.op_type == "Scan")
+    return len(next(a.g for a in scan.attribute if a.name == "body").node)
+
+
+def _same(a: Trainer, b: Trainer) -> None:
+    for what in ("get_weights", "optimizer_state"):
+        sa, sb = getattr(a, what)(), getattr(b, what)()
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            np.testing.assert_allclose(sa[k], sb[k], rtol=RTOL, atol=ATOL, err_msg=f"{what} {k}")
+    assert (a.n_steps, a.n_skipped, a.schedule.t) == (b.n_steps, b.n_skipped, b.schedule.t)
+
+
+def _by_steps(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    outs, losses = [], []
+    for i in range(len(X)):
+        losses.append(tr.step(X[i:i + 1], y[i:i + 1], None if sw is None else sw[i:i + 1]))
+        outs.append(tr.last_output.copy())
+    return np.concatenate(outs), np.array(losses)
+
+
+@pytest.mark.parametrize("logistic", [True, False], ids=["logistic", "linear"])
+@pytest.mark.parametrize("optimizer, penalty, nodes", [("sgd", None, 4), ("adam", None, 13),
+                                                       ("adam", Penalty(1e-2, 0.0), 14)])
+def test_lean_chunks_equal_step_by_step(logistic: bool, optimizer: str, penalty: Any, nodes: int) -> None:
+    X, y = _data(150, logistic)
+    sw = np.random.default_rng(4).uniform(0, 2, 150).astype(np.float32)
+    a, b = _trainer(logistic, optimizer, penalty), _trainer(logistic, optimizer, penalty)
+    outs, losses = [], []
+    for lo, hi in ((0, 70), (70, 150)):  # the second chunk starts from the first one's state
+        r = train_chunk(a, X[lo:hi], y[lo:hi], sw[lo:hi], batch_size=1)
+        assert r.scanned and r.nonfinite is None
+        outs.append(r.outputs)
+        losses.append(r.losses)
+    layout = next(iter(_chunks(a).layouts.values()))
+    assert layout.column  # the lean step's parameter column, not the generic vector
+    assert _body_nodes(a) == nodes + logistic  # the sigmoid
+    ref_out, ref_loss = _by_steps(b, X, y, sw)
+    np.testing.assert_allclose(np.concatenate(outs), ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
+    _same(a, b)
+
+
+def test_the_generic_body_is_kept_where_the_lean_step_does_not_apply() -> None:
+    X, y = _data(60, True)
+    cases = [_trainer(True, "sgd", Penalty(1e-2, 0.0)),  # SGD's penalty decays the weights: not written here
+             _trainer(True, "adagrad"), _trainer(True, "adam", Penalty(1e-2, 0.5))]  # an L1 part
+    for tr in cases:
+        train_chunk(tr, X, y, batch_size=1)
+        assert not any(layout.column for layout in _chunks(tr).layouts.values())
+    several = _trainer(True, "adam")
+    train_chunk(several, X, y, batch_size=3)  # several rows a step: the generic body
+    assert not any(layout.column for layout in _chunks(several).layouts.values())
+
+
+@pytest.mark.parametrize("on_nonfinite", ["skip", "raise"])
+def test_a_nonfinite_row_inside_a_lean_chunk(on_nonfinite: str) -> None:
+    X, y = _data(30, False)
+    X[17, 2] = 3e38  # its step's loss overflows float32
+    a, b = (_trainer(False, "adam", on_nonfinite=on_nonfinite) for _ in range(2))
+    if on_nonfinite == "raise":
+        with pytest.raises(NonFiniteError) as got:
+            train_chunk(a, X, y, batch_size=1)
+        with pytest.raises(NonFiniteError) as ref:
+            _by_steps(b, X, y)
+        assert got.value.step == ref.value.step == 18
+        _same(a, b)
+        return
+    r = train_chunk(a, X, y, batch_size=1)
+    _by_steps(b, X, y)
+    assert r.nonfinite == 17 and r.applied == 29
+    _same(a, b)
+    assert all(np.isfinite(w).all() for w in a.get_weights().values())
+
+
+@pytest.mark.parametrize("make", [lambda: LogisticRegression(batch_size=1),
+                                  lambda: LinearRegressor(batch_size=1, optimizer="sgd", penalty=None)],
+                         ids=["LogisticRegression", "LinearRegressor-sgd"])
+def test_ready_made_one_row_chunks_run_the_lean_step_and_match_one_call_per_row(make: Any) -> None:
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((120, 3)) * [1, 10, 0.1] + [0, 5, -2]).astype(np.float32)
+    y = X[:, 0] - 0.2 * X[:, 1] + rng.standard_normal(120)
+    a, b = make(), make()
+    kw = {"classes": [False, True]} if isinstance(a, LogisticRegression) else {}
+    target = y > 0 if kw else y
+    got = a.partial_fit_predict(X, target, **kw)
+    ref = np.concatenate([b.partial_fit_predict(X[i:i + 1], target[i:i + 1], **(kw if i == 0 else {}))
+                          for i in range(len(X))])
+    assert any(layout.column for layout in _chunks(a.trainer_).layouts.values())
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+    for k, v in b.trainer_.get_weights().items():
+        np.testing.assert_allclose(a.trainer_.get_weights()[k], v, rtol=RTOL, atol=ATOL, err_msg=k)
