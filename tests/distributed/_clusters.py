@@ -10,7 +10,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import ray
 
 from streamfit.distributed import LocalRayCluster
 
@@ -29,6 +28,8 @@ def driven_cluster(nodes: int, cpus: int = 1, env: dict[str, str] | None = None)
             try:
                 yield c
             finally:
+                import ray  # the [ray] extra's: this module is imported (for doctests) without it too
+
                 ray.shutdown()
                 if old_home is not None:
                     os.environ["HOME"] = old_home
