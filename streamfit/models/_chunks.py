@@ -18,7 +18,7 @@ import numpy as np
 
 from streamfit._engine.common.names import Names
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
-from streamfit.models.scaler import RunningScaler, ScalerSnapshot
+from streamfit.models.scaler import RunningScaler
 from streamfit.exceptions import NonFiniteError
 
 __all__ = ["chunk_pass", "StepRows"]
@@ -52,7 +52,7 @@ class StepRows:
         return [slice(i, min(i + self.size, self.n)) for i in range(0, self.n, self.size)]
 
 
-def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: "StepRows", transform: bool = False,
+def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: StepRows, transform: bool = False,
               before: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
                                              np.ndarray | None]:
     """The scaler updated by each step's rows in turn: float32 (mean, scale) after each step, (``before``)
@@ -107,7 +107,7 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     steps = StepRows(len(X), est.batch_size)
     scaler = est.__dict__.get("scaler_")
     target = est.__dict__.get("target_scaler_")
-    saved = [(s, _snapshot(s)) for s in (scaler, target) if s is not None]
+    saved = [(s, s.snapshot()) for s in (scaler, target) if s is not None]
     raw = {id(scaler): X, id(target): T.reshape(len(T), -1)}
     host = None
     if scaler is not None:
@@ -130,7 +130,7 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     except NonFiniteError as exc:  # the scalers then hold the rows up to the failed step, as step by step
         failed = exc.step - 1 - steps_before if exc.step is not None else steps.count - 1
         for obj, state in saved:
-            _restore(obj, state)
+            obj.restore(state)
             for sl in steps.slices()[:failed + 1]:
                 obj.update(raw[id(obj)][sl], None if sw is None else sw[sl])
         est.t_ = trainer.n_steps
@@ -156,14 +156,3 @@ def _mean_loss(result: ChunkResult, steps: StepRows) -> float:
         return float("nan")
     return float(np.cumsum(result.losses[finite].astype(np.float64) * sizes)[-1]) / rows
 
-
-def _snapshot(scaler: Any) -> Any:
-    """What restores ``scaler`` after a failed chunk: its cheap snapshot, or its state_dict."""
-    return scaler.snapshot() if isinstance(scaler, RunningScaler) else scaler.state_dict()
-
-
-def _restore(scaler: Any, state: Any) -> None:
-    if isinstance(state, ScalerSnapshot):
-        scaler.restore(state)
-    else:
-        scaler.load_state_dict(state)

@@ -370,6 +370,12 @@ class FixedScaler:
     def update(self, X: np.ndarray, sample_weight: np.ndarray | None = None) -> None:
         """Nothing: the scaling stays as fitted."""
 
+    def snapshot(self) -> None:
+        """Nothing to keep (the scaling never changes): :meth:`RunningScaler.snapshot`'s counterpart."""
+
+    def restore(self, snapshot: None) -> None:
+        """Nothing to put back."""
+
     def transform(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X)
         dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float32)

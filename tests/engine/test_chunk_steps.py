@@ -162,7 +162,7 @@ def test_one_parameter_vector_with_a_penalty(penalty: Any, flat: bool) -> None:
     _check_chunk(lambda: _trainer("mlp", "streamfit", "adam", penalty=penalty), X, y, 3)
     trainer = _trainer("mlp", "streamfit", "adam", penalty=penalty)
     train_chunk(trainer, X, y, batch_size=3)
-    assert (trainer.__dict__["_chunk_steps"].layout is not None) == flat
+    assert bool(trainer.__dict__["_chunk_steps"].layouts) == flat
 
 
 @pytest.mark.parametrize("schedule", [lambda: CosineDecay(0.1, decay_steps=45, eta_min=0.01),

@@ -257,7 +257,6 @@ class ChunkSteps:
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
         self.flat = True
-        self.layout: FlatLayout | None = None
         #: the parameter vector's layout of each chunk graph that carries one
         self.layouts: dict[tuple[bool, bool, tuple[str, ...], bool], FlatLayout] = {}
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
@@ -292,13 +291,11 @@ class ChunkSteps:
         scanned: list[str] = []
         plan = lean_plan(tr) if not large and not host_steps else None
         flat = None
-        if one_row and not large and self.flat and self.dense and plan is None:  # a linear model's lean step
-            flat = dense_step_graph(tr)
-        if flat is None and not large and self.flat and plan is None:
-            flat = flat_step_graph(tr)
+        if not large and self.flat and plan is None:  # a linear model's lean one-row step, else the generic one
+            flat = (dense_step_graph(tr) if one_row and self.dense else None) or flat_step_graph(tr)
         if flat is not None:  # one parameter vector: the optimizer's update emitted once
             step, layout = flat
-            self.layouts[key] = self.layout = layout
+            self.layouts[key] = layout
             state = layout.state_names() + list(tr.prepared.buffers)
         if tr.tables is not None:  # the chunk's blocks of table rows, carried; their local ids, scanned
             step = with_tables(step, tr.tables)

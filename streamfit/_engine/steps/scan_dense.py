@@ -10,7 +10,7 @@ as a column and appends a 1 to each row, so that
   term computed before the loop);
 - SGD's update is one Gemm (``theta - [x, 1]^T e``, the rate folded into the row weights);
 - Adam's gradient takes its L2 term in the same Gemm (``+ theta * l2`` on the coefficients only), and each
-  moment's update is one Gemm (``alpha * g + beta * m``); the step itself is Adam's own six nodes.
+  moment's update is one Gemm (``alpha * g + beta * m``); the step itself is Adam's own (``Adam._step``).
 
 The logistic body is 5 nodes with SGD and 15 with Adam (the generic ones: 7 and 25 once onnxruntime has fused
 them).  It rounds differently from the step path: a Gemm adds its two products with one rounding where the step
@@ -72,7 +72,7 @@ def _rule(tr: Any) -> str | None:
     from streamfit.optim import SGD, Adam
 
     opt, penalty = tr.optimizer, tr.penalty
-    if type(opt) is SGD and penalty is None and getattr(opt, "momentum", 0) == 0 and tr._lr_in_grad_weights:
+    if type(opt) is SGD and penalty is None and tr._lr_in_grad_weights:  # momentum is another class
         return "sgd"
     if type(opt) is Adam and not tr._lr_in_grad_weights and (penalty is None or penalty.l1 == 0):
         return "adam"
@@ -125,9 +125,7 @@ def dense_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
         m_in, v_in = (Names.slot(THETA, s) for s in opt.slots)
         m = b.op("Gemm", g, one, m_in, alpha=1.0 - opt.beta1, beta=opt.beta1)
         v = b.op("Gemm", b.op("Mul", g, g), one, v_in, alpha=1.0 - opt.beta2, beta=opt.beta2)
-        step_size, inv_sqrt_bc2 = Names.scalar("step_size"), Names.scalar("inv_sqrt_bc2")
-        denom = b.op("Add", b.op("Mul", b.op("Sqrt", v), inv_sqrt_bc2), b.const(opt.eps))
-        new[THETA] = b.op("Sub", THETA, b.op("Mul", b.op("Div", m, denom), step_size))
+        new[THETA] = opt._step(b, THETA, m, v, {s: Names.scalar(s) for s in ("step_size", "inv_sqrt_bc2")})
         new[m_in], new[v_in] = m, v
     existing = {x_name, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
