@@ -15,6 +15,7 @@ from streamfit._engine.testing import linear_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import NonFiniteError
 from streamfit.penalties import Penalty
+from tests.engine.test_chunk_steps import assert_same_state
 
 #: a few float32 ulps a step apart (a Gemm rounds its two products once where the step graph rounds each)
 RTOL, ATOL = 1e-6, 1e-6
@@ -44,12 +45,7 @@ def _body_nodes(tr: Trainer) -> int:
 
 
 def _same(a: Trainer, b: Trainer) -> None:
-    for what in ("get_weights", "optimizer_state"):
-        sa, sb = getattr(a, what)(), getattr(b, what)()
-        assert sa.keys() == sb.keys()
-        for k in sa:
-            np.testing.assert_allclose(sa[k], sb[k], rtol=RTOL, atol=ATOL, err_msg=f"{what} {k}")
-    assert (a.n_steps, a.n_skipped, a.schedule.t) == (b.n_steps, b.n_skipped, b.schedule.t)
+    assert_same_state(a, b, ATOL)
 
 
 def _by_steps(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
