@@ -376,6 +376,8 @@ def partial_fit_rates(rounds: int, calls: int) -> dict[str, float]:
     from streamfit.testing import ClickStream
 
     def rate(fit: Callable[[Any, Any], Any], batches: list[tuple[Any, Any]]) -> float:
+        for X, y in batches:  # warm: onnxruntime's first runs of a session (its arena, its plan) are slower
+            fit(X, y)
         best = float("inf")
         for _ in range(rounds):
             t, n = time.process_time(), 0
@@ -407,9 +409,10 @@ def partial_fit_rates(rounds: int, calls: int) -> dict[str, float]:
 
 
 def _child_rates(tree: str, calls: int) -> dict[str, float]:
-    """Section 4's figures (best of two rounds) measured by a child process importing streamfit from ``tree``."""
+    """Section 4's figures (after a warm pass, best of three rounds) measured by a child process importing
+    streamfit from ``tree``."""
     env = {**os.environ, "PYTHONPATH": tree, "PERROW_CHILD": "1"}
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps([2, calls])],
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps([3, calls])],
                           env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode:
         raise RuntimeError(f"the child on {tree} failed:\n{proc.stderr[-3000:]}")

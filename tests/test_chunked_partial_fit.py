@@ -105,11 +105,11 @@ def test_many_rows_per_call_equal_one_call_per_step_bit_for_bit(cls: Any, params
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """On CPU (onnxruntime-training 1.19 and the newest onnxruntime) the generic chunk body gives the bits of one call
     per step (what runs outside the loop is exact arithmetic, and the loop body is the step's own nodes).  A linear
-    model's one-row chunks run a leaner step by default (steps/scan_dense.py, within rounding: the test above);
-    turned off here, they run the generic body."""
-    from streamfit._engine.steps.scan import ChunkSteps
+    model's steps run a leaner step by default (steps/scan_dense.py, within rounding: the test above); turned off
+    here, they run the generic graphs."""
+    from streamfit._engine.trainer import Trainer
 
-    monkeypatch.setattr(ChunkSteps, "dense", False)
+    monkeypatch.setattr(Trainer, "lean_steps", False)
     X, y, labels, multi = _data(60)
     target = y if "Regressor" in cls.__name__ else (multi if cls is MLPClassifier else labels)
     kw = {} if "Regressor" in cls.__name__ else {"classes": np.unique(target)}

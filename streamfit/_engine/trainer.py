@@ -31,6 +31,7 @@ from streamfit._engine.runtime.staging import Staging
 from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
+from streamfit._engine.steps.scan_dense import dense_plan, row_step_graph
 from streamfit._engine.steps.sparse_tables import SparseTables
 from streamfit._engine.steps.tables import find_tables, training_model
 from streamfit._engine.steps.step_graphs import sample_weight_shape
@@ -178,6 +179,11 @@ class Trainer:
     array([ 2., -1.], dtype=float32)
     """
 
+    #: a ready-made linear model's steps of one row and its chunks of small steps run its lean step
+    #: (steps/scan_dense.py: fewer nodes, within float32 rounding of the generic step graph, not bit for bit), its
+    #: weights and slots laid out as columns; False (on the class, before a trainer is made): the generic graphs
+    lean_steps = True
+
     def __init__(self, model: "str | os.PathLike[str] | bytes | ModelProto", *, weights: Sequence[str] | None = None,
                  input_name: str | None = None, output_name: str | None = None, loss: "str | Loss | None" = None,
                  optimizer: "str | Optimizer | None" = None, learning_rate: "float | Schedule" = 0.01,
@@ -278,6 +284,11 @@ class Trainer:
                 values[Names.slot(w, slot)] = arr
         values.update(self.prepared.buffers)  # BatchNorm running statistics: updated by the steps, not trained
         self.params = PingPong(self.device, values)
+        #: the lean step's plan (steps/scan_dense.py), or None: the weights and slots it carries as columns
+        self._dense = (dense_plan(self) if self.lean_steps and self.device.kind == "cpu" and self.artifact is None
+                       and self.step_kind == "fused" else None)
+        if self._dense is not None:  # before anything binds the values
+            self.params.columns(self._dense.columns())
         fixed = {name: self.scalars.values[name] for name in self.prepared.host}
         if self._sparse is not None:
             fixed.update(self._sparse.values)
@@ -355,6 +366,8 @@ class Trainer:
         cls = _STRATEGIES[self.step_kind]
         extra = {"small_batch_options": self.small_batch_options,
                  "light_large_batches": not self._threads_given, "sparse": self._sparse} if cls is FusedStep else {}
+        if cls is FusedStep and self._dense is not None and self.artifact is None:  # steps of one row: the lean one
+            extra["row_step"] = row_step_graph(self)
         if self.artifact is not None:
             if y_rank != self.artifact.info.y_rank:
                 raise ModelError(f"the training artifact was compiled for an output of rank {self.artifact.info.y_rank}, "
@@ -686,7 +699,7 @@ class Trainer:
             raise as_model_error(exc, "predicting", self.prepared.inference) from exc
 
     def step_graphs(self) -> dict[str, ModelProto]:
-        """Every graph this trainer trains with, by role: ``fused`` / ``fused_large`` (step="fused"),
+        """Every graph this trainer trains with, by role: ``fused`` / ``fused_large`` / ``fused_row`` (step="fused"),
         ``gradient`` / ``loss`` / ``update`` (step="forward_backward"), ``sparse_rows`` (tables trained
         row-sparsely).  The step graphs are built on the first step: call :meth:`step` first."""
         if self._strategy is None:

@@ -84,3 +84,51 @@ def test_the_ops_hoisted_are_exact_on_any_tensor_size() -> None:
         big = s.run(None, {"a": A, "b": B})[0]
         small = np.stack([s.run(None, {"a": A[i], "b": B[i]})[0] for i in range(0, 4096, 37)])
         np.testing.assert_array_equal(big[::37], small, err_msg=op)
+
+
+def test_a_row_concatenated_with_a_constant_and_a_per_step_rate_run_before_the_loop() -> None:
+    """The lean linear step's shape (steps/scan_dense.py): ``[x, 1]`` (a Concat with a constant, repeated over the
+    steps outside), a per-step rate as a [1, 1] tensor (an Unsqueeze, its axes shifted past the steps axis) and a
+    constant divided by a per-step value (not a scale of it: hoisted), all before the loop, with the same bits."""
+    vi = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("Concat", ["X", "one"], ["xa"], axis=1),
+        helper.make_node("MatMul", ["xa", "w"], ["y"]),
+        helper.make_node("Sub", ["y", "t"], ["e"]),
+        helper.make_node("Div", ["eps", "c"], ["eps_c"]),
+        helper.make_node("Add", ["e", "eps_c"], ["e2"]),
+        helper.make_node("Unsqueeze", ["lr", "axes"], ["lr2"]),
+        helper.make_node("Gemm", ["xa", "e2", "w"], ["g"], transA=1, beta=0.0),
+        helper.make_node("Gemm", ["g", "lr2", "w"], [Names.new("w")], alpha=-1.0, beta=1.0),
+        helper.make_node("ReduceSum", ["e"], [Names.loss], keepdims=0),
+    ]
+    inits = [helper.make_tensor("one", F, [1, 1], [1.0]), helper.make_tensor("eps", F, [], [1e-3]),
+             helper.make_tensor("axes", TensorProto.INT64, [2], [0, 1])]
+    graph = helper.make_graph(nodes, "step", [vi("w", F, [4, 1]), vi("X", F, [1, 3]), vi("t", F, [1, 1]),
+                                              vi("lr", F, []), vi("c", F, [])],
+                              [vi(Names.new("w"), F, [4, 1]), vi(Names.loss, F, []), vi("y", F, [1, 1])],
+                              initializer=inits)
+    step = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    rng = np.random.default_rng(2)
+    steps = 30
+    X = rng.standard_normal((steps, 1, 3)).astype(np.float32)
+    T = rng.standard_normal((steps, 1, 1)).astype(np.float32)
+    lr = rng.uniform(0.01, 0.1, steps).astype(np.float32)
+    c = rng.uniform(0.5, 2, steps).astype(np.float32)
+    w0 = rng.standard_normal((4, 1)).astype(np.float32)
+    one = ort.InferenceSession(step.SerializeToString(), providers=["CPUExecutionProvider"])
+    w, ref_y = w0, []
+    for k in range(steps):
+        w, _, y = one.run(None, {"w": w, "X": X[k], "t": T[k], "lr": np.array(lr[k]), "c": np.array(c[k])})
+        ref_y.append(y)
+    chunk = build_chunk_model(step, ["w"], ["X", "t"], ["lr", "c"], "y")
+    ops = [n.op_type for n in chunk.graph.node]
+    scan = chunk.graph.node[ops.index("Scan")]
+    body = [n.op_type for n in next(a.g for a in scan.attribute if a.name == "body").node]
+    assert body == ["MatMul", "Sub", "Add", "Gemm", "Gemm"]
+    assert {"Concat", "Expand", "Unsqueeze", "Div"} <= set(ops[:ops.index("Scan")])
+    sess = ort.InferenceSession(chunk.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    got = dict(zip(names, sess.run(None, {"sfc_in_w": w0, "sfc_x_X": X, "sfc_x_t": T, "sfc_x_lr": lr, "sfc_x_c": c})))
+    np.testing.assert_array_equal(got["sfc_out_w"], w)
+    np.testing.assert_array_equal(got["sfc_y"], np.stack(ref_y))

@@ -7,7 +7,7 @@ old weight), and a rejected step costs nothing to roll back: set A is untouched.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from streamfit._engine.common import ort_private as C
@@ -36,6 +36,36 @@ class PingPong:
             self.sets[1][name] = value
         self.current = 0
         self.generation = 0  # counts write()s: what a cached fact about the live values refers to
+        #: per set, one column [size, 1] per group of values laid end to end (:meth:`columns`)
+        self.column_sets: list[dict[str, C.OrtValue]] = [{}, {}]
+
+    def columns(self, groups: Mapping[str, Sequence[str]]) -> None:
+        """Lay each group's values end to end in one column per set (CPU): the values become views of it, so a
+        graph that carries the group as one vector binds the column where others bind the values, with no copy.
+        Call before anything binds the values (their OrtValues are replaced)."""
+        if self.device.kind != "cpu":
+            raise ValueError("columns of values are host memory: CPU only")
+        cpu = self.device.ort_device()
+        for group, members in groups.items():
+            sizes = [int(np.prod(self.sets[0][m].shape(), dtype=np.int64)) for m in members]
+            dtype = self.sets[0][members[0]].numpy().dtype
+            for values, columns in zip(self.sets, self.column_sets):
+                column = np.empty((sum(sizes), 1), dtype)
+                self._keep.append(column)
+                start = 0
+                for member, size in zip(members, sizes):
+                    old = values[member].numpy()
+                    view = column[start:start + size].reshape(old.shape)
+                    view[...] = old
+                    values[member] = C.from_numpy(view, cpu)
+                    start += size
+                columns[group] = C.from_numpy(column, cpu)
+
+    def live_columns(self) -> dict[str, C.OrtValue]:
+        return self.column_sets[self.current]
+
+    def spare_columns(self) -> dict[str, C.OrtValue]:
+        return self.column_sets[1 - self.current]
 
     def live(self) -> dict[str, C.OrtValue]:
         return self.sets[self.current]

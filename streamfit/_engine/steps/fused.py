@@ -18,6 +18,7 @@ from streamfit._engine.runtime.buffers import HostScalars, PingPong
 from streamfit._engine.runtime.device import Device, make_session
 from streamfit._engine.runtime.staging import Staging, StagingCache
 from streamfit._engine.steps.check_plan import CheckPlan
+from streamfit._engine.steps.scan_dense import row_loss
 from streamfit._engine.steps.step_graphs import build_fused, folds_lr_into_gradients
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
@@ -46,6 +47,8 @@ class FusedRun:
     bound_sums: tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]] | None = None
     #: the large-batch graph checks the bounded weights exactly: after its run the bound is recomputed
     forget_bound: bool = False
+    #: the step's loss computed on the host after the run, for a graph without a loss output (the lean row step)
+    loss_of: Callable[[], float] | None = None
 
 
 class FusedStep:
@@ -63,8 +66,14 @@ class FusedStep:
                  penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
                  params: PingPong, scalars: HostScalars,
                  small_batch_options: ort.SessionOptions | None = None, light_large_batches: bool = False,
-                 sparse: Any = None, compiled: Mapping[str, ModelProto] | None = None) -> None:
+                 sparse: Any = None, compiled: Mapping[str, ModelProto] | None = None,
+                 row_step: ModelProto | None = None) -> None:
         self.pm = pm
+        #: a one-row step of its own (a linear model's lean step, steps/scan_dense.py), reading and writing the
+        #: params' columns; its session is made on the first one-row batch
+        self.row_model = row_step
+        self.loss = loss
+        self._row_session: ort.InferenceSession | None = None
         #: the tables trained row-sparsely (:class:`~streamfit._engine.steps.sparse_tables.SparseTables`), or None
         self.sparse = sparse
         host_checks = device.kind == "cpu"  # the step reads single-element new weights itself
@@ -108,8 +117,12 @@ class FusedStep:
         return self.large_model
 
     def graphs(self) -> dict[str, ModelProto]:
-        """The step graphs by role: ``fused`` (small batches) and ``fused_large``."""
-        return {"fused": self.model, "fused_large": self.large_graph()}
+        """The step graphs by role: ``fused`` (small batches), ``fused_large`` and, for a linear model's lean step of
+        one row, ``fused_row``."""
+        graphs = {"fused": self.model, "fused_large": self.large_graph()}
+        if self.row_model is not None:
+            graphs["fused_row"] = self.row_model
+        return graphs
 
     def _session_for(self, rows: int) -> ort.InferenceSession:
         if rows < self.large_batch_rows:
@@ -132,7 +145,39 @@ class FusedStep:
             self._scalar_outputs[name] = (C.from_numpy(array, C.cpu_device()), array)
         return self._scalar_outputs[name][1]
 
+    def _row_bindings(self, staging: Staging) -> dict[str, Any]:
+        """The one-row lean step's bindings: the batch, the host scalars and tensors, the params' columns."""
+        if self._row_session is None:
+            self._row_session = make_session(self.row_model.SerializeToString(), self._light_options,  # type: ignore[union-attr]
+                                             self.device, self.pm.dtype)
+        session = self._row_session
+        inputs = {i.name for i in session.get_inputs()}
+        check = self._scalar_output(Names.check)
+        bindings = []
+        for src, dst in ((0, 1), (1, 0)):
+            io = C.io_binding(session)
+            for spec, value in zip(self.pm.inputs, staging.x_values):
+                io.bind_ortvalue_input(spec.name, value)
+            io.bind_ortvalue_input(Names.target, staging.t_value)
+            io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
+            io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
+            for name, value in self.scalars.values.items():
+                if name in inputs:
+                    io.bind_ortvalue_input(name, value)
+            for name, value in self.params.column_sets[src].items():
+                io.bind_ortvalue_input(name, value)
+                io.bind_ortvalue_output(Names.new(name), self.params.column_sets[dst][name])
+            io.bind_ortvalue_output(Names.check, self._scalar_outputs[Names.check][0])
+            io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
+            bindings.append(io)
+        # it checks all it writes; a magnitude bound kept by the small-batch graph is recomputed after it
+        run = FusedRun(C.raw_session(session), (bindings[0], bindings[1]), ((check,), (check,)), None,
+                       forget_bound=bool(self._bound.weights), loss_of=row_loss(self.loss, staging))
+        return {"run": run}
+
     def _bindings(self, staging: Staging) -> dict[str, Any]:
+        if staging.n == 1 and self.row_model is not None:
+            return self._row_bindings(staging)
         bindings = []
         session = self._session_for(staging.n)
         extra: dict[str, Any] = {}
@@ -195,7 +240,7 @@ class FusedStep:
         run: FusedRun = staging.extra["run"]
         current = self.params.current
         run.session.run_with_iobinding(run.io[current], None)
-        loss = float(self._loss)
+        loss = float(self._loss) if run.loss_of is None else run.loss_of()
         ok = math.isfinite(loss)
         for check in run.checks[current]:
             ok = ok and math.isfinite(check)

@@ -245,22 +245,18 @@ def chunk_unsupported(trainer: Trainer) -> str | None:
 class ChunkSteps:
     """The chunk graphs of one trainer (one per step graph: small and large batches) and their sessions."""
 
-    #: a linear model's one-row chunks run its lean step (steps/scan_dense.py: within float32 rounding of one step
-    #: per call, not bit for bit); False (here, or on an instance before its first chunk): the generic body
-    dense = True
-
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self._built: dict[tuple[bool, bool, tuple[str, ...], bool], tuple[Any, list[str], list[str], list[str]] | None] = {}
+        self._built: dict[tuple[bool, bool, tuple[str, ...], int], tuple[Any, list[str], list[str], list[str]] | None] = {}
         #: the keys built with the lean body of a hashed linear model (steps/scan_lean.py)
-        self._lean: set[tuple[bool, bool, tuple[str, ...], bool]] = set()
+        self._lean: set[tuple[bool, bool, tuple[str, ...], int]] = set()
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
         self.flat = True
         #: the parameter vector's layout of each chunk graph that carries one
-        self.layouts: dict[tuple[bool, bool, tuple[str, ...], bool], FlatLayout] = {}
+        self.layouts: dict[tuple[bool, bool, tuple[str, ...], int], FlatLayout] = {}
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
-        self.models: dict[tuple[bool, bool, tuple[str, ...], bool], ModelProto] = {}
+        self.models: dict[tuple[bool, bool, tuple[str, ...], int], ModelProto] = {}
         self.why_not: str | None = None
 
     def _kind(self, rows: int) -> tuple[bool, bool]:
@@ -272,14 +268,16 @@ class ChunkSteps:
                               and rows * fused._weights_size < fused.parallel_min_work)  # type: ignore[union-attr]
         return large, light
 
-    def _key(self, rows: int, host_steps: tuple[str, ...]) -> tuple[bool, bool, tuple[str, ...], bool]:
-        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, one row?)."""
-        return self._kind(rows) + (host_steps, rows == 1)
+    def _key(self, rows: int, host_steps: tuple[str, ...]) -> tuple[bool, bool, tuple[str, ...], int]:
+        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, rows) (a
+        linear model's lean step is written for its number of rows)."""
+        return self._kind(rows) + (host_steps, rows)
 
-    def _build(self, key: tuple[bool, bool, tuple[str, ...], bool]) -> tuple[Any, list[str], list[str], list[str]] | None:
+    def _build(self, key: tuple[bool, bool, tuple[str, ...], int]) -> tuple[Any, list[str], list[str], list[str]] | None:
         if key in self._built:
             return self._built[key]
-        large, light, host_steps, one_row = key
+        large, light, host_steps, rows = key
+        one_row = rows == 1
         tr = self.trainer
         strategy = tr._strategy
         step = strategy.large_graph() if large else strategy.model  # type: ignore[union-attr]
@@ -291,8 +289,8 @@ class ChunkSteps:
         scanned: list[str] = []
         plan = lean_plan(tr) if not large and not host_steps else None
         flat = None
-        if not large and self.flat and plan is None:  # a linear model's lean one-row step, else the generic one
-            flat = (dense_step_graph(tr) if one_row and self.dense else None) or flat_step_graph(tr)
+        if not large and self.flat and plan is None:  # a linear model's lean step, else the generic one
+            flat = (dense_step_graph(tr, rows) if tr._dense is not None else None) or flat_step_graph(tr)
         if flat is not None:  # one parameter vector: the optimizer's update emitted once
             step, layout = flat
             self.layouts[key] = layout
@@ -379,7 +377,13 @@ class ChunkSteps:
         layout = self.layouts.get(key)
         flat_out: dict[str, np.ndarray] = {}
         dense = list(tr.params.names)
-        if layout is not None:  # the weights and their slots packed into one vector each
+        columns = layout is not None and layout.column and bool(tr.params.column_sets[0])
+        if columns:  # the params hold them as columns already (PingPong.columns): bound as they are
+            for name, value in tr.params.live_columns().items():
+                io.bind_ortvalue_input(_PREFIX + "in_" + name, value)
+                io.bind_ortvalue_output(_PREFIX + "out_" + name, tr.params.spare_columns()[name])
+            dense = list(tr.prepared.buffers)
+        elif layout is not None:  # the weights and their slots packed into one vector each
             packed = layout.pack({n: live[n].numpy() for n in dense}, tr.dtype)
             for name, array in packed.items():
                 flat_out[name] = np.empty_like(array)
@@ -399,7 +403,7 @@ class ChunkSteps:
             io.bind_ortvalue_output(_PREFIX + name, value)
         C.raw_session(session).run_with_iobinding(io, None)
         ok = math.isfinite(float(check)) and bool(np.isfinite(losses).all())
-        if ok and layout is not None:  # the new values into the spare set, per weight
+        if ok and layout is not None and not columns:  # the new values into the spare set, per weight
             for name, array in layout.unpack(flat_out).items():
                 np.copyto(spare[name].numpy(), array)
         return losses.astype(np.float64), y, ok, new_blocks

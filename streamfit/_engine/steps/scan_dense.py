@@ -1,30 +1,36 @@
-"""A lean one-row step for a ready-made linear model: the body of its chunks at ``batch_size=1``.
+"""A lean step for a ready-made linear model: the body of its chunks of small steps (one row a step or a few).
 
-A node in a Scan body costs a fraction of a microsecond per row whatever it computes, so the per-row chunk of a
-linear model is as fast as its body is short.  The generic body (the fused step graph with one parameter
-vector, :mod:`~streamfit._engine.steps.scan_flat`) spends nodes on slicing the vector into weights, on the
-bias's separate gradient and on the concatenation of the gradients; this one carries ``theta = [coef; intercept]``
-as a column and appends a 1 to each row, so that
+A node in a Scan body costs a fraction of a microsecond per step whatever it computes, so the chunk of a linear
+model is as fast as its body is short.  The generic body (the fused step graph with one parameter vector,
+:mod:`~streamfit._engine.steps.scan_flat`) spends nodes on slicing the vector into weights, on the bias's
+separate gradient and on the concatenation of the gradients; this one carries ``theta = [coef; intercept]`` as a
+column and appends a 1 to each row (a concatenation :mod:`~streamfit._engine.steps.scan_lift` moves out of the
+loop), so that
 
-- the score is one product ``[x, 1] @ theta`` and the loss gradient one Gemm (``p * gw - y * gw``, the second
-  term computed before the loop);
+- the score is one product ``[x, 1] @ theta``, and for one row the loss gradient one Gemm (``p * gw - y * gw``,
+  the second term computed before the loop);
 - SGD's update is one Gemm (``theta - [x, 1]^T e``, the rate folded into the row weights);
-- Adam's gradient takes its L2 term in the same Gemm (``+ theta * l2`` on the coefficients only), and each
-  moment's update is one Gemm (``alpha * g + beta * m``); the step itself is Adam's own (``Adam._step``).
+- Adam's gradient takes its L2 term in the same Gemm (``+ theta * l2`` on the coefficients only), each moment's
+  update is one Gemm (``alpha * g + beta * m``), and its bias corrections are folded into the step's rate and
+  epsilon, computed per step before the loop (``(step_size / c) * m / (sqrt(v) + eps / c)``).  With several rows a
+  step, the bias's gradient is a ReduceSum as in the step graph: a sum of errors that cancels to a few ulps is
+  turned by Adam's normalized step into a step of the size of the rate, so its rounding must be the step graph's.
 
-The logistic body is 5 nodes with SGD and 15 with Adam (the generic ones: 7 and 25 once onnxruntime has fused
-them).  It rounds differently from the step path: a Gemm adds its two products with one rounding where the step
-graph rounds each, and the bias's gradient is summed with the coefficients'.  So a chunk equals one step per call
-within float32 rounding (``rtol=1e-6``, tested), not bit for bit as the generic body does.
+The logistic body is 4 nodes with SGD and 12 with Adam and L2 at one row a step (the generic ones: 7 and 25 once
+onnxruntime has fused them), 5 and 16 at several.  It rounds differently from the step path: a Gemm adds its two
+products with one rounding where the step graph rounds each.  So a chunk equals one step per call within float32
+rounding (``rtol=1e-6``, tested), not bit for bit as the generic body does.
 
 Used for ready-made linear models only (``MatMul`` + ``Add`` after the running standardization, one output), with
-a binary log loss or a squared error, plain SGD without a penalty or Adam with none or an L2 one, one row a
-step, float32, dense inputs; anything else keeps the generic body.
+a binary log loss or a squared error, plain SGD without a penalty or Adam with none or an L2 one, float32, dense
+inputs, fewer rows a step than the large-batch graph's; anything else keeps the generic body.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 from onnx import ModelProto, TensorProto, helper
@@ -33,9 +39,10 @@ from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
-from streamfit._engine.steps.step_graphs import _label_input, _opsets, _row_weight_inputs, rename_output
+from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
+                                                 rename_output)
 
-__all__ = ["dense_step_graph"]
+__all__ = ["DensePlan", "dense_plan", "dense_step_graph", "row_loss", "row_step_graph"]
 
 #: the losses whose gradient with respect to the score is ``(f(score) - target) * grad_weight``: f per loss
 _LOSSES = {"BinaryLogLoss": "Sigmoid", "SquaredError": None}
@@ -72,41 +79,86 @@ def _rule(tr: Any) -> str | None:
     from streamfit.optim import SGD, Adam
 
     opt, penalty = tr.optimizer, tr.penalty
-    if type(opt) is SGD and penalty is None and tr._lr_in_grad_weights:  # momentum is another class
+    folds = folds_lr_into_gradients(opt, penalty)  # the fused step's choice, known before it is built
+    if type(opt) is SGD and penalty is None and folds:  # momentum is another class
         return "sgd"
-    if type(opt) is Adam and not tr._lr_in_grad_weights and (penalty is None or penalty.l1 == 0):
+    if type(opt) is Adam and not folds and (penalty is None or penalty.l1 == 0):
         return "adam"
     return None
 
 
-def dense_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
-    """The lean one-row step of ``tr`` (see the module docstring), or None where it does not apply."""
+@dataclass(frozen=True)
+class DensePlan:
+    """What the lean step of a linear model reads: its input, its two weights, the rule, the column layout."""
+
+    x: str
+    coef: str
+    intercept: str
+    #: the model standardizes its input first (``(x - sf_mean) / sf_scale``)
+    standardized: bool
+    #: "sgd" or "adam"
+    rule: str
+    layout: FlatLayout
+
+    def columns(self) -> dict[str, list[str]]:
+        """The values the step carries as one column each: ``theta`` and its optimizer slots, by their members
+        (for :meth:`~streamfit._engine.runtime.buffers.PingPong.columns`)."""
+        members = [self.coef, self.intercept]
+        out = {THETA: members}
+        for s in self.layout.slots:
+            out[Names.slot(THETA, s)] = [Names.slot(m, s) for m in members]
+        return out
+
+
+def dense_plan(tr: Any) -> DensePlan | None:
+    """The lean step's plan for trainer ``tr`` (known from its model, loss, optimizer and penalty, before any step
+    is built), or None where it does not apply."""
     pm = tr._train_pm
-    if (tr.tables is not None or pm.running_stats or tr.prepared.train_differs or pm.dtype != np.float32
-            or type(tr.loss).__name__ not in _LOSSES or tuple(tr._y_tail or ()) != (1,) or tr._summed_gradient):
+    y_tail = tr.__dict__.get("_y_tail")
+    if (tr.tables is not None or pm.running_stats or tr.prepared.train_differs
+            or pm.dtype != np.float32 or type(tr.loss).__name__ not in _LOSSES
+            or (y_tail is not None and tuple(y_tail) != (1,)) or tr.optimizer.summed_gradient):
         return None
     linear, rule = _linear(pm), _rule(tr)
     if linear is None or rule is None:
         return None
     x_name, coef, intercept, std = linear
     d = int(pm.initial[coef].shape[0])
-    size = d + 1
     slots = tuple(tr.optimizer.slots) if rule == "adam" else ()
-    layout = FlatLayout((coef, intercept), (0, d), ((d, 1), (1,)), slots, size, column=True)
+    layout = FlatLayout((coef, intercept), (0, d), ((d, 1), (1,)), slots, d + 1, column=True)
+    return DensePlan(x_name, coef, intercept, std, rule, layout)
+
+
+def dense_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | None:
+    """The lean step of ``rows`` rows of ``tr`` (see the module docstring), or None where it does not apply.  Of
+    more than one row, the loss gradient is a difference and a product instead of one Gemm, and the weight
+    gradient's Gemm sums it over the rows (the bias's through the rows' 1s)."""
+    plan = dense_plan(tr)
+    if plan is None:
+        return None
+    pm = tr._train_pm
+    x_name, coef, intercept, std, rule, layout = (plan.x, plan.coef, plan.intercept, plan.standardized, plan.rule,
+                                                  plan.layout)
+    d = layout.size - 1
+    size = layout.size
     b = GraphBuilder(pm.dtype, prefix="sfc_d_")
     f32 = TensorProto.FLOAT
     x = x_name
     if std:
         x = b.op("Div", b.op("Sub", x_name, Names.scaler_mean), Names.scaler_scale)
-    xa = b.op("Concat", x, b.const(np.ones((1, 1), np.float32)), axis=1)
+    # the rows' 1s: a constant, so that scan_lift moves the concatenation out of the loop
+    ones = b.const(np.ones((rows, 1), np.float32))
+    xa = b.op("Concat", x, ones, axis=1)
     y = pm.output_name
     b.nodes.append(helper.make_node("MatMul", [xa, THETA], [y]))
     f = _LOSSES[type(tr.loss).__name__]
     score = b.op(f, y) if f else y
-    neg_yg = b.op("Neg", b.op("Mul", Names.target, Names.grad_weight))  # before the loop: no state in it
-    e = b.op("Gemm", score, Names.grad_weight, neg_yg)  # (f(score) - y) * gw
+    if rows == 1:  # (f(score) - y) * gw, y * gw computed before the loop (no state in it)
+        e = b.op("Gemm", score, Names.grad_weight, b.op("Neg", b.op("Mul", Names.target, Names.grad_weight)))
+    else:  # as the step graph rounds it
+        e = b.op("Mul", b.op("Sub", score, Names.target), Names.grad_weight)
     loss_out, _ = tr.loss.graph(b, y, Names.target, Names.loss_weight, Names.grad_weight)
-    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [1, 1])]
+    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [rows, 1])]
     new = {}
     if rule == "sgd":
         new[THETA] = b.op("Gemm", xa, e, THETA, transA=1, alpha=-1.0, beta=1.0)
@@ -118,21 +170,35 @@ def dense_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
                 mask[:d] = penalty.l2
             if intercept in pm.penalized:
                 mask[d] = penalty.l2
-            g = b.op("Gemm", xa, e, b.op("Mul", THETA, b.const(mask)), transA=1)
+            decay = b.op("Mul", THETA, b.const(mask))
         else:
-            g = b.op("Gemm", xa, e, transA=1)
+            decay = None
+        if rows == 1:
+            g = b.op("Gemm", xa, e, *([decay] if decay else []), transA=1)
+        else:
+            # the bias's gradient summed as the step graph sums it: a sum of rows' errors can cancel to a few ulps,
+            # which Adam's normalized step would turn into a different step of the size of the rate
+            g = b.op("Concat", b.op("Gemm", x, e, transA=1), b.op("ReduceSum", e, b.const([0], np.int64), keepdims=1),
+                     axis=0)
+            if decay:
+                g = b.op("Add", g, decay)
         one = b.const(np.ones((1, 1), np.float32))
         m_in, v_in = (Names.slot(THETA, s) for s in opt.slots)
         m = b.op("Gemm", g, one, m_in, alpha=1.0 - opt.beta1, beta=opt.beta1)
         v = b.op("Gemm", b.op("Mul", g, g), one, v_in, alpha=1.0 - opt.beta2, beta=opt.beta2)
-        new[THETA] = opt._step(b, THETA, m, v, {s: Names.scalar(s) for s in ("step_size", "inv_sqrt_bc2")})
+        # Adam's step with its bias corrections folded into the step's rate and epsilon, computed per step before
+        # the loop: step_size * m / (sqrt(v) * c + eps) = (step_size / c) * m / (sqrt(v) + eps / c)
+        c = Names.scalar("inv_sqrt_bc2")
+        rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
+        ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), b.op("Div", b.const(np.float32(opt.eps)), c)))
+        new[THETA] = b.op("Gemm", ratio, rate, THETA, alpha=-1.0, beta=1.0)
         new[m_in], new[v_in] = m, v
     existing = {x_name, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
     for name, value in new.items():
         rename_output(b, value, Names.new(name), existing)
         outputs.append(helper.make_tensor_value_info(Names.new(name), f32, [size, 1]))
-    inputs = [helper.make_tensor_value_info(x_name, f32, [1, d])]
+    inputs = [helper.make_tensor_value_info(x_name, f32, [rows, d])]
     if std:
         inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     inputs += [helper.make_tensor_value_info(n, f32, [size, 1]) for n in layout.state_names()]
@@ -143,3 +209,48 @@ def dense_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
                               initializer=list(b.initializers))
     model = helper.make_model(graph, opset_imports=_opsets(pm.model), ir_version=min(pm.model.ir_version or 10, 10))
     return toposort(model), layout
+
+
+def row_step_graph(tr: Any) -> ModelProto | None:
+    """The lean step of one row run on its own (not in a Scan): :func:`dense_step_graph` with a finiteness
+    check of the new state (``sf_check``: the sum of the new theta and, with Adam, of its second moment, which
+    is finite when the first is), without the loss (a dozen nodes for one number: :func:`row_loss` computes it
+    from the output) and the nodes nothing reads."""
+    built = dense_step_graph(tr, 1)
+    if built is None:
+        return None
+    model, layout = built
+    g = model.graph
+    checked = [Names.new(THETA)] + ([Names.new(Names.slot(THETA, layout.slots[1]))] if layout.slots else [])
+    b = GraphBuilder(np.float32, prefix="sfc_r_")
+    both = b.op("Concat", *checked, axis=0) if len(checked) > 1 else checked[0]
+    b.op("ReduceSum", both, keepdims=0, out=Names.check)
+    nodes = list(g.node) + list(b.nodes)
+    outputs = [o for o in g.output if o.name != Names.loss] + [helper.make_tensor_value_info(Names.check,
+                                                                                             TensorProto.FLOAT, [])]
+    needed = {o.name for o in outputs}
+    kept = []
+    for node in reversed(nodes):  # topological order: a node's readers come after it
+        if any(o in needed for o in node.output):
+            kept.append(node)
+            needed.update(node.input)
+    used = {i for n in kept for i in n.input}
+    inits = [i for i in list(g.initializer) + list(b.initializers) if i.name in used]
+    graph = helper.make_graph(kept[::-1], "streamfit_dense_row_step", list(g.input), outputs, initializer=inits)
+    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+
+
+def row_loss(loss: Any, staging: Any) -> Callable[[], float]:
+    """The loss of the one row in ``staging`` (its output, target and loss weight, read when called), as the loss
+    graph computes it (in float64 here: a reported value, within rounding of the graph's)."""
+    y, t, lw = (a.reshape(-1) for a in (staging.y, staging.t, staging.lw))
+    log1p, exp = math.log1p, math.exp
+    if type(loss).__name__ == "BinaryLogLoss":  # softplus(z) - t * z
+        def value() -> float:
+            z = float(y[0])
+            return float(lw[0]) * (max(z, 0.0) + log1p(exp(-abs(z))) - float(t[0]) * z)
+    else:  # SquaredError: its 1/2 is in the loss weight
+        def value() -> float:
+            r = float(y[0]) - float(t[0])
+            return float(lw[0]) * r * r
+    return value

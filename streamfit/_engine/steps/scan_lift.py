@@ -122,13 +122,35 @@ class _Outer:
             return bool(ops & _REDUCE) and (len(ins) == 1 or ins[1] in self.inits)
         if node.op_type in _SOFTMAX:
             return bool(ops & _SOFTMAX)
+        if node.op_type == "Concat":  # a copy (exact); its constants are repeated over the steps
+            return ops is _EXACT and all(self.ranks[i] == self.ranks[node.output[0]] for i in ins)
+        if node.op_type == "Unsqueeze":  # a view; its axes (an input from opset 13) shift past the steps axis
+            return ops is _EXACT and self.opset >= 13 and ins[0] in self.stacked and len(ins) == 2 and ins[1] in self.inits
         return node.op_type in ops
+
+    def _repeated(self, const: str, like: str, into: list[onnx.NodeProto]) -> str:
+        """Constant ``const`` repeated over the steps of stacked value ``like``: [steps, *const's shape]."""
+        steps, shape, full, out = (self._name(const + s) for s in ("_steps", "_shape", "_full", "_rep"))
+        zero, one = self._axes([0]), self._axes([1])
+        into.append(helper.make_node("Shape", [like], [shape + "_like"]))
+        into.append(helper.make_node("Slice", [shape + "_like", zero, one], [steps]))
+        into.append(helper.make_node("Shape", [const], [shape]))
+        into.append(helper.make_node("Concat", [steps, shape], [full], axis=0))
+        into.append(helper.make_node("Expand", [const, full], [out]))
+        return out
 
     def emit(self, node: onnx.NodeProto, into: list[onnx.NodeProto]) -> None:
         """``node`` on stacked values, its outputs stacked."""
         out_rank = self.ranks[node.output[0]]
         ins: list[str] = []
-        if node.op_type in _REDUCE or node.op_type in _SOFTMAX:
+        if node.op_type == "Unsqueeze":
+            axes = [int(a) for a in numpy_helper.to_array(self.inits[node.input[1]]).reshape(-1)]
+            ins = [self.stacked[node.input[0]], self._axes([a + 1 if a >= 0 else a for a in axes])]
+        elif node.op_type == "Concat":
+            like = next(self.stacked[i] for i in node.input if i in self.stacked)
+            ins = [self.stacked[i] if i in self.stacked else self._repeated(self.consts.get(i) or self._const(i), like, into)
+                   for i in node.input]
+        elif node.op_type in _REDUCE or node.op_type in _SOFTMAX:
             ins = [self.stacked[node.input[0]]]
         else:
             for name in node.input:
@@ -161,7 +183,7 @@ class _Outer:
                 ins.append(self._axes([a + 1 for a in axes]))
             else:
                 copy.attribute.append(helper.make_attribute("axes", [a + 1 for a in axes]))
-        elif node.op_type in _SOFTMAX:
+        elif node.op_type in _SOFTMAX or node.op_type == "Concat":
             axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
             del copy.attribute[:]
             copy.attribute.append(helper.make_attribute("axis", axis if axis < 0 else axis + 1))
@@ -228,7 +250,8 @@ def _scales_by_a_constant(node: onnx.NodeProto, inits: dict[str, onnx.TensorProt
     the product, rounded otherwise), which it can do only while both are in the same graph, so it stays."""
     if node.op_type not in ("Mul", "Div"):
         return False
-    return any(i in inits and int(np.prod(inits[i].dims, dtype=np.int64)) == 1 for i in node.input)
+    scales = node.input if node.op_type == "Mul" else node.input[1:]  # c / x is not a scale of x
+    return any(i in inits and int(np.prod(inits[i].dims, dtype=np.int64)) == 1 for i in scales)
 
 
 def _without_identities(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:

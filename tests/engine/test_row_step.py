@@ -1,0 +1,128 @@
+"""A linear model's steps of one row (streamfit._engine.steps.scan_dense.row_step_graph): the lean step run on its
+own, its weights and optimizer slots held as columns of the ping-pong sets.  It gives what the generic step graph
+gives -- outputs, losses, weights, optimizer state -- within float32 rounding, checks all it writes, and the
+columns are the weights: read, written and saved through either."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamfit import LogisticRegression
+from streamfit._engine.testing import linear_model
+from streamfit._engine.trainer import Trainer
+from streamfit.exceptions import NonFiniteError
+from streamfit.penalties import Penalty
+from tests.engine.test_chunk_steps import assert_same_state
+
+#: a few float32 ulps a step (a Gemm rounds its two products once where the step graph rounds each)
+RTOL, ATOL = 1e-6, 1e-6
+
+
+def _data(n: int, logistic: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 4)).astype(np.float32)
+    if logistic:
+        return X, (X[:, 0] + 0.5 * rng.standard_normal(n) > 0).astype(np.float32)
+    return X, (X[:, 0] - 2 * X[:, 1] + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def _pair(monkeypatch: pytest.MonkeyPatch, logistic: bool, optimizer: str, penalty: Any = None,
+          **kw: Any) -> tuple[Trainer, Trainer]:
+    """(the lean trainer, the same one on the generic graphs)."""
+    def make() -> Trainer:
+        return Trainer(linear_model(4, seed=1), loss="log_loss" if logistic else "squared_error",
+                       optimizer=optimizer, learning_rate=0.05, penalty=penalty, **kw)
+
+    lean = make()
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "lean_steps", False)
+        generic = make()
+    return lean, generic
+
+
+def _steps(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    outs, losses = [], []
+    for i in range(len(X)):
+        losses.append(tr.step(X[i:i + 1], y[i:i + 1], None if sw is None else sw[i:i + 1]))
+        outs.append(tr.last_output.copy())
+    return np.concatenate(outs), np.array(losses)
+
+
+@pytest.mark.parametrize("logistic", [True, False], ids=["logistic", "linear"])
+@pytest.mark.parametrize("optimizer, penalty", [("sgd", None), ("adam", None), ("adam", Penalty(1e-2, 0.0))])
+def test_the_lean_row_step_equals_the_generic_one(monkeypatch: pytest.MonkeyPatch, logistic: bool, optimizer: str,
+                                                  penalty: Any) -> None:
+    X, y = _data(200, logistic)
+    sw = np.random.default_rng(3).uniform(0, 2, 200).astype(np.float32)
+    lean, generic = _pair(monkeypatch, logistic, optimizer, penalty)
+    got_out, got_loss = _steps(lean, X, y, sw)
+    ref_out, ref_loss = _steps(generic, X, y, sw)
+    assert lean._strategy.row_model is not None and generic._strategy.row_model is None
+    np.testing.assert_allclose(got_out, ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got_loss, ref_loss, rtol=RTOL, atol=ATOL)  # the host's loss, the graph's
+    assert_same_state(lean, generic, ATOL)
+    nodes = len(lean._strategy.row_model.graph.node)
+    assert nodes < len(generic._strategy.model.graph.node) and nodes <= 22  # no loss nodes, one update
+
+
+@pytest.mark.parametrize("on_nonfinite", ["skip", "raise"])
+def test_a_nonfinite_row_is_not_applied(monkeypatch: pytest.MonkeyPatch, on_nonfinite: str) -> None:
+    X, y = _data(30, False)
+    X[17, 2] = 3e38  # its step's output overflows float32
+    lean, generic = _pair(monkeypatch, False, "adam", on_nonfinite=on_nonfinite)
+    for tr in (lean, generic):
+        if on_nonfinite == "raise":
+            with pytest.raises(NonFiniteError) as err:
+                _steps(tr, X, y)
+            assert err.value.step == 18
+        else:
+            _steps(tr, X, y)
+            assert tr.n_skipped == 1
+    assert_same_state(lean, generic, ATOL)
+    assert all(np.isfinite(w).all() for w in lean.get_weights().values())
+
+
+def test_a_huge_but_finite_update_overflowing_the_moments_is_caught() -> None:
+    """A step whose loss is finite but whose gradient's square overflows is not applied: the graph checks what it
+    writes (the new theta and second moment), not only the loss."""
+    tr = Trainer(linear_model(4, seed=1), optimizer="adam", learning_rate=0.05, on_nonfinite="skip")
+    tr.step(np.ones((1, 4), np.float32), np.zeros(1, np.float32))
+    before = {k: v.copy() for k, v in tr.optimizer_state().items()}
+    # output ~1e11: a finite loss (~1e22) and gradient (~1e23), whose square overflows float32
+    loss = tr.step(np.full((1, 4), 1e12, np.float32), np.zeros(1, np.float32))
+    assert np.isfinite(loss) and tr.n_skipped == 1
+    for k, v in tr.optimizer_state().items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+
+
+def test_the_columns_are_the_weights() -> None:
+    tr = Trainer(linear_model(4, seed=1), loss="log_loss", optimizer="adam", learning_rate=0.05)
+    assert tr._dense is not None
+    columns = tr.params.live_columns()
+    theta = columns["sfc_theta"].numpy()
+    coef, intercept = tr._dense.coef, tr._dense.intercept
+    np.testing.assert_array_equal(theta[:4], tr.get_weights()[coef])
+    tr.set_weights({coef: np.arange(4, dtype=np.float32).reshape(4, 1), intercept: np.array([7.0], np.float32)})
+    np.testing.assert_array_equal(tr.params.live_columns()["sfc_theta"].numpy().ravel(), [0, 1, 2, 3, 7])
+    X, y = _data(20, True)
+    _steps(tr, X, y)
+    state = tr.state_dict()
+    other = Trainer(linear_model(4, seed=2), loss="log_loss", optimizer="adam", learning_rate=0.05)
+    other.load_state_dict(state)
+    np.testing.assert_array_equal(other.params.live_columns()["sfc_theta"].numpy(),
+                                  tr.params.live_columns()["sfc_theta"].numpy())
+    out_a, _ = _steps(tr, X, y)
+    out_b, _ = _steps(other, X, y)
+    np.testing.assert_array_equal(out_a, out_b)  # a resumed trainer goes on with the same bits
+
+
+def test_a_ready_made_model_takes_the_lean_row_step() -> None:
+    X, y = _data(50, True)
+    est = LogisticRegression()
+    for i in range(len(X)):
+        est.partial_fit(X[i:i + 1], y[i:i + 1], classes=[0.0, 1.0])
+    assert est.trainer_._strategy.row_model is not None
+    assert np.isfinite(est.loss_)
