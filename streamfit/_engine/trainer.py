@@ -31,7 +31,7 @@ from streamfit._engine.runtime.staging import Staging
 from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
-from streamfit._engine.steps.scan_dense import dense_plan, row_step_graph
+from streamfit._engine.steps.scan_dense import ROW_EPS, ROW_RATE, dense_plan, row_step_graph
 from streamfit._engine.steps.sparse_tables import SparseTables
 from streamfit._engine.steps.tables import find_tables, training_model
 from streamfit._engine.steps.step_graphs import sample_weight_shape
@@ -289,6 +289,7 @@ class Trainer:
                        and self.step_kind == "fused" else None)
         if self._dense is not None:  # before anything binds the values
             self.params.columns(self._dense.columns())
+            self.scalars.add(self._dense.row_scalars(self.prepared.dtype))
         fixed = {name: self.scalars.values[name] for name in self.prepared.host}
         if self._sparse is not None:
             fixed.update(self._sparse.values)
@@ -301,6 +302,9 @@ class Trainer:
         arrays = self.scalars.arrays  # bound once; a step writes these 0-d arrays in place when they change
         self._optimizer_scalars = [arrays[Names.scalar(s)] for s in self.optimizer.scalar_names]
         self._decay = arrays[Names.decay]
+        row = self._dense.row_scalars(self.prepared.dtype) if self._dense is not None else {}
+        #: the lean one-row step's Adam rate and epsilon (steps/scan_dense.py), written with the optimizer's scalars
+        self._row_rates = (arrays[ROW_RATE], arrays[ROW_EPS]) if row else None
         # an optimizer that keeps the base scalars() feeds the lr only: rewritten only when the lr changes
         self._scalars_per_step = type(self.optimizer).scalars is not Optimizer.scalars
         self._fed_lr: float | None = None
@@ -482,10 +486,15 @@ class Trainer:
 
     # -- training -----------------------------------------------------------------------------------
     def _set_scalars(self, lr: float) -> None:
-        for target, value in zip(self._optimizer_scalars, self.optimizer.scalars(lr, self.n_steps)):
+        values = self.optimizer.scalars(lr, self.n_steps)
+        for target, value in zip(self._optimizer_scalars, values):
             target[()] = value
         self._decay[()] = 1.0 - lr * self._l2
         self._fed_lr = lr
+        if self._row_rates is not None:  # Adam's for the lean one-row step: step_size / c and eps / c
+            rate, eps = self._row_rates
+            rate[...] = values[1] / values[2]
+            eps[()] = self.optimizer.eps / values[2]  # type: ignore[attr-defined]
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Train on one batch; return its mean loss (computed before the update).

@@ -109,3 +109,10 @@ class HostScalars:
         self.arrays = {n: np.zeros((), dtype) for n in names}
         self.arrays.update((n, np.array(a, order="C")) for n, a in (tensors or {}).items())
         self.values = {n: C.from_numpy(a, cpu) for n, a in self.arrays.items()}
+
+    def add(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """More host arrays bound as inputs (copies), before anything binds these."""
+        cpu = C.cpu_device()
+        for name, array in arrays.items():
+            self.arrays[name] = np.array(array, order="C")
+            self.values[name] = C.from_numpy(self.arrays[name], cpu)

@@ -100,6 +100,13 @@ class DensePlan:
     rule: str
     layout: FlatLayout
 
+    def row_scalars(self, dtype: Any) -> dict[str, np.ndarray]:
+        """The host scalars the one-row step reads besides the optimizer's (Adam: its folded rate and epsilon), as
+        zero arrays for :class:`~streamfit._engine.runtime.buffers.HostScalars` to bind."""
+        if self.rule != "adam":
+            return {}
+        return {ROW_RATE: np.zeros((1, 1), dtype), ROW_EPS: np.zeros((), dtype)}
+
     def columns(self) -> dict[str, list[str]]:
         """The values the step carries as one column each: ``theta`` and its optimizer slots, by their members
         (for :meth:`~streamfit._engine.runtime.buffers.PingPong.columns`)."""
@@ -129,10 +136,17 @@ def dense_plan(tr: Any) -> DensePlan | None:
     return DensePlan(x_name, coef, intercept, std, rule, layout)
 
 
-def dense_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | None:
+#: the host scalars of the one-row step run on its own (Adam's rate and epsilon with its bias corrections folded
+#: in, which a Scan computes before its loop): :meth:`DensePlan.row_scalars`
+ROW_RATE, ROW_EPS = Names.scalar("row_rate"), Names.scalar("row_eps")
+
+
+def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[ModelProto, FlatLayout] | None:
     """The lean step of ``rows`` rows of ``tr`` (see the module docstring), or None where it does not apply.  Of
     more than one row, the loss gradient is a difference and a product instead of one Gemm, and the weight
-    gradient's Gemm sums it over the rows (the bias's through the rows' 1s)."""
+    gradient's Gemm sums it over the rows (the bias's through the rows' 1s).  ``standalone``: a step run on its own,
+    whose loss gradient is a difference and a product too (the Gemm's ``y * gw`` would be two more nodes here) and
+    whose Adam rates come from the host (``ROW_RATE``, ``ROW_EPS``)."""
     plan = dense_plan(tr)
     if plan is None:
         return None
@@ -153,7 +167,7 @@ def dense_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | 
     b.nodes.append(helper.make_node("MatMul", [xa, THETA], [y]))
     f = _LOSSES[type(tr.loss).__name__]
     score = b.op(f, y) if f else y
-    if rows == 1:  # (f(score) - y) * gw, y * gw computed before the loop (no state in it)
+    if rows == 1 and not standalone:  # (f(score) - y) * gw, y * gw computed before the loop (no state in it)
         e = b.op("Gemm", score, Names.grad_weight, b.op("Neg", b.op("Mul", Names.target, Names.grad_weight)))
     else:  # as the step graph rounds it
         e = b.op("Mul", b.op("Sub", score, Names.target), Names.grad_weight)
@@ -188,9 +202,13 @@ def dense_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | 
         v = b.op("Gemm", b.op("Mul", g, g), one, v_in, alpha=1.0 - opt.beta2, beta=opt.beta2)
         # Adam's step with its bias corrections folded into the step's rate and epsilon, computed per step before
         # the loop: step_size * m / (sqrt(v) * c + eps) = (step_size / c) * m / (sqrt(v) + eps / c)
-        c = Names.scalar("inv_sqrt_bc2")
-        rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
-        ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), b.op("Div", b.const(np.float32(opt.eps)), c)))
+        if standalone:
+            rate, eps = ROW_RATE, ROW_EPS
+        else:
+            c = Names.scalar("inv_sqrt_bc2")
+            rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
+            eps = b.op("Div", b.const(np.float32(opt.eps)), c)
+        ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), eps))
         new[THETA] = b.op("Gemm", ratio, rate, THETA, alpha=-1.0, beta=1.0)
         new[m_in], new[v_in] = m, v
     existing = {x_name, THETA, Names.target, Names.loss_weight, Names.grad_weight}
@@ -203,7 +221,9 @@ def dense_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | 
         inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     inputs += [helper.make_tensor_value_info(n, f32, [size, 1]) for n in layout.state_names()]
     inputs += [_label_input(tr.loss, pm.dtype, 2)] + _row_weight_inputs(pm.dtype, 2)
-    if rule == "adam":
+    if rule == "adam" and standalone:
+        inputs += [helper.make_tensor_value_info(ROW_RATE, f32, [1, 1]), helper.make_tensor_value_info(ROW_EPS, f32, [])]
+    elif rule == "adam":
         inputs += [helper.make_tensor_value_info(Names.scalar(s), f32, []) for s in ("step_size", "inv_sqrt_bc2")]
     graph = helper.make_graph(list(b.nodes), "streamfit_dense_step", inputs, outputs,
                               initializer=list(b.initializers))
@@ -216,7 +236,7 @@ def row_step_graph(tr: Any) -> ModelProto | None:
     check of the new state (``sf_check``: the sum of the new theta and, with Adam, of its second moment, which
     is finite when the first is), without the loss (a dozen nodes for one number: :func:`row_loss` computes it
     from the output) and the nodes nothing reads."""
-    built = dense_step_graph(tr, 1)
+    built = dense_step_graph(tr, 1, standalone=True)
     if built is None:
         return None
     model, layout = built
