@@ -275,8 +275,13 @@ class Trainer:
         # predict runs the author's graph (eval semantics, every op as exported), weights bound per run
         predict_model = self.prepared.predict_model(list(self.prepared.weights) + list(self.prepared.buffers)
                                                     + list(self.prepared.host))
-        self._predict_session = make_session(predict_model.SerializeToString(), self.options, self.device,
-                                             self.prepared.dtype)
+        predict_bytes = predict_model.SerializeToString()
+        # small predictions (and any, on a small model) run on one thread, as light steps do: an idle pool of
+        # spinning threads would burn a core through the whole stream; large ones get a session with the pool
+        light = not self._threads_given
+        self._predict_session = make_session(predict_bytes, self.small_batch_options if light else self.options,
+                                             self.device, self.prepared.dtype)
+        heavy = (lambda: make_session(predict_bytes, self.options, self.device, self.prepared.dtype)) if light else None
         values: dict[str, np.ndarray] = {}
         for w in self._train_pm.weights:
             values[w] = self.prepared.initial[w]
@@ -293,7 +298,9 @@ class Trainer:
         fixed = {name: self.scalars.values[name] for name in self.prepared.host}
         if self._sparse is not None:
             fixed.update(self._sparse.values)
-        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device, fixed=fixed)
+        self._predictor = Predictor(self._predict_session, self.prepared, self.params, self.device, fixed=fixed,
+                                    heavy=heavy, weights_size=sum(int(self._train_pm.initial[w].size)
+                                                                  for w in self._train_pm.weights))
         self._predict_checked: set[tuple[Any, ...]] = set()
 
     def _init_step_state(self) -> None:

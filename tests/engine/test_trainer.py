@@ -239,6 +239,47 @@ def test_session_options_and_device_parsing():
     assert Trainer(linear_model(3), threads=2).small_batch_options.intra_op_num_threads == 2
 
 
+_SPIN_CHILD = """
+import json, time
+import streamfit as sf
+from streamfit.testing import ClickStream
+stream = ClickStream(seed=0, n_categorical=16, n_dense=0, strings=True)
+table = stream.table(8192)
+y, X = table.column("label").to_numpy(), table.drop_columns(["label"])
+sf.LogisticRegression(categorical=stream.categorical, optimizer="ftrl").partial_fit(X, y, classes=[0, 1])  # warm
+cpu, wall = time.process_time(), time.perf_counter()
+for _ in range(3):  # from a new model each time, as a stream starts
+    est = sf.LogisticRegression(categorical=stream.categorical, optimizer="ftrl", batch_size=1024)
+    est.partial_fit_predict(X.slice(0, 1024), y[:1024], classes=[0, 1])
+    for i in range(1024, len(y), 1024):
+        est.partial_fit_predict(X.slice(i, 1024), y[i:i + 1024])
+print(json.dumps([time.process_time() - cpu, time.perf_counter() - wall, est.trainer_._predictor._heavy is None]))
+"""
+
+
+def test_predictions_of_a_small_model_run_on_one_thread_and_large_ones_on_the_pool():
+    """A new session's pool of spinning intra-op threads, run once (the first step's probe of the output's shape),
+    kept a second core spinning: a hashed model's 20,000-row pass from a new model took twice its wall time in CPU
+    time.  So the predictor's first session is a light one (one thread); a large batch on a model with many
+    weights gets the pool.  (The CPU time is measured in a process of its own: the sessions of other tests would
+    count in this one's.)"""
+    import json
+    import subprocess
+    import sys
+
+    from streamfit._engine.testing import mlp_model
+
+    out = subprocess.run([sys.executable, "-c", _SPIN_CHILD], capture_output=True, text=True, timeout=300, check=True)
+    cpu, wall, light = json.loads(out.stdout.strip().splitlines()[-1])
+    assert cpu < 1.4 * wall + 0.01, (cpu, wall)  # no second core spinning beside the steps
+    assert light
+    big = Trainer(mlp_model([64, 512, 512, 1], seed=0), threads=None)
+    Xb = np.ones((200, 64), np.float32)
+    np.testing.assert_allclose(big.predict(Xb), big.predict(Xb[:50].repeat(4, 0)), rtol=1e-5)  # 200 x 300k weights
+    assert big._predictor._heavy is not None
+    assert Trainer(linear_model(3), threads=2)._predictor._make_heavy is None  # threads given: one session for all
+
+
 def test_cuda_staging_falls_back_to_host_memory_that_the_bound_value_sees():
     from streamfit._engine.runtime.device import Device
 

@@ -9,7 +9,7 @@ than binding).  Weights are never copied: the bindings read the device buffers t
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import onnxruntime as ort
@@ -38,10 +38,21 @@ class Predictor:
     #: batches of at most this many rows go through bound staging buffers
     staged_rows = 64
     cache_size = 8
+    #: with ``heavy``, a batch of at least this many rows x weights runs on the heavy session (its thread pool):
+    #: the fused step's threshold (streamfit._engine.steps.fused.FusedStep.parallel_min_work)
+    parallel_min_work = 1 << 23
 
     def __init__(self, session: ort.InferenceSession, pm: PreparedModel, params: PingPong, device: Device,
-                 fixed: Mapping[str, Any] | None = None) -> None:
+                 fixed: Mapping[str, Any] | None = None,
+                 heavy: Callable[[], ort.InferenceSession] | None = None, weights_size: int | None = None) -> None:
         self.session = session
+        #: makes the session large predictions run on (made on the first one), or None: ``session`` for all
+        self._make_heavy = heavy
+        self._heavy: ort.InferenceSession | None = None
+        #: the work of a row (rows x this decide the session): the dense weights' size (a row-sparse table's rows
+        #: are gathered, not computed through)
+        self._weights_size = (sum(int(pm.initial[w].size) for w in pm.weights) if weights_size is None
+                              else weights_size)
         self._run = C.raw_session(session).run_with_iobinding  # the C session: one call per prediction
         #: inputs bound to the same OrtValue in every run (the row-sparse tables, updated in place)
         self.fixed = dict(fixed or {})
@@ -71,9 +82,17 @@ class Predictor:
         self._run(bound.io[self.params.current], None)
         return bound.y.copy() if copy else bound.y
 
+    def _session_for(self, rows: int) -> ort.InferenceSession:
+        if self._make_heavy is None or rows * self._weights_size < self.parallel_min_work:
+            return self.session
+        if self._heavy is None:
+            self._heavy = self._make_heavy()
+        return self._heavy
+
     def _run_unbound(self, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
         arrays = tuple(np.ascontiguousarray(a, dtype=spec.dtype) for spec, a in zip(self.pm.inputs, arrays))
-        io = C.io_binding(self.session)
+        session = self._session_for(next((a.shape[0] for a in arrays if a.ndim), 1))
+        io = C.io_binding(session)
         for spec, a in zip(self.pm.inputs, arrays):
             io.bind_ortvalue_input(spec.name, self.device.resident(a))
         live = self.params.live()
@@ -82,7 +101,7 @@ class Predictor:
         for name, value in self.fixed.items():
             io.bind_ortvalue_input(name, value)
         io.bind_output(self.pm.output_name, C.cpu_device())
-        self._run(io, None)
+        C.raw_session(session).run_with_iobinding(io, None)
         return io.get_outputs()[0].numpy()
 
     def _bind(self, arrays: tuple[np.ndarray, ...], key: tuple[Any, ...]) -> _Bound:
