@@ -224,8 +224,8 @@ class RunningScaler:
         """
         if not len(X):
             return np.empty((0, len(self._s1))), np.empty((0, len(self._s1)))
-        X = np.asarray(X, np.float64).reshape(len(X), -1)
-        D = X - np.array(self._shift_of(X[0].tolist()), np.float64)
+        D = np.array(X, np.float64).reshape(len(X), -1)  # a copy: the sums are accumulated in place
+        D -= np.array(self._shift_of(D[0].tolist()), np.float64)
         if size == 1:  # a step's sums are its row
             inc1, inc2, rows = D, D * D, np.ones(len(X))
         else:
@@ -234,9 +234,14 @@ class RunningScaler:
             inc1 = np.concatenate([_block_sums(b) for b in blocks])
             inc2 = np.concatenate([_block_sums(b * b) for b in blocks])
             rows = np.array([size] * (full // size) + ([len(X) - full] if full < len(X) else []), np.float64)
-        S1 = np.cumsum(np.concatenate([np.array([self._s1]), inc1]), axis=0)[1:]
-        S2 = np.cumsum(np.concatenate([np.array([self._s2]), inc2]), axis=0)[1:]
-        n = np.cumsum(np.concatenate([[self.count], rows]))[1:, None]  # the count after each step, in turn
+        # the running sums and count after each step: the first step's increments take the sums so far
+        # (s + a == a + s), then numpy's cumsum adds in order, as step by step (a count of weighted rows may
+        # not be an integer: it is accumulated the same way)
+        inc1[0] += self._s1
+        inc2[0] += self._s2
+        rows[0] += self.count
+        S1, S2 = np.cumsum(inc1, axis=0, out=inc1), np.cumsum(inc2, axis=0, out=inc2)
+        n = np.cumsum(rows, out=rows)[:, None]
         self._s1, self._s2, self.count = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
         mean, scale = _statistics(np.array(self._shift), S1, S2, n)
         self._stale(mean[-1], scale[-1])
