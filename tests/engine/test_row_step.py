@@ -15,18 +15,11 @@ from streamfit._engine.testing import linear_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import NonFiniteError
 from streamfit.penalties import Penalty
+from tests.engine.test_chunk_dense import _data
 from tests.engine.test_chunk_steps import assert_same_state
 
 #: a few float32 ulps a step (a Gemm rounds its two products once where the step graph rounds each)
 RTOL, ATOL = 1e-6, 1e-6
-
-
-def _data(n: int, logistic: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal((n, 4)).astype(np.float32)
-    if logistic:
-        return X, (X[:, 0] + 0.5 * rng.standard_normal(n) > 0).astype(np.float32)
-    return X, (X[:, 0] - 2 * X[:, 1] + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
 
 def _pair(monkeypatch: pytest.MonkeyPatch, logistic: bool, optimizer: str, penalty: Any = None,
