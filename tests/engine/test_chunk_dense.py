@@ -15,7 +15,7 @@ from streamfit._engine.testing import linear_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import NonFiniteError
 from streamfit.penalties import Penalty
-from tests.engine.test_chunk_steps import assert_same_state
+from tests.engine.test_chunk_steps import _by_steps, assert_same_state
 
 #: a few float32 ulps a step apart (a Gemm rounds its two products once where the step graph rounds each)
 RTOL, ATOL = 1e-6, 1e-6
@@ -48,16 +48,6 @@ def _same(a: Trainer, b: Trainer) -> None:
     assert_same_state(a, b, ATOL)
 
 
-def _by_steps(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray | None = None, batch_size: int = 1
-              ) -> tuple[np.ndarray, np.ndarray]:
-    outs, losses = [], []
-    for i in range(0, len(X), batch_size):
-        sl = slice(i, i + batch_size)
-        losses.append(tr.step(X[sl], y[sl], None if sw is None else sw[sl]))
-        outs.append(tr.last_output.copy())
-    return np.concatenate(outs), np.array(losses)
-
-
 #: the lean body's nodes (after onnxruntime's fusions), sigmoid aside: one row a step, then several (the loss
 #: gradient a difference and a product instead of one Gemm; with Adam, the bias's gradient a ReduceSum of its own)
 _NODES = {("sgd", False): (3, 4), ("adam", False): (10, 13), ("adam", True): (11, 15)}
@@ -81,7 +71,7 @@ def test_lean_chunks_equal_step_by_step(logistic: bool, optimizer: str, penalty:
     layout = next(iter(_chunks(a).layouts.values()))
     assert layout.column  # the lean step's parameter column, not the generic vector
     assert _body_nodes(a) == _NODES[optimizer, penalty is not None][batch_size > 1] + logistic  # the sigmoid
-    ref_out, ref_loss = _by_steps(b, X, y, sw, batch_size)
+    ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
     np.testing.assert_allclose(np.concatenate(outs), ref_out, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
     _same(a, b)
@@ -105,12 +95,12 @@ def test_a_nonfinite_row_inside_a_lean_chunk(on_nonfinite: str) -> None:
         with pytest.raises(NonFiniteError) as got:
             train_chunk(a, X, y, batch_size=1)
         with pytest.raises(NonFiniteError) as ref:
-            _by_steps(b, X, y)
+            _by_steps(b, X, y, 1)
         assert got.value.step == ref.value.step == 18
         _same(a, b)
         return
     r = train_chunk(a, X, y, batch_size=1)
-    _by_steps(b, X, y)
+    _by_steps(b, X, y, 1)
     assert r.nonfinite == 17 and r.applied == 29
     _same(a, b)
     assert all(np.isfinite(w).all() for w in a.get_weights().values())
