@@ -269,9 +269,9 @@ class ChunkSteps:
         return large, light
 
     def _key(self, rows: int, host_steps: tuple[str, ...]) -> tuple[bool, bool, tuple[str, ...], int]:
-        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, rows) (a
-        linear model's lean step is written for its number of rows)."""
-        return self._kind(rows) + (host_steps, rows)
+        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, rows): a
+        linear model's lean step is written for its number of rows; other bodies serve any number above one (0)."""
+        return self._kind(rows) + (host_steps, rows if rows == 1 or self.trainer._dense is not None else 0)
 
     def _build(self, key: tuple[bool, bool, tuple[str, ...], int]) -> tuple[Any, list[str], list[str], list[str]] | None:
         if key in self._built:
