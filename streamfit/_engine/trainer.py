@@ -309,9 +309,8 @@ class Trainer:
         arrays = self.scalars.arrays  # bound once; a step writes these 0-d arrays in place when they change
         self._optimizer_scalars = [arrays[Names.scalar(s)] for s in self.optimizer.scalar_names]
         self._decay = arrays[Names.decay]
-        row = self._dense.row_scalars(self.prepared.dtype) if self._dense is not None else {}
         #: the lean one-row step's Adam rate and epsilon (steps/scan_dense.py), written with the optimizer's scalars
-        self._row_rates = (arrays[ROW_RATE], arrays[ROW_EPS]) if row else None
+        self._row_rates = (arrays[ROW_RATE], arrays[ROW_EPS]) if ROW_RATE in arrays else None
         # an optimizer that keeps the base scalars() feeds the lr only: rewritten only when the lr changes
         self._scalars_per_step = type(self.optimizer).scalars is not Optimizer.scalars
         self._fed_lr: float | None = None

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from streamfit._engine.common import ort_private as C
 from streamfit._engine.prepare.model import PreparedModel
 from streamfit._engine.runtime.buffers import PingPong
-from streamfit._engine.runtime.device import Device
+from streamfit._engine.runtime.device import PARALLEL_MIN_WORK, Device
 
 __all__ = ["Predictor"]
 
@@ -38,21 +38,19 @@ class Predictor:
     #: batches of at most this many rows go through bound staging buffers
     staged_rows = 64
     cache_size = 8
-    #: with ``heavy``, a batch of at least this many rows x weights runs on the heavy session (its thread pool):
-    #: the fused step's threshold (streamfit._engine.steps.fused.FusedStep.parallel_min_work)
-    parallel_min_work = 1 << 23
+    #: with ``heavy``, a batch of at least this many rows x weights runs on the heavy session (its thread pool)
+    parallel_min_work = PARALLEL_MIN_WORK
 
     def __init__(self, session: ort.InferenceSession, pm: PreparedModel, params: PingPong, device: Device,
                  fixed: Mapping[str, Any] | None = None,
-                 heavy: Callable[[], ort.InferenceSession] | None = None, weights_size: int | None = None) -> None:
+                 heavy: Callable[[], ort.InferenceSession] | None = None, weights_size: int = 0) -> None:
         self.session = session
         #: makes the session large predictions run on (made on the first one), or None: ``session`` for all
         self._make_heavy = heavy
         self._heavy: ort.InferenceSession | None = None
-        #: the work of a row (rows x this decide the session): the dense weights' size (a row-sparse table's rows
-        #: are gathered, not computed through)
-        self._weights_size = (sum(int(pm.initial[w].size) for w in pm.weights) if weights_size is None
-                              else weights_size)
+        #: the work of a row (rows x this decide the session, with ``heavy``): the trained dense weights' size (a
+        #: row-sparse table's rows are gathered, not computed through)
+        self._weights_size = weights_size
         self._run = C.raw_session(session).run_with_iobinding  # the C session: one call per prediction
         #: inputs bound to the same OrtValue in every run (the row-sparse tables, updated in place)
         self.fixed = dict(fixed or {})

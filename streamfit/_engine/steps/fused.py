@@ -15,7 +15,7 @@ from streamfit._engine.common.names import Names
 from streamfit._engine.gradient.graphs import GradientGraphs
 from streamfit._engine.prepare.model import PreparedModel
 from streamfit._engine.runtime.buffers import HostScalars, PingPong
-from streamfit._engine.runtime.device import Device, make_session
+from streamfit._engine.runtime.device import PARALLEL_MIN_WORK, Device, make_session
 from streamfit._engine.runtime.staging import Staging, StagingCache
 from streamfit._engine.steps.check_plan import CheckPlan
 from streamfit._engine.steps.scan_dense import row_loss
@@ -58,9 +58,8 @@ class FusedStep:
     #: Batches of at least this many rows use the graph built for large batches.
     large_batch_rows = 64
     #: With ``light_large_batches``, a large batch runs on the light (one-thread) options unless rows x
-    #: trained weights reach this: measured here, 2 threads lost 30 % on an MLP 100-256-256-1 at 64 rows
-    #: (5.9M) and gained 36 % at 128 rows (11.8M); a linear model (101 weights) gains nothing below ~10M.
-    parallel_min_work = 1 << 23
+    #: trained weights reach this (:data:`~streamfit._engine.runtime.device.PARALLEL_MIN_WORK`).
+    parallel_min_work = PARALLEL_MIN_WORK
 
     def __init__(self, pm: PreparedModel, graphs: GradientGraphs | None, loss: Loss, optimizer: Optimizer,
                  penalty: Penalty | None, device: Device, options: ort.SessionOptions, y_rank: int,
@@ -145,6 +144,18 @@ class FusedStep:
             self._scalar_outputs[name] = (C.from_numpy(array, C.cpu_device()), array)
         return self._scalar_outputs[name][1]
 
+    def _bind_batch(self, io: Any, staging: Staging, inputs: set[str]) -> None:
+        """Bind the batch's buffers and the host scalars and tensors that a graph of ``inputs`` reads."""
+        for spec, value in zip(self.pm.inputs, staging.x_values):
+            if spec.name in inputs:  # an ids input read only by a cut-out table Gather is not one
+                io.bind_ortvalue_input(spec.name, value)
+        io.bind_ortvalue_input(Names.target, staging.t_value)
+        io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
+        io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
+        for name, value in self.scalars.values.items():
+            if name in inputs:
+                io.bind_ortvalue_input(name, value)
+
     def _row_bindings(self, staging: Staging) -> dict[str, Any]:
         """The one-row lean step's bindings: the batch, the host scalars and tensors, the params' columns."""
         if self._row_session is None:
@@ -156,14 +167,7 @@ class FusedStep:
         bindings = []
         for src, dst in ((0, 1), (1, 0)):
             io = C.io_binding(session)
-            for spec, value in zip(self.pm.inputs, staging.x_values):
-                io.bind_ortvalue_input(spec.name, value)
-            io.bind_ortvalue_input(Names.target, staging.t_value)
-            io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
-            io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
-            for name, value in self.scalars.values.items():
-                if name in inputs:
-                    io.bind_ortvalue_input(name, value)
+            self._bind_batch(io, staging, inputs)
             for name, value in self.params.column_sets[src].items():
                 io.bind_ortvalue_input(name, value)
                 io.bind_ortvalue_output(Names.new(name), self.params.column_sets[dst][name])
@@ -194,22 +198,14 @@ class FusedStep:
             extra["ones"] = (value, ones)  # kept alive with the staging buffers
         for src, dst in ((0, 1), (1, 0)):
             io = C.io_binding(session)
-            for spec, value in zip(self.pm.inputs, staging.x_values):
-                if spec.name in inputs:  # an ids input read only by a cut-out table Gather is not one
-                    io.bind_ortvalue_input(spec.name, value)
+            self._bind_batch(io, staging, inputs)
             if "sparse" in extra:  # the rows of the id positions, and their gradients
                 for name, (value, _) in extra["sparse"].fused_inputs.items():
                     io.bind_ortvalue_input(name, value)
                 for name, (value, _) in extra["sparse"].fused_outputs.items():
                     io.bind_ortvalue_output(name, value)
-            io.bind_ortvalue_input(Names.target, staging.t_value)
-            io.bind_ortvalue_input(Names.loss_weight, staging.lw_value)
-            io.bind_ortvalue_input(Names.grad_weight, staging.gw_value)
             if "ones" in extra:
                 io.bind_ortvalue_input(Names.ones, extra["ones"][0])
-            for name, value in self.scalars.values.items():
-                if name in inputs:
-                    io.bind_ortvalue_input(name, value)
             for name in self.params.names:
                 io.bind_ortvalue_input(name, self.params.sets[src][name])
                 io.bind_ortvalue_output(Names.new(name), self.params.sets[dst][name])

@@ -37,7 +37,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
-from streamfit._engine.common.onnx_helpers import toposort
+from streamfit._engine.common.onnx_helpers import prune, toposort
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
                                                  rename_output)
@@ -245,19 +245,14 @@ def row_step_graph(tr: Any) -> ModelProto | None:
     b = GraphBuilder(np.float32, prefix="sfc_r_")
     both = b.op("Concat", *checked, axis=0) if len(checked) > 1 else checked[0]
     b.op("ReduceSum", both, keepdims=0, out=Names.check)
-    nodes = list(g.node) + list(b.nodes)
-    outputs = [o for o in g.output if o.name != Names.loss] + [helper.make_tensor_value_info(Names.check,
-                                                                                             TensorProto.FLOAT, [])]
-    needed = {o.name for o in outputs}
-    kept = []
-    for node in reversed(nodes):  # topological order: a node's readers come after it
-        if any(o in needed for o in node.output):
-            kept.append(node)
-            needed.update(node.input)
-    used = {i for n in kept for i in n.input}
-    inits = [i for i in list(g.initializer) + list(b.initializers) if i.name in used]
-    graph = helper.make_graph(kept[::-1], "streamfit_dense_row_step", list(g.input), outputs, initializer=inits)
-    return helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    g.node.extend(b.nodes)
+    g.initializer.extend(b.initializers)
+    outputs = [o for o in g.output if o.name != Names.loss]
+    del g.output[:]
+    g.output.extend(outputs + [helper.make_tensor_value_info(Names.check, TensorProto.FLOAT, [])])
+    g.name = "streamfit_dense_row_step"
+    prune(model)
+    return model
 
 
 def row_loss(loss: Any, staging: Any) -> Callable[[], float]:
