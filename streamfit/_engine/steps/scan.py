@@ -36,6 +36,7 @@ from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
 from streamfit._engine.steps.scan_dense import dense_step_graph
+from streamfit._engine.steps.scan_expose import expose_body_values
 from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
 from streamfit._engine.steps.scan_lean import lean_chunk_model, lean_plan
 from streamfit._engine.steps.scan_lift import Lifted, lift
@@ -253,6 +254,8 @@ class ChunkSteps:
         self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
         self.flat = True
+        #: a small body's intermediates written to scan outputs (steps/scan_expose.py)
+        self.expose = True
         #: the parameter vector's layout of each chunk graph that carries one
         self.layouts: dict[tuple[bool, bool, tuple[str, ...], int], FlatLayout] = {}
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
@@ -315,6 +318,8 @@ class ChunkSteps:
             model = lean_chunk_model(tr, plan, state, scanned, per_step, one_row)
         else:
             model = build_chunk_model(step, state, scanned, per_step, tr.prepared.output_name, eval_model)
+        if self.expose:  # a body of few small values: none allocated per iteration
+            model, _ = expose_body_values(model)
         options = tr.small_batch_options if light else tr.options
         session = make_session(model.SerializeToString(), options, tr.device, tr.dtype)
         refs = [i.name for i in model.graph.input][len(state) + len(scanned) + len(per_step):]
