@@ -191,6 +191,8 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
 
     def _encode_many(self, y: np.ndarray) -> np.ndarray:
         dtype = self.trainer_.dtype if self.binary_ else np.int64
+        if y.dtype == np.bool_ and self.classes_.dtype == np.bool_ and len(self.classes_) == 2:
+            return y.astype(dtype)  # classes [False, True]: a label is its own index, none unknown
         idx = np.searchsorted(self.classes_, y)
         idx = np.clip(idx, 0, len(self.classes_) - 1)
         unknown = self.classes_[idx] != y

@@ -11,6 +11,8 @@ their float32 values per step are scanned into the chunk's Scan (:func:`~streamf
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +151,10 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
 
 def _mean_loss(result: ChunkResult, steps: StepRows) -> float:
     """The rows' mean loss over the finite steps (summed in step order, as a loop over the steps would)."""
+    if steps.n and steps.n % steps.size == 0 and len(result.losses) == steps.count:  # full steps: all finite, the usual case
+        total = float(np.cumsum(result.losses.astype(np.float64) * float(steps.size))[-1])
+        if math.isfinite(total):  # a non-finite loss would carry into the sum
+            return total / steps.n
     finite = np.isfinite(result.losses)
     sizes = steps.sizes[:len(finite)][finite].astype(np.float64)
     rows = int(sizes.sum())

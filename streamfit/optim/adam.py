@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import Mapping
 
 import numpy as np
@@ -53,9 +54,7 @@ class Adam(Optimizer):
         if type(self).scalars is not Adam.scalars:
             return super().scalars_of_steps(lrs, t)
         lrs = np.asarray(lrs, np.float64)
-        b1, b2 = self.beta1, self.beta2  # the powers as Python computes them (numpy's may differ in the last bit)
-        bc1 = np.array([1.0 - b1 ** s for s in range(t + 1, t + 1 + len(lrs))], np.float64)
-        bc2 = np.array([1.0 - b2 ** s for s in range(t + 1, t + 1 + len(lrs))], np.float64)
+        bc1, bc2 = (_corrections(b, t + 1, len(lrs)) for b in (self.beta1, self.beta2))
         return np.stack([lrs, lrs / bc1, 1.0 / np.sqrt(bc2)], axis=1)
 
     def _moments(self, b: GraphBuilder, g: str, state: Mapping[str, str]) -> tuple[str, str]:
@@ -84,3 +83,16 @@ class Adam(Optimizer):
     def numpy_update(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
                      s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         return self._np_step(w, g, state, s)
+
+
+def _corrections(beta: float, first: int, n: int) -> np.ndarray:
+    """``1 - beta ** s`` for the ``n`` steps from ``first``, with the powers :meth:`Adam.scalars` computes (the C
+    library's ``pow``, as Python's ``**``: numpy's vectorized power may differ in the last bit); all 1 once the
+    power is too small to change 1."""
+    if n and beta ** first < _NEGLIGIBLE:  # and every later power: 1 - p rounds to 1 for p <= 2**-54
+        return np.ones(n)
+    return 1.0 - np.fromiter(map(math.pow, repeat(beta, n), range(first, first + n)), np.float64, n)
+
+
+#: a power below this leaves ``1 - p == 1.0`` (with room for the rounding of later, smaller powers)
+_NEGLIGIBLE = 2.0 ** -60

@@ -123,3 +123,20 @@ def test_ready_made_one_row_chunks_run_the_lean_step_and_match_one_call_per_row(
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
     for k, v in b.trainer_.get_weights().items():
         np.testing.assert_allclose(a.trainer_.get_weights()[k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_chunks_of_one_shape_reuse_their_bindings_in_both_directions(optimizer: str) -> None:
+    """Three chunks of one shape run on the buffers bound for the first (read from either ping-pong set in turn):
+    the results are step by step's, and an earlier chunk's outputs are not overwritten by a later one."""
+    X, y = _data(60, True)
+    a, b = _trainer(True, optimizer), _trainer(True, optimizer)
+    results = [train_chunk(a, X[lo:lo + 20], y[lo:lo + 20]) for lo in (0, 20, 40)]
+    assert len(_chunks(a)._bound) == 1  # one shape, bound once
+    kept = [r.outputs.copy() for r in results]
+    ref_out, ref_loss = _by_steps(b, X, y, 1)
+    for r, k in zip(results, kept):
+        np.testing.assert_array_equal(r.outputs, k)
+    np.testing.assert_allclose(np.concatenate(kept), ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(np.concatenate([r.losses for r in results]), ref_loss, rtol=RTOL, atol=ATOL)
+    _same(a, b)

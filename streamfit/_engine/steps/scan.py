@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -251,7 +251,8 @@ class ChunkSteps:
         self._built: dict[tuple[bool, bool, tuple[str, ...], int], tuple[Any, list[str], list[str], list[str]] | None] = {}
         #: the keys built with the lean body of a hashed linear model (steps/scan_lean.py)
         self._lean: set[tuple[bool, bool, tuple[str, ...], int]] = set()
-        self._bound: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        #: the bound buffers of the last chunk shapes run (:meth:`_binding`)
+        self._bound: OrderedDict[tuple[Any, ...], _Bound] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
         self.flat = True
         #: a small body's intermediates written to scan outputs (steps/scan_expose.py)
@@ -347,24 +348,85 @@ class ChunkSteps:
             ) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
         """Run ``steps`` steps of ``rows`` rows: ``feeds`` holds each scanned input ([steps, rows, ...]) and
         per-step input ([steps, ...]) by name, ``blocks`` the carried blocks of table rows.  Return the per-step
-        losses, the outputs [steps, rows, *tail], whether all is finite, and the final blocks.  The final dense
-        state is in the spare ping-pong set."""
+        losses (float64), the outputs [steps, rows, *tail] (a buffer reused by the next chunk of this shape: copy
+        it to keep it), whether all is finite, and the final blocks.  The final dense state is in the spare
+        ping-pong set."""
         tr = self.trainer
-        built = self._build(self._key(rows, host_steps))
+        key = self._key(rows, host_steps)
+        built = self._build(key)
         assert built is not None
         session, scanned, per_step, refs = built
-        cpu = C.cpu_device()
+        layout = self.layouts.get(key)
+        if blocks or (layout is not None and not (layout.column and tr.params.column_sets[0])):
+            return self._run_unbound(feeds, steps, rows, y_tail, key, blocks)
+        bound = self._binding(key, steps, rows, y_tail, feeds)
+        for name, buffer in bound.feeds.items():
+            np.copyto(buffer, feeds[name], casting="same_kind")
+        C.raw_session(session).run_with_iobinding(bound.io[tr.params.current], None)
+        losses = bound.losses
+        ok = math.isfinite(float(bound.check)) and bool(np.isfinite(losses).all())
+        return losses.astype(np.float64), bound.y, ok, {}
+
+    def _binding(self, key: tuple[bool, bool, tuple[str, ...], int], steps: int, rows: int, y_tail: tuple[int, ...],
+                 feeds: Mapping[str, np.ndarray]) -> "_Bound":
+        """The bound buffers of chunks of ``steps`` steps under ``key`` (made on first use; the few last used kept),
+        one IOBinding per ping-pong direction: a chunk's inputs are copied in, nothing is bound per run."""
+        held = self._bound.get((key, steps))
+        if held is not None:
+            self._bound.move_to_end((key, steps))
+            return held  # type: ignore[no-any-return]
+        tr = self.trainer
+        session, scanned, per_step, refs = self._built[key]  # type: ignore[misc]
+        layout = self.layouts.get(key)
+        bound = _Bound({n: np.empty(feeds[n].shape, feeds[n].dtype) for n in scanned + per_step},
+                       np.empty((steps,), tr.dtype), np.empty((steps, rows) + y_tail, tr.dtype), np.zeros((), tr.dtype),
+                       np.ones((rows,), tr.dtype))
+        values = {n: C.from_numpy(a, _CPU) for n, a in bound.feeds.items()}
+        outs = {n: C.from_numpy(a, _CPU) for n, a in (("losses", bound.losses), ("y", bound.y), ("check", bound.check))}
+        ones = C.from_numpy(bound.ones, _CPU)
+        bound.keep = [values, outs, ones]
+        columns = layout is not None
+        ios = []
+        for src in (0, 1):
+            io = C.io_binding(session)
+            for name, value in values.items():
+                io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
+            for name in refs:
+                io.bind_ortvalue_input(name, ones if name == Names.ones else tr.scalars.values[name])
+            state = [(tr.params.column_sets[src], tr.params.column_sets[1 - src])] if columns else []
+            dense = list(tr.prepared.buffers) if columns else list(tr.params.names)
+            state.append(({n: tr.params.sets[src][n] for n in dense}, {n: tr.params.sets[1 - src][n] for n in dense}))
+            for live, spare in state:
+                for name in live:
+                    io.bind_ortvalue_input(_PREFIX + "in_" + name, live[name])
+                    io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
+            for name, value in outs.items():
+                io.bind_ortvalue_output(_PREFIX + name, value)
+            ios.append(io)
+        bound.io = (ios[0], ios[1])
+        self._bound[(key, steps)] = bound
+        while len(self._bound) > _BOUND_SHAPES:
+            self._bound.popitem(last=False)
+        return bound
+
+    def _run_unbound(self, feeds: Mapping[str, np.ndarray], steps: int, rows: int, y_tail: tuple[int, ...],
+                     key: tuple[bool, bool, tuple[str, ...], int], blocks: Mapping[str, np.ndarray] | None
+                     ) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
+        """:meth:`run` binding everything for this run: a chunk with table blocks (new ones each chunk), or a
+        parameter vector packed from the weights (their new values unpacked after)."""
+        tr = self.trainer
+        session, scanned, per_step, refs = self._built[key]  # type: ignore[misc]
         io = C.io_binding(session)
         keep = []
         for name in scanned + per_step:
-            value = C.from_numpy(feeds[name], cpu)
+            value = C.from_numpy(feeds[name], _CPU)
             keep.append(value)
             io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
         new_blocks: dict[str, np.ndarray] = {}
         for name, array in (blocks or {}).items():
             new_blocks[name] = np.empty_like(array)
             for kind, a in (("in_", array), ("out_", new_blocks[name])):
-                value = C.from_numpy(a, cpu)
+                value = C.from_numpy(a, _CPU)
                 keep.append(value)
                 (io.bind_ortvalue_input if kind == "in_" else io.bind_ortvalue_output)(_PREFIX + kind + name, value)
         host = tr.scalars.values
@@ -372,13 +434,12 @@ class ChunkSteps:
             if name == Names.ones:
                 ones = np.ones((rows,), tr.dtype)
                 keep.append(ones)
-                value = C.from_numpy(ones, cpu)
+                value = C.from_numpy(ones, _CPU)
                 keep.append(value)
                 io.bind_ortvalue_input(name, value)
             else:
                 io.bind_ortvalue_input(name, host[name])
         live, spare = tr.params.live(), tr.params.spare()
-        key = self._key(rows, host_steps)
         layout = self.layouts.get(key)
         flat_out: dict[str, np.ndarray] = {}
         dense = list(tr.params.names)
@@ -393,7 +454,7 @@ class ChunkSteps:
             for name, array in packed.items():
                 flat_out[name] = np.empty_like(array)
                 for kind, a in (("in_", array), ("out_", flat_out[name])):
-                    value = C.from_numpy(a, cpu)
+                    value = C.from_numpy(a, _CPU)
                     keep.append(value)
                     (io.bind_ortvalue_input if kind == "in_" else io.bind_ortvalue_output)(_PREFIX + kind + name, value)
             dense = list(tr.prepared.buffers)
@@ -403,7 +464,7 @@ class ChunkSteps:
         losses = np.empty((steps,), tr.dtype)
         y = np.empty((steps, rows) + y_tail, tr.dtype)
         check = np.zeros((), tr.dtype)
-        outs = [C.from_numpy(a, cpu) for a in (losses, y, check)]
+        outs = [C.from_numpy(a, _CPU) for a in (losses, y, check)]
         for name, value in zip(("losses", "y", "check"), outs):
             io.bind_ortvalue_output(_PREFIX + name, value)
         C.raw_session(session).run_with_iobinding(io, None)
@@ -412,6 +473,25 @@ class ChunkSteps:
             for name, array in layout.unpack(flat_out).items():
                 np.copyto(spare[name].numpy(), array)
         return losses.astype(np.float64), y, ok, new_blocks
+
+
+#: the chunk shapes (graph, steps) whose bound buffers a ChunkSteps keeps: a stream's chunks come in a few sizes
+_BOUND_SHAPES = 4
+_CPU = C.cpu_device()
+
+
+@dataclass(eq=False)
+class _Bound:
+    """A chunk shape's buffers, bound once: the inputs copied in per run, the outputs read after it."""
+
+    feeds: dict[str, np.ndarray]
+    losses: np.ndarray
+    y: np.ndarray
+    check: np.ndarray
+    ones: np.ndarray
+    io: tuple[Any, Any] = (None, None)
+    #: the OrtValues over these arrays (alive as long as the bindings)
+    keep: list[Any] = field(default_factory=list)
 
 
 def _per_step_rows(factors: np.ndarray, sw: np.ndarray | None, steps: int, rows: int, shape: tuple[int, ...],
