@@ -116,6 +116,25 @@ def test_update_steps_gives_the_statistics_of_update_row_bit_for_bit():
     assert scales[-1, 4] == 1.0  # the constant feature
 
 
+@pytest.mark.parametrize("features", [1, 5])
+@pytest.mark.parametrize("size", [3, 32])
+def test_update_steps_of_several_rows_equal_update_per_step_bit_for_bit(size, features):
+    """A step's rows summed, then added to the running sums: steps of ``size`` rows at once and one update() per
+    step give the same bits (a short last step included), however many blocks are summed at once."""
+    rng = np.random.default_rng(9)
+    X = (rng.standard_normal((10 * size + 2, 5)) * [1e-2, 1, 10, 1e3, 0] + [0.5, -3, 40, 1e5, 7])[:, :features]
+    a, b = RunningScaler(features), RunningScaler(features)
+    for s in (a, b):
+        s.update(X[:4], np.full(4, 0.5))  # a fractional count first
+    means, scales = a.update_steps(X[4:], size)
+    for k, start in enumerate(range(4, len(X), size)):
+        b.update(X[start:start + size])
+        mean, scale = b.float64()
+        assert means[k].tolist() == mean and scales[k].tolist() == scale, k
+    for key, value in a.state_dict().items():
+        np.testing.assert_array_equal(value, b.state_dict()[key])
+
+
 def test_a_scaler_snapshot_restores_every_kind_of_update_and_the_bound_arrays():
     rng = np.random.default_rng(7)
     X = rng.standard_normal((40, 3)) * 5 + 2
