@@ -12,7 +12,6 @@ their float32 values per step are scanned into the chunk's Scan (:func:`~streamf
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Any
 
