@@ -356,8 +356,7 @@ class ChunkSteps:
         built = self._build(key)
         assert built is not None
         session, scanned, per_step, refs = built
-        layout = self.layouts.get(key)
-        if blocks or (layout is not None and not (layout.column and tr.params.column_sets[0])):
+        if blocks or (key in self.layouts and not self._columns(key)):
             return self._run_unbound(feeds, steps, rows, y_tail, key, blocks)
         bound = self._binding(key, steps, rows, y_tail, feeds)
         for name, buffer in bound.feeds.items():
@@ -367,6 +366,22 @@ class ChunkSteps:
         ok = math.isfinite(float(bound.check)) and bool(np.isfinite(losses).all())
         return losses.astype(np.float64), bound.y, ok, {}
 
+    def _columns(self, key: tuple[bool, bool, tuple[str, ...], int]) -> bool:
+        """Whether the chunk graph of ``key`` carries the params' columns as they are held (PingPong.columns)."""
+        layout = self.layouts.get(key)
+        return layout is not None and layout.column and bool(self.trainer.params.column_sets[0])
+
+    def _bind_state(self, io: Any, src: int, columns: bool, dense: list[str]) -> None:
+        """Bind the carried state read from ping-pong set ``src`` and written into the other one: the params'
+        columns (``columns``) and the values named ``dense``."""
+        params = self.trainer.params
+        pairs = [(params.column_sets[src], params.column_sets[1 - src])] if columns else []
+        pairs.append(({n: params.sets[src][n] for n in dense}, params.sets[1 - src]))
+        for live, spare in pairs:
+            for name, value in live.items():
+                io.bind_ortvalue_input(_PREFIX + "in_" + name, value)
+                io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
+
     def _binding(self, key: tuple[bool, bool, tuple[str, ...], int], steps: int, rows: int, y_tail: tuple[int, ...],
                  feeds: Mapping[str, np.ndarray]) -> "_Bound":
         """The bound buffers of chunks of ``steps`` steps under ``key`` (made on first use; the few last used kept),
@@ -374,10 +389,9 @@ class ChunkSteps:
         held = self._bound.get((key, steps))
         if held is not None:
             self._bound.move_to_end((key, steps))
-            return held  # type: ignore[no-any-return]
+            return held
         tr = self.trainer
         session, scanned, per_step, refs = self._built[key]  # type: ignore[misc]
-        layout = self.layouts.get(key)
         bound = _Bound({n: np.empty(feeds[n].shape, feeds[n].dtype) for n in scanned + per_step},
                        np.empty((steps,), tr.dtype), np.empty((steps, rows) + y_tail, tr.dtype), np.zeros((), tr.dtype),
                        np.ones((rows,), tr.dtype))
@@ -385,7 +399,8 @@ class ChunkSteps:
         outs = {n: C.from_numpy(a, _CPU) for n, a in (("losses", bound.losses), ("y", bound.y), ("check", bound.check))}
         ones = C.from_numpy(bound.ones, _CPU)
         bound.keep = [values, outs, ones]
-        columns = layout is not None
+        columns = key in self.layouts  # run() sends a packed parameter vector to _run_unbound
+        dense = list(tr.prepared.buffers) if columns else list(tr.params.names)
         ios = []
         for src in (0, 1):
             io = C.io_binding(session)
@@ -393,13 +408,7 @@ class ChunkSteps:
                 io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
             for name in refs:
                 io.bind_ortvalue_input(name, ones if name == Names.ones else tr.scalars.values[name])
-            state = [(tr.params.column_sets[src], tr.params.column_sets[1 - src])] if columns else []
-            dense = list(tr.prepared.buffers) if columns else list(tr.params.names)
-            state.append(({n: tr.params.sets[src][n] for n in dense}, {n: tr.params.sets[1 - src][n] for n in dense}))
-            for live, spare in state:
-                for name in live:
-                    io.bind_ortvalue_input(_PREFIX + "in_" + name, live[name])
-                    io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
+            self._bind_state(io, src, columns, dense)
             for name, value in outs.items():
                 io.bind_ortvalue_output(_PREFIX + name, value)
             ios.append(io)
@@ -443,11 +452,8 @@ class ChunkSteps:
         layout = self.layouts.get(key)
         flat_out: dict[str, np.ndarray] = {}
         dense = list(tr.params.names)
-        columns = layout is not None and layout.column and bool(tr.params.column_sets[0])
+        columns = self._columns(key)
         if columns:  # the params hold them as columns already (PingPong.columns): bound as they are
-            for name, value in tr.params.live_columns().items():
-                io.bind_ortvalue_input(_PREFIX + "in_" + name, value)
-                io.bind_ortvalue_output(_PREFIX + "out_" + name, tr.params.spare_columns()[name])
             dense = list(tr.prepared.buffers)
         elif layout is not None:  # the weights and their slots packed into one vector each
             packed = layout.pack({n: live[n].numpy() for n in dense}, tr.dtype)
@@ -458,9 +464,7 @@ class ChunkSteps:
                     keep.append(value)
                     (io.bind_ortvalue_input if kind == "in_" else io.bind_ortvalue_output)(_PREFIX + kind + name, value)
             dense = list(tr.prepared.buffers)
-        for name in dense:
-            io.bind_ortvalue_input(_PREFIX + "in_" + name, live[name])
-            io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
+        self._bind_state(io, tr.params.current, columns, dense)
         losses = np.empty((steps,), tr.dtype)
         y = np.empty((steps, rows) + y_tail, tr.dtype)
         check = np.zeros((), tr.dtype)
