@@ -166,6 +166,36 @@ def test_update_steps_refreshes_the_bound_arrays_with_the_bits_of_float64():
     np.testing.assert_array_equal(scale32, np.array(scale, np.float32))
 
 
+def test_update_row_writes_the_bound_float32_arrays_as_numpy_casts_them_and_pickles_without_its_views():
+    """update_row packs the float32 mean and scale into the bound arrays with ``struct`` (once per event): the
+    bits of numpy's cast, subnormals included; a mean beyond float32's range becomes inf as numpy makes it."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(10)
+    X = rng.standard_normal((200, 4)) * [1e-41, 1, 1e30, 3] + [0, 2, -1e30, 5]
+    s = RunningScaler(4)
+    mean32, scale32 = np.zeros(4, np.float32), np.ones(4, np.float32)
+    s.bind(mean32, scale32)
+    for row in X.tolist():
+        s.update_row(row)
+        mean, scale = s.float64()
+        np.testing.assert_array_equal(mean32, np.array(mean, np.float32))
+        np.testing.assert_array_equal(scale32, np.array(scale, np.float32))
+    clone = pickle.loads(pickle.dumps(copy.deepcopy(s)))
+    clone.update_row(X[1].tolist())  # its own arrays, written by views made again
+    s.update_row(X[1].tolist())
+    np.testing.assert_array_equal(clone.float32()[0], mean32)
+    big = X[0].tolist()
+    big[2] = 1e39  # beyond float32's largest (3.4e38): the float64 sums take it, the float32 scale is inf
+    with np.errstate(over="ignore"):  # numpy's cast to inf warns (the fallback's and the reference's)
+        for _ in range(40):
+            s.update_row(big)
+            mean, scale = s.float64()
+            np.testing.assert_array_equal(scale32, np.array(scale, np.float32))
+    assert np.isinf(scale32[2])
+
+
 def test_an_older_scaler_state_of_mean_and_m2_still_loads():
     s = RunningScaler(2)
     s.load_state_dict({"count": np.array(4.0), "mean": np.array([1.0, 2.0]), "m2": np.array([4.0, 0.0])})

@@ -151,7 +151,8 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
 def _mean_loss(result: ChunkResult, steps: StepRows) -> float:
     """The rows' mean loss over the finite steps (summed in step order, as a loop over the steps would)."""
     if steps.n and steps.n % steps.size == 0 and len(result.losses) == steps.count:  # full steps: all finite, the usual case
-        total = float(np.cumsum(result.losses.astype(np.float64) * float(steps.size))[-1])
+        losses = np.asarray(result.losses, np.float64)
+        total = float(np.cumsum(losses if steps.size == 1 else losses * float(steps.size))[-1])  # x * 1.0 is x
         if math.isfinite(total):  # a non-finite loss would carry into the sum
             return total / steps.n
     finite = np.isfinite(result.losses)

@@ -35,6 +35,7 @@ __all__ = ["RowPath", "DenseRow", "LabelTarget", "ScaledTarget", "row_path", "ke
            "class_of", "proba_of", "in_target_units", "encoded_label", "PASSIVE_AGGRESSIVE"]
 
 _F32 = np.dtype(np.float32)
+_exp = np.exp
 #: steps sized per row from its loss (learning_rate="pa1"/"pa2"): the general path computes them
 PASSIVE_AGGRESSIVE = ("pa1", "pa2")
 
@@ -47,10 +48,11 @@ def binary_proba(score: float) -> np.ndarray:
     >>> binary_proba(0.0).tolist()
     [[0.5, 0.5]]
     """
-    e = np.array((-score,))
-    np.exp(e, out=e)
-    p = 1.0 / (1.0 + e.item(0))
-    return np.array(((1.0 - p, p),))
+    p = 1.0 / (1.0 + float(_exp(-score)))  # numpy's exp of one value: the loop an array's elements take
+    out = np.empty((1, 2))
+    out[0, 0] = 1.0 - p
+    out[0, 1] = p
+    return out
 
 
 def proba_of(est: Any, out: np.ndarray) -> np.ndarray:

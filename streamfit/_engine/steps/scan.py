@@ -41,6 +41,7 @@ from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
 from streamfit._engine.steps.scan_lean import lean_chunk_model, lean_plan
 from streamfit._engine.steps.scan_lift import Lifted, lift
 from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_tables
+from streamfit._engine.steps.step_graphs import sample_weight_shape
 from streamfit.exceptions import BadInputError
 from streamfit.schedules.base import Schedule
 
@@ -674,8 +675,6 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
 def _row_weights(tr: Trainer, sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
                  lrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The per-row loss and gradient weights of each step, as :meth:`Staging.load` writes them."""
-    from streamfit._engine.steps.step_graphs import sample_weight_shape
-
     if tr._lr_in_grad_weights:
         gfac = lrs / batch_size
     else:

@@ -260,12 +260,13 @@ def row_loss(loss: Any, staging: Any) -> Callable[[], float]:
     graph computes it (in float64 here: a reported value, within rounding of the graph's)."""
     y, t, lw = (a.reshape(-1) for a in (staging.y, staging.t, staging.lw))
     log1p, exp = math.log1p, math.exp
+    y0, t0, w0 = y.item, t.item, lw.item  # item(0): a Python float, without a numpy scalar between
     if type(loss).__name__ == "BinaryLogLoss":  # softplus(z) - t * z
         def value() -> float:
-            z = float(y[0])
-            return float(lw[0]) * (max(z, 0.0) + log1p(exp(-abs(z))) - float(t[0]) * z)
+            z = y0(0)
+            return w0(0) * ((z if z > 0.0 else 0.0) + log1p(exp(-abs(z))) - t0(0) * z)
     else:  # SquaredError: its 1/2 is in the loss weight
         def value() -> float:
-            r = float(y[0]) - float(t[0])
-            return float(lw[0]) * r * r
+            r = y0(0) - t0(0)
+            return w0(0) * r * r
     return value
