@@ -389,7 +389,7 @@ def _packers(f32: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any, Any]:
     if not all(a.dtype == np.float32 and a.ndim == 1 and a.flags.c_contiguous and a.flags.writeable
                and a.shape == mean.shape for a in f32):
         return None, None, None
-    return struct.Struct(f"={len(mean)}f").pack_into, memoryview(mean).cast("B"), memoryview(scale).cast("B")
+    return struct.Struct(f"={len(mean)}f").pack_into, mean.data.cast("B"), scale.data.cast("B")
 
 
 def _statistics(shift: np.ndarray, S1: np.ndarray, S2: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
