@@ -515,7 +515,8 @@ def _lean_floor(args: argparse.Namespace) -> None:
     from lean_bodies import lean_body_seconds
 
     print("   the leanest bodies ONNX allows (hand-written, bias folded in, Gemm-fused updates; they round otherwise "
-          "than the step path, so streamfit does not run them), per row alone, against River:")
+          "than the step path, so streamfit does not run them), run as streamfit runs its bodies (intermediates "
+          "exposed, buffers bound), per row alone, against River:")
     for name in STREAMS:
         s = load(name, args.limit)
         model = river_model(s)
