@@ -140,7 +140,8 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
         out = result.outputs.reshape((len(X),) + outputs.shape[1:])
         if before is not None:
             # each row with its step's statistics, at once (the same elementwise operations as per step)
-            mean, scale = (np.repeat(b, steps.sizes, axis=0).reshape(out.shape) for b in before)
+            mean, scale = ((b if steps.size == 1 else np.repeat(b, steps.sizes, axis=0)).reshape(out.shape)
+                           for b in before)  # a step of one row: its statistics are already per row
             out = est._to_target_units(out, mean, scale)
         outputs[...] = out
     est.t_ = trainer.n_steps
