@@ -451,6 +451,38 @@ def section_partial_fit(args: argparse.Namespace) -> None:
         ratio = rate / base[name]
         print(f"   {name:<52}{rate:>10,.0f}{base[name]:>10,.0f}{ratio:>7.2f}   "
               f"{target(f'partial_fit 1024 rows, batch_size=32, {name}: rows/s / baseline', ratio, 3.0, at_most=False)}")
+    for name, rate in _partial_fit_floor(args.rounds, calls).items():
+        print(f"   {'floor: ' + name:<52}{rate:>10,.0f}{base[name]:>10,.0f}{rate / base[name]:>7.2f}   (information: "
+              "Trainer.step_chunk on the same rows, no estimator around it: the ceiling of the ratio)")
+
+
+def _partial_fit_floor(rounds: int, calls: int) -> dict[str, float]:
+    """rows/s of the trainer's own chunks (``Trainer.step_chunk``, batch_size=32) under section 4's dense models, on
+    its 1024-row calls: what is left once the estimator's host work (validation, the scalers' statistics per step,
+    probabilities) is taken away."""
+    import streamfit as sf
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((calls * 1024, 9)).astype(np.float32)
+    w = rng.standard_normal(9)
+    out = {}
+    for name, make, y in (("LogisticRegression()", lambda: sf.LogisticRegression(), (X @ w > 0).astype(np.float32)),
+                          ("LinearRegressor()", lambda: sf.LinearRegressor(),
+                           (X @ w).astype(np.float32))):
+        m = make()
+        m.partial_fit(X[:1024], y[:1024], **({"classes": [0, 1]} if "Logistic" in name else {}))
+        tr = m.trainer_
+        T = y.reshape(-1, 1)
+        for i in range(0, len(X), 1024):  # warm
+            tr.step_chunk(X[i:i + 1024], T[i:i + 1024], batch_size=32)
+        best = float("inf")
+        for _ in range(rounds):
+            t = time.process_time()
+            for i in range(0, len(X), 1024):
+                tr.step_chunk(X[i:i + 1024], T[i:i + 1024], batch_size=32)
+            best = min(best, (time.process_time() - t) / len(X))
+        out[name] = 1 / best
+    return out
 
 
 # -- the MLP in chunks against one call per row ----------------------------------------------------------
@@ -473,6 +505,20 @@ def section_mlp(args: argparse.Namespace) -> None:
           f"({target('MLPClassifier(batch_size=1): chunks speed-up over one call per row', speedup, 5.0, at_most=False)}); "
           f"max |prediction difference| {diff:.2e} "
           f"({target('MLPClassifier(batch_size=1): max |chunk - per-call prediction|', diff, 1e-5)})")
+    est = learned(s, make)  # the floor: the trainer's chunks alone, on the same rows
+    tr = est.trainer_
+    T = s.y.astype(np.float32).reshape(-1, 1)
+
+    def chunks() -> None:
+        for i in range(0, len(s.X), args.chunk):
+            tr.step_chunk(s.X[i:i + args.chunk], T[i:i + args.chunk], batch_size=1)
+
+    chunks()
+    floor = best_of({"floor": chunks}, args.rounds, args.passes)[0]["floor"]
+    body = [len(n.attribute[0].g.node) for m in tr.__dict__["_chunk_steps"].models.values()
+            for n in m.graph.node if n.op_type == "Scan"]
+    print(f"   floor: Trainer.step_chunk on the same rows {floor:.3f} s ({1e6 * floor / len(s.X):.1f} us a row, Scan body "
+          f"of {body[0] if body else '?'} nodes): speed-up {times['per_call'] / floor:.2f} at most (information)")
 
 
 # -- the floor -------------------------------------------------------------------------------------------
