@@ -472,11 +472,11 @@ def _partial_fit_floor(rounds: int, calls: int) -> dict[str, float]:
         m = make()
         m.partial_fit(X[:1024], y[:1024], **({"classes": [0, 1]} if "Logistic" in name else {}))
         tr = m.trainer_
-        T = y.reshape(-1, 1)
+        T = y  # (n,): as the estimators hand their encoded labels and targets to the trainer
         for i in range(0, len(X), 1024):  # warm
             tr.step_chunk(X[i:i + 1024], T[i:i + 1024], batch_size=32)
         best = float("inf")
-        for _ in range(rounds):
+        for _ in range(3 * rounds):  # as many rounds as section 4's (3 per child, alternating)
             t = time.process_time()
             for i in range(0, len(X), 1024):
                 tr.step_chunk(X[i:i + 1024], T[i:i + 1024], batch_size=32)
