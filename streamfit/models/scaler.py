@@ -93,8 +93,7 @@ class RunningScaler:
         else:
             if mean is None:
                 mean, scale = self.float64()
-            f32[0][:] = mean
-            f32[1][:] = scale
+            self._write_f32(f32, mean, scale)
 
     def _shift_of(self, row: Any) -> list[float]:
         if self._shift is None:
@@ -202,9 +201,10 @@ class RunningScaler:
         else:  # written in place: the one-row path holds these arrays
             self._write_f32(f32, means, scales)
 
-    def _write_f32(self, f32: tuple[np.ndarray, np.ndarray], means: list[float], scales: list[float]) -> None:
-        """Python floats into the float32 arrays, in place, by ``struct`` (its float32 rounding is numpy's cast's,
-        in a third of the time of assigning a list: this is paid once per event)."""
+    def _write_f32(self, f32: tuple[np.ndarray, np.ndarray], means: Any, scales: Any) -> None:
+        """The one writer of the float32 arrays: float64 values (Python floats or an array) into them, in place, by
+        ``struct`` (its float32 rounding is numpy's cast's, in a third of the time of assigning a list: the one-row
+        path pays this once per event)."""
         views = self.__dict__.get("_views")
         if views is None or views[0] is not f32:
             views = self._views = (f32, *_packers(f32))
