@@ -1,4 +1,7 @@
-"""The benchmarks still run: each one's --quick smoke run exits 0 and prints its figures (not their values)."""
+"""The benchmarks still run: each one's --quick smoke run exits 0 and prints its figures (not their values).
+
+The longest smoke runs (``slow``: 5-25 s each) stay out of the default suite; ``.ci/run`` runs them as a call of
+their own (``pytest -m slow tests/test_bench.py``)."""
 
 from __future__ import annotations
 
@@ -18,11 +21,13 @@ def _run(script: str, *args: str, timeout: float = 240) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_engine_bench_smoke():
     out = _run("engine.py")
     assert "== targets" in out and "streamfit fused step" in out and "ORT on-device API" in out
 
 
+@pytest.mark.slow
 def test_checkpoint_bench_smoke():
     out = _run("checkpoint.py")
     assert "none" in out and "vs none" in out and "ERROR" not in out
@@ -42,6 +47,7 @@ def test_checkpoint_cow_bench_smoke():
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_pipeline_bench_smoke():
     out = _run("pipeline.py")
     assert "parquet" in out and "kafka" in out
@@ -72,6 +78,7 @@ def test_columns_bench_smoke():
     assert "features= (one X)" in out and "Hashed(dictionary city)" in out and "vs features=" in out
 
 
+@pytest.mark.slow
 def test_sparse_bench_smoke():
     out = _run("sparse.py", timeout=200)
     assert "== targets" in out and "streamfit FMClassifier k=4, AdaGrad, batch 1024" in out and "per step" in out
@@ -84,12 +91,14 @@ def test_sparse_bench_smoke():
         assert "VW's rows/s" in out
 
 
+@pytest.mark.slow
 def test_bigtable_bench_smoke():
     out = _run("bigtable.py")
     assert "ratio" in out and "floor, bare numpy" in out and "RSS growth" in out
 
 
 @pytest.mark.kafka
+@pytest.mark.slow
 def test_soak_bench_smoke(tmp_path):
     """A few seconds of the daemon's soak on a local broker: every figure is produced, exactly once holds, also
     for the partial batch at the stream's end (trained while the stream is quiet: --max-batch-wait)."""
@@ -111,6 +120,7 @@ def test_soak_bench_smoke(tmp_path):
         assert fig[key] is not None, key
 
 
+@pytest.mark.slow
 def test_hashing_bench_smoke():
     out = _run("hashing.py", timeout=200)
     assert "session (old) vs numpy (new)" in out and "Hashed.encode" in out and "partial_fit" in out
