@@ -161,3 +161,10 @@ def test_plots_of_the_committed_bench_json(tmp_path):
     assert "2 cores" in made or " cores, onnxruntime" in made  # each figure names the CPU it ran on
     with open(os.path.join(docs, "_figures.md")) as f:
         assert f.read() == made, "docs/benchmarks/_figures.md differs from what bench/plots.py makes: rerun it"
+
+
+@pytest.mark.slow
+def test_scan_unroll_bench_smoke():
+    """The unrolled bodies (a design tried, not kept) compute what streamfit's chunk graphs compute."""
+    out = _run("scan_unroll.py")
+    assert out.count("outputs the same") == 12 and "DIFFER" not in out and "AVX-512" in out
