@@ -150,3 +150,24 @@ def test_schedule_object_parameter_is_not_mutated_and_refits_agree():
     first = est.fit(X, y).predict(X)
     assert schedule.t == 0 and est.trainer_.schedule.t == 20
     np.testing.assert_array_equal(est.fit(X, y).predict(X), first)
+
+
+@pytest.mark.parametrize("classes", [[0, 1], [0, 1, 2], [1, 2], [0, 2, 5]])
+def test_integer_labels_encode_as_their_class_index_and_an_unknown_one_is_refused(classes):
+    """Classes 0..k-1 take a shortcut (a label is its own index): it gives searchsorted's indices, and labels out of
+    range, negative ones, or ones between other integer classes are refused naming them."""
+    from streamfit import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 3)).astype(np.float32)
+    y = np.array(classes)[rng.integers(0, len(classes), 64)]
+    clf = LogisticRegression().partial_fit(X, y, classes=classes)
+    for dtype in (np.int64, np.int32, np.uint8):
+        got = clf._encode(y.astype(dtype))
+        assert got.dtype == (clf.trainer_.dtype if len(classes) == 2 else np.int64)
+        np.testing.assert_array_equal(got, np.searchsorted(classes, y))
+    for bad in (-1, max(classes) + 1) + ((3,) if classes == [0, 2, 5] else ()):
+        labels = y.copy()
+        labels[7] = bad
+        with pytest.raises(BadInputError, match=rf"labels \[{bad}\] are not in classes_"):
+            clf.partial_fit(X, labels)

@@ -193,12 +193,17 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         dtype = self.trainer_.dtype if self.binary_ else np.int64
         if y.dtype == np.bool_ and self.classes_.dtype == np.bool_ and len(self.classes_) == 2:
             return y.astype(dtype)  # classes [False, True]: a label is its own index, none unknown
-        idx = np.searchsorted(self.classes_, y)
-        idx = np.clip(idx, 0, len(self.classes_) - 1)
-        unknown = self.classes_[idx] != y
-        if unknown.any():
-            raise BadInputError(f"labels {np.unique(y[unknown]).tolist()[:5]} are not in classes_ "
-                                f"{self.classes_.tolist()}", reason="unknown_class")
+        classes, k = self.classes_, len(self.classes_)
+        if (y.dtype.kind in "iu" and classes.dtype.kind in "iu" and len(y) and classes[0] == 0 and classes[-1] == k - 1
+                and y.min() >= 0 and y.max() < k):  # classes 0..k-1 (sorted, distinct): a label is its own index
+            idx = y
+        else:
+            idx = np.searchsorted(classes, y)
+            idx = np.clip(idx, 0, k - 1)
+            unknown = classes[idx] != y
+            if unknown.any():
+                raise BadInputError(f"labels {np.unique(y[unknown]).tolist()[:5]} are not in classes_ "
+                                    f"{classes.tolist()}", reason="unknown_class")
         if self.binary_:
             return idx.astype(dtype)
         if not self.trainer_.loss.integer_labels:  # a per-column loss (hinge...): one-vs-rest 0/1 targets
