@@ -251,6 +251,8 @@ class StreamLoop:
         self._reading = False
         self._rows_at = 0.0
         self._arrived: anyio.Event | None = None
+        #: :meth:`train_pending` asked for the rows waiting for a full batch now, not after ``max_batch_wait``
+        self._pending_now = False
         self._metric_sends: list[MemoryObjectSendStream[MetricsEvent]] = []
         self._dropped_metric_events = 0
         self._rows = 0
@@ -331,6 +333,19 @@ class StreamLoop:
             self._state = LoopState.DRAINING
         if self._idle_scope is not None:
             self._idle_scope.cancel()
+
+    def train_pending(self) -> None:
+        """Train the rows waiting for a full batch as soon as the trainer is free and the reader awaits the source,
+        without waiting for ``max_batch_wait`` (also when it is None): a Kafka handover (the daemon's Runner, on a
+        revoke) needs the rows read of the revoked partitions trained, checkpointed and committed at once, since no
+        more rows of them come and the group may complete the rebalance without this member meanwhile (a commit
+        then is refused, and the next owner trains those rows again).  The rows queued in full batches are
+        trained first, in order.  The request holds until the partial batch is taken, or the reader awaits the
+        source with no row waiting.  It is seen while the trainer waits for rows with duties to do (``on_idle``
+        or ``max_batch_wait`` given, as the Runner's loops have).  Call from the event loop thread.
+        """
+        self._pending_now = True
+        self._wake()
 
     def metric_events(self, max_buffer_size: float = 1000) -> MemoryObjectReceiveStream[MetricsEvent]:
         """An async iterator of :class:`MetricsEvent`, closed when the loop ends.
@@ -575,9 +590,12 @@ class StreamLoop:
             due = self._partial_due()
             if due <= now:
                 tb = self._rebatcher.take_partial()  # the reader awaits the source: nothing is half-pushed
+                self._pending_now = False
                 if tb is not None:
                     return tb
                 due = math.inf
+            elif self._reading and not self._rebatcher.pending_rows:
+                self._pending_now = False  # every row read is queued or trained: nothing left to ask for
             if tick <= now:
                 await _call(self.on_idle, IdleEvent(self._batches, self._rows, self._position, since, now - start,
                                                     self._rebatcher.pending_rows))
@@ -596,8 +614,13 @@ class StreamLoop:
 
     def _partial_due(self) -> float:
         """When (``time.monotonic()``) the rows waiting for a full batch are to be trained: ``max_batch_wait``
-        after rows last came in, while the reader awaits the source; ``inf``: not now."""
-        if self.max_batch_wait is None or not self._reading or not self._rebatcher.pending_rows:
+        after rows last came in (at once after :meth:`train_pending`), while the reader awaits the source; ``inf``:
+        not now."""
+        if not self._reading or not self._rebatcher.pending_rows:
+            return math.inf
+        if self._pending_now:
+            return -math.inf
+        if self.max_batch_wait is None:
             return math.inf
         return self._rows_at + self.max_batch_wait
 

@@ -936,13 +936,17 @@ class Runner:
                 await self._publish_and_commit()
 
     async def _settle_handover(self, handover: Handover) -> None:
-        """Train the rows the source returned of the revoked partitions (the queued batches), checkpoint and
-        commit them, before ``handover.deadline``; what is not done by then is left to the next owner."""
+        """Train the rows the source returned of the revoked partitions (the queued batches, and the rows waiting
+        for a full batch at once: waiting ``max_batch_wait`` for them outlasted the group's patience, tansu's ~1 s,
+        and the commit was refused), checkpoint and commit them, before ``handover.deadline``; what is not done by
+        then is left to the next owner."""
         if self._writer is None:
             return
         left = handover.deadline - time.monotonic()
         with anyio.move_on_after(max(0.0, left * (1 - _HANDOVER_COMMIT_SHARE))):
             while not self._trained_up_to(handover) and self._loop_running and self._rollback_reason is None:
+                if self._loop is not None:  # the rows short of a full batch: now, not after max_batch_wait (1 s)
+                    self._loop.train_pending()
                 await anyio.sleep(0.002)
         step = self.batches
         refused = None

@@ -80,6 +80,27 @@ async def test_without_max_batch_wait_the_partial_batch_waits_for_the_end_and_on
     assert len({e.since for e in idle if e.rows == 64}) == 1  # one quiet spell since the batch
 
 
+@pytest.mark.anyio
+async def test_train_pending_trains_the_partial_batch_at_once_without_max_batch_wait():
+    """A Kafka handover asks for the rows short of a full batch now (no more come of a revoked partition)."""
+    source, events = LiveSource(), []
+    loop = StreamLoop(SGDRegressor(random_state=0), source, batch_size=64, on_idle=lambda e: None, idle_every=0.05,
+                      on_batch=events.append)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        await source.send.send(make_batches([100])[0])
+        await _until(lambda: loop.summary().rows == 64, "the full batch")
+        loop.train_pending()
+        await _until(lambda: loop.summary().rows == 100, "the 36 rows asked for")
+        await source.send.send(make_batches([100], seed=1)[0])  # the request was spent: 36 rows wait again
+        await _until(lambda: loop.summary().rows == 164, "the next full batch")
+        await anyio.sleep(0.2)
+        loop.stop()
+    assert [(e.n_rows, e.position) for e in events] == [(64, {"batch": 0, "row": 64}), (36, {"batch": 0, "row": 100}),
+                                                        (64, {"batch": 1, "row": 64})]
+    assert loop.rebatcher.pending_rows == 36
+
+
 class SlowSGD(SGDRegressor):
     """Each step takes a while and says when it runs (in the trainer's worker thread)."""
 
