@@ -101,18 +101,35 @@ class PingPong:
 class HostScalars:
     """Host arrays bound once as inputs: writing ``arrays[name][...]`` changes what the next run reads.
 
-    0-d arrays of ``dtype`` for ``names`` (the optimizer's scalars), and copies of ``tensors`` (a model's
-    host tensors, see :attr:`~streamfit._engine.prepare.model.PreparedModel.host`)."""
+    0-d arrays of ``dtype`` for ``names`` (the optimizer's scalars), views of one contiguous :attr:`block` so
+    that a step's scalars are written in one assignment (``block[:] = row``), and copies of ``tensors`` (a
+    model's host tensors, see :attr:`~streamfit._engine.prepare.model.PreparedModel.host`)."""
 
     def __init__(self, names: Iterable[str], dtype: np.dtype, tensors: Mapping[str, np.ndarray] | None = None) -> None:
-        cpu = C.cpu_device()
-        self.arrays = {n: np.zeros((), dtype) for n in names}
-        self.arrays.update((n, np.array(a, order="C")) for n, a in (tensors or {}).items())
-        self.values = {n: C.from_numpy(a, cpu) for n, a in self.arrays.items()}
+        self.block = np.zeros(0, dtype)
+        #: the names whose arrays are views of :attr:`block`, in its order
+        self.block_names: list[str] = []
+        self.arrays: dict[str, np.ndarray] = {}
+        self.values: dict[str, C.OrtValue] = {}
+        self.add_to_block({n: np.zeros((), dtype) for n in names})
+        self.add(tensors or {})
 
     def add(self, arrays: Mapping[str, np.ndarray]) -> None:
         """More host arrays bound as inputs (copies), before anything binds these."""
         cpu = C.cpu_device()
         for name, array in arrays.items():
             self.arrays[name] = np.array(array, order="C")
+            self.values[name] = C.from_numpy(self.arrays[name], cpu)
+
+    def add_to_block(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """More one-value host arrays (of the block's dtype) bound as inputs, as views of a new :attr:`block`
+        holding the old block's values then these: before anything binds these (the old views are replaced)."""
+        if any(a.size != 1 for a in arrays.values()):
+            raise ValueError("the block holds one-value arrays only")
+        shapes = [self.arrays[n].shape for n in self.block_names] + [a.shape for a in arrays.values()]
+        block = np.concatenate([self.block, np.array([a.item() for a in arrays.values()], self.block.dtype)])
+        self.block, self.block_names = block, self.block_names + list(arrays)
+        cpu = C.cpu_device()
+        for i, (name, shape) in enumerate(zip(self.block_names, shapes)):
+            self.arrays[name] = block[i:i + 1].reshape(shape)
             self.values[name] = C.from_numpy(self.arrays[name], cpu)
