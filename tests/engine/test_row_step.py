@@ -119,3 +119,58 @@ def test_a_ready_made_model_takes_the_lean_row_step() -> None:
         est.partial_fit(X[i:i + 1], y[i:i + 1], classes=[0.0, 1.0])
     assert est.trainer_._strategy.row_model is not None
     assert np.isfinite(est.loss_)
+
+
+@pytest.mark.parametrize("lean_steps", [True, False], ids=["lean", "generic"])
+def test_the_per_step_scalars_written_a_block_at_a_time_are_those_of_each_step(monkeypatch: pytest.MonkeyPatch,
+                                                                                lean_steps: bool) -> None:
+    """Adam's scalars change every step; at a held rate they are computed for many steps at once
+    (``Trainer._scalar_table``) and a row written per step.  Every step's block holds what the optimizer's own
+    ``scalars`` give for that step (float64, then cast): across the table's end, after a change of rate, and
+    when the rate changes every step (no table)."""
+    monkeypatch.setattr(Trainer, "lean_steps", lean_steps)
+    tr = Trainer(linear_model(4, seed=2), loss="log_loss", optimizer="adam", learning_rate=0.05,
+                 penalty=Penalty(1e-2, 0.0))
+    X, y = _data(700, True)
+    names = tr.scalars.block_names
+    assert tr._block_rows and len(names) == (6 if lean_steps else 4)
+    seen_table = 0
+    for i in range(len(X)):
+        if i == 300:
+            tr.lr_scale = 0.5  # a new rate: the old table no longer applies
+        if i >= 600:
+            tr.lr_scale = 1.0 / (1 + i)  # a rate that changes every step: the per-step path
+        t = tr.n_steps
+        tr.step(X[i:i + 1], y[i:i + 1])
+        lr = tr.schedule.lr * tr.lr_scale
+        values = list(tr.optimizer.scalars(lr, t)) + [1.0 - lr * 1e-2]
+        if lean_steps:
+            values += [values[1] / values[2], tr.optimizer.eps / values[2]]
+        want = np.array(values, np.float64).astype(np.float32)
+        np.testing.assert_array_equal(tr.scalars.block, want, err_msg=f"step {t}")
+        for name, value in zip(names, want):  # the bound arrays are views of the block
+            assert tr.scalars.arrays[name].item() == value
+        seen_table += tr._scalar_rows is not None and tr._scalar_rows.first <= t
+    assert seen_table > 500  # the table served most steps
+
+
+def test_a_row_step_whose_check_overflows_on_finite_values_is_checked_exactly() -> None:
+    """Adam's lean row step checks ``theta . v`` (one node): huge finite weights and second moments overflow
+    it.  The step then checks the new values exactly, and applies them when all are finite; a row that makes a
+    value non-finite is still refused."""
+    tr = Trainer(linear_model(4, seed=1), loss="squared_error", optimizer="adam", learning_rate=0.05)
+    tr.step(np.zeros((1, 4), np.float32), np.zeros(1, np.float32))
+    assert tr._strategy.row_model is not None
+    w = tr.get_weights()
+    tr.set_weights({k: np.full_like(v, 1e4) for k, v in w.items()})
+    X = np.array([[3e7, 0, 0, 0]], np.float32)  # g = 1e4 x**2 ~ 1e19: v ~ 1e35 (finite), theta . v ~ 1e39 (inf)
+    tr.step(X, np.zeros(1, np.float32))
+    assert tr.n_steps == 2 and tr.n_skipped == 0
+    state = {**tr.get_weights(), **tr.optimizer_state()}
+    assert all(np.isfinite(v).all() for v in state.values())
+    assert max(float(np.abs(v).max()) * 1e4 for k, v in state.items() if k.endswith("exp_avg_sq")) > 3.4e38
+    skipping = Trainer(linear_model(4, seed=1), loss="squared_error", optimizer="adam", learning_rate=0.05,
+                       on_nonfinite="skip")
+    skipping.step(np.zeros((1, 4), np.float32), np.zeros(1, np.float32))
+    skipping.step(np.array([[1e30, 0, 0, 0]], np.float32), np.zeros(1, np.float32))  # g**2 overflows: v inf
+    assert skipping.n_skipped == 1

@@ -49,6 +49,9 @@ class FusedRun:
     forget_bound: bool = False
     #: the step's loss computed on the host after the run, for a graph without a loss output (the lean row step)
     loss_of: Callable[[], float] | None = None
+    #: per set read: whether the new values are all finite, checked exactly, when a check is not finite but
+    #: may be on finite values (the lean row step's dot product can overflow); None: the checks are exact
+    recheck: Callable[[int], bool] | None = None
 
 
 class FusedStep:
@@ -163,7 +166,15 @@ class FusedStep:
                                              self.device, self.pm.dtype)
         session = self._row_session
         inputs = {i.name for i in session.get_inputs()}
-        check = self._scalar_output(Names.check)
+        dot = session.get_outputs()[[o.name for o in session.get_outputs()].index(Names.check)].shape == [1, 1]
+        if dot:  # theta . v (Adam): a [1, 1] output, read through a 0-d view
+            if Names.check + "_row" not in self._scalar_outputs:
+                array = np.zeros((1, 1), self.pm.dtype)
+                self._scalar_outputs[Names.check + "_row"] = (C.from_numpy(array, C.cpu_device()), array.reshape(()))
+            check_value, check = self._scalar_outputs[Names.check + "_row"]
+        else:
+            check = self._scalar_output(Names.check)
+            check_value = self._scalar_outputs[Names.check][0]
         bindings = []
         for src, dst in ((0, 1), (1, 0)):
             io = C.io_binding(session)
@@ -171,13 +182,18 @@ class FusedStep:
             for name, value in self.params.column_sets[src].items():
                 io.bind_ortvalue_input(name, value)
                 io.bind_ortvalue_output(Names.new(name), self.params.column_sets[dst][name])
-            io.bind_ortvalue_output(Names.check, self._scalar_outputs[Names.check][0])
+            io.bind_ortvalue_output(Names.check, check_value)
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
             bindings.append(io)
         # it checks all it writes; a magnitude bound kept by the small-batch graph is recomputed after it
         run = FusedRun(C.raw_session(session), (bindings[0], bindings[1]), ((check,), (check,)), None,
-                       forget_bound=bool(self._bound.weights), loss_of=row_loss(self.loss, staging))
+                       forget_bound=bool(self._bound.weights), loss_of=row_loss(self.loss, staging),
+                       recheck=self._exact_row_check if dot else None)
         return {"run": run}
+
+    def _exact_row_check(self, current: int) -> bool:
+        """Whether every value the lean row step wrote (reading set ``current``) is finite, checked exactly."""
+        return all(bool(np.isfinite(value.numpy()).all()) for value in self.params.column_sets[1 - current].values())
 
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         if staging.n == 1 and self.row_model is not None:
@@ -240,6 +256,8 @@ class FusedStep:
         ok = math.isfinite(loss)
         for check in run.checks[current]:
             ok = ok and math.isfinite(check)
+        if not ok and run.recheck is not None and math.isfinite(loss):
+            ok = run.recheck(current)
         if ok:
             if run.forget_bound:
                 self._bound.forget()

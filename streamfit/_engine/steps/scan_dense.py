@@ -233,8 +233,9 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
 
 def row_step_graph(tr: Any) -> ModelProto | None:
     """The lean step of one row run on its own (not in a Scan): :func:`dense_step_graph` with a finiteness
-    check of the new state (``sf_check``: the sum of the new theta and, with Adam, of its second moment, which
-    is finite when the first is), without the loss (a dozen nodes for one number: :func:`row_loss` computes it
+    check of the new state (``sf_check``: the sum of the new theta; with Adam, the dot product of the new theta
+    and its second moment (``[1, 1]``), which is finite when the first moment is, and may overflow on finite
+    values: the step then checks the values exactly), without the loss (a dozen nodes for one number: :func:`row_loss` computes it
     from the output) and the nodes nothing reads."""
     built = dense_step_graph(tr, 1, standalone=True)
     if built is None:
@@ -243,13 +244,16 @@ def row_step_graph(tr: Any) -> ModelProto | None:
     g = model.graph
     checked = [Names.new(THETA)] + ([Names.new(Names.slot(THETA, layout.slots[1]))] if layout.slots else [])
     b = GraphBuilder(np.float32, prefix="sfc_r_")
-    both = b.op("Concat", *checked, axis=0) if len(checked) > 1 else checked[0]
-    b.op("ReduceSum", both, keepdims=0, out=Names.check)
+    if len(checked) > 1:  # theta . v: one node, not finite when either is not (v >= 0: inf * 0 is NaN)
+        b.op("Gemm", *checked, transA=1, out=Names.check)
+    else:
+        b.op("ReduceSum", checked[0], keepdims=0, out=Names.check)
     g.node.extend(b.nodes)
     g.initializer.extend(b.initializers)
     outputs = [o for o in g.output if o.name != Names.loss]
     del g.output[:]
-    g.output.extend(outputs + [helper.make_tensor_value_info(Names.check, TensorProto.FLOAT, [])])
+    g.output.extend(outputs + [helper.make_tensor_value_info(Names.check, TensorProto.FLOAT,
+                                                             [1, 1] if len(checked) > 1 else [])])
     g.name = "streamfit_dense_row_step"
     prune(model)
     return model
