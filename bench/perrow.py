@@ -549,10 +549,26 @@ def section_floor(args: argparse.Namespace) -> None:
     per_node = {kind: _loop_node_cost(kind, args) for kind in ("Scan", "Loop")}
     print("   a node in a loop body (one iteration per row; Add on a [1, 9] tensor, bodies of 4 and 32 nodes): "
           + ", ".join(f"{kind} {c * 1e6:.3f} us per node per iteration" for kind, c in per_node.items()))
-    print("   so a chunk's per-row time is about (body nodes) x that: River's configuration (SGD, 7 nodes once "
-          f"onnxruntime has fused MatMul and Add) {7 * per_node['Scan'] * 1e6:.1f} us, the defaults (Adam, one "
-          f"parameter vector, 25 nodes) {25 * per_node['Scan'] * 1e6:.1f} us a row, before any host work")
+    sgd, adam = _body_nodes(optimizer="sgd", learning_rate="constant", eta0=0.01, penalty=None), _body_nodes()
+    print("   so a chunk's per-row time is about (body nodes) x that: River's configuration (SGD, streamfit's Scan "
+          f"body of {sgd} nodes) {sgd * per_node['Scan'] * 1e6:.1f} us, the defaults (Adam, one parameter vector, "
+          f"{adam} nodes) {adam * per_node['Scan'] * 1e6:.1f} us a row, before any host work")
     _lean_floor(args)
+
+
+def _body_nodes(**params: Any) -> int:
+    """The node count of the Scan body that ``LogisticRegression(batch_size=1, **params)`` trains 9-feature
+    chunks with (its chunk graph, as built)."""
+    import streamfit as sf
+
+    X = np.random.default_rng(0).standard_normal((8, 9)).astype(np.float32)
+    est = sf.LogisticRegression(batch_size=1, **params)
+    est.partial_fit_predict(X, (X[:, 0] > 0).astype(int), classes=[0, 1])
+    for model in est.trainer_._chunk_steps.models.values():
+        for node in model.graph.node:
+            if node.op_type == "Scan":
+                return len(next(a.g for a in node.attribute if a.name == "body").node)
+    raise RuntimeError("no chunk graph was built")
 
 
 def _lean_floor(args: argparse.Namespace) -> None:
