@@ -36,6 +36,7 @@ from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
 from streamfit._engine.steps.scan_dense import dense_step_graph
+from streamfit._engine.steps.scan_mlp import mlp_step_graph
 from streamfit._engine.steps.scan_expose import expose_body_values
 from streamfit._engine.steps.scan_flat import FlatLayout, flat_step_graph
 from streamfit._engine.steps.scan_lean import lean_chunk_model, lean_plan
@@ -294,8 +295,9 @@ class ChunkSteps:
         scanned: list[str] = []
         plan = lean_plan(tr) if not large and not host_steps else None
         flat = None
-        if not large and self.flat and plan is None:  # a linear model's lean step, else the generic one
-            flat = (dense_step_graph(tr, rows) if tr._dense is not None else None) or flat_step_graph(tr)
+        if not large and self.flat and plan is None:  # a linear model's or an MLP's lean step, else the generic one
+            flat = ((dense_step_graph(tr, rows) if tr._dense is not None else None) or mlp_step_graph(tr, rows)
+                    or flat_step_graph(tr))
         if flat is not None:  # one parameter vector: the optimizer's update emitted once
             step, layout = flat
             self.layouts[key] = layout

@@ -42,6 +42,8 @@ class FlatLayout:
     size: int
     #: the vectors are columns ``[size, 1]`` (the lean linear step's, steps/scan_dense.py), else 1-D
     column: bool = False
+    #: the vectors are rows ``[1, size]`` (the lean MLP step's, steps/scan_mlp.py)
+    row: bool = False
 
     def state_names(self) -> list[str]:
         return [THETA] + [Names.slot(THETA, s) for s in self.slots]
@@ -52,7 +54,7 @@ class FlatLayout:
         for name, suffix in [(THETA, "")] + [(Names.slot(THETA, s), s) for s in self.slots]:
             parts = [values[w if not suffix else Names.slot(w, suffix)].reshape(-1) for w in self.weights]
             vec = np.concatenate(parts).astype(dtype, copy=False)
-            out[name] = vec.reshape(-1, 1) if self.column else vec
+            out[name] = vec.reshape(-1, 1) if self.column else vec.reshape(1, -1) if self.row else vec
         return out
 
     def unpack(self, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
