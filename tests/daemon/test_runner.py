@@ -207,7 +207,10 @@ def test_resume_past_a_truncated_newest_checkpoint_sets_it_aside_and_saves_on(tm
     assert summary.resumed_from == str(infos[0].path)
     assert summary.rows == total and summary.checkpoints >= 2  # saves of steps < 16 went through
     aside = ck / f"{newest.name}.corrupt"
-    assert aside.is_dir() and not newest.exists()
+    assert aside.is_dir()
+    if newest.exists():  # the resumed run saved step 16 again (its saves depend on timing): a whole one now
+        with np.load(newest / "state.npz", allow_pickle=False) as state:
+            assert len(state.files) > 0
     assert any(newest.name in r.getMessage() and "state.npz is" in r.getMessage() and "set aside" in r.getMessage()
                for r in caplog.records)
     store = CheckpointStore(ck)

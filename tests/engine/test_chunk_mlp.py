@@ -1,4 +1,4 @@
-"""The lean one-row step of an MLP (streamfit._engine.steps.scan_mlp): its chunks give what one step per call gives
+"""The lean step of an MLP (streamfit._engine.steps.scan_mlp): its chunks give what one step per call gives
 -- outputs, losses, weights, Adam's moments -- within float32 rounding, in fewer body nodes than the generic body;
 models and rules it does not write keep the generic body."""
 
@@ -54,44 +54,49 @@ def _lean(tr: Trainer) -> bool:
 
 
 @pytest.mark.parametrize("gradient", GRADIENTS)
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
 @pytest.mark.parametrize("sizes, activation", [([4, 16, 1], "Relu"), ([4, 16, 8, 1], ["Relu", "Tanh"]),
                                                ([4, 6, 1], "Sigmoid"), ([4, 5, 3, 1], "Tanh")],
                          ids=["relu", "relu-tanh", "logistic", "tanh-tanh"])
 @pytest.mark.parametrize("logistic", [True, False], ids=["log_loss", "squared_error"])
 @pytest.mark.parametrize("penalty", [None, Penalty(1e-2, 0.0)], ids=["no-penalty", "l2"])
 def test_lean_mlp_chunks_equal_step_by_step(sizes: list[int], activation: Any, logistic: bool, penalty: Any,
-                                            gradient: str) -> None:
-    X, y = _data(90, logistic)
+                                            batch_size: int, gradient: str) -> None:
+    n = 10 * batch_size + batch_size // 2 + 1  # a short last step, taken by the step path
+    X, y = _data(n, logistic)
+    sw = np.random.default_rng(4).uniform(0, 2, n).astype(np.float32)
     a, b = (_trainer(sizes, activation, logistic, gradient, penalty=penalty) for _ in range(2))
     generic = _trainer(sizes, activation, logistic, gradient, penalty=penalty, lean=False)
     outs, losses = [], []
-    for lo, hi in ((0, 37), (37, 90)):  # the second chunk starts from the first one's state
-        r = train_chunk(a, X[lo:hi], y[lo:hi], batch_size=1)
-        assert r.scanned and r.nonfinite is None and r.applied == hi - lo
+    cut = 4 * batch_size
+    for lo, hi in ((0, cut), (cut, n)):  # the second chunk starts from the first one's state
+        r = train_chunk(a, X[lo:hi], y[lo:hi], sw[lo:hi], batch_size=batch_size)
+        assert r.scanned and r.nonfinite is None
         outs.append(r.outputs)
         losses.append(r.losses)
-    train_chunk(generic, X, y, batch_size=1)
+    train_chunk(generic, X, y, sw, batch_size=batch_size)
     assert _lean(a) and not _lean(generic)
     assert _body_nodes(a) < _body_nodes(generic)
-    ref_out, ref_loss = _by_steps(b, X, y, 1)
+    ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
     np.testing.assert_allclose(np.concatenate(outs).reshape(ref_out.shape), ref_out, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
     assert_same_state(a, b, ATOL)
     assert_same_state(generic, b, ATOL)
 
 
-def test_the_default_mlp_body_is_24_nodes_at_most() -> None:
-    """One hidden layer of relu units, Adam with L2: the node count this step exists for (37 generic)."""
-    X, y = _data(20, True, width=9)
+@pytest.mark.parametrize("batch_size, nodes", [(1, 23), (32, 26)])
+def test_the_default_mlp_body_is_lean(batch_size: int, nodes: int) -> None:
+    """One hidden layer of relu units, Adam with L2: the node counts this step exists for (37 generic)."""
+    X, y = _data(4 * batch_size, True, width=9)
     tr = _trainer([9, 100, 1], "Relu", True, penalty=Penalty(1e-4, 0.0))
-    train_chunk(tr, X, y, batch_size=1)
-    assert _lean(tr) and _body_nodes(tr) <= 24
+    train_chunk(tr, X, y, batch_size=batch_size)
+    assert _lean(tr) and _body_nodes(tr) == nodes
 
 
-@pytest.mark.parametrize("case", ["sgd", "l1", "several-rows", "two-outputs", "no-hidden-layer"])
+@pytest.mark.parametrize("case", ["sgd", "l1", "two-outputs", "no-hidden-layer"])
 def test_the_generic_body_is_kept_where_the_lean_mlp_step_does_not_apply(case: str) -> None:
     X, y = _data(60, False)
-    batch_size = 3 if case == "several-rows" else 1
+    batch_size = 1
     if case == "two-outputs":
         tr = _trainer([4, 8, 2], "Relu", False)
         y = np.stack([y, -y], axis=1)

@@ -110,11 +110,11 @@ def test_chunk_equals_step_by_step(kind: str, batch_size: int, gradient: str) ->
         pytest.skip("streamfit's gradient builder has no BatchNormalization (ReduceMean, Sqrt) gradient")
     n = 4 * 32 * 3 if batch_size == 32 else 96
     X, y = _data(kind, n)
-    # a linear model's chunks of small steps run its lean step (steps/scan_dense.py), an MLP's of one row a step
-    # its own (steps/scan_mlp.py), which round otherwise than the step graph: a few float32 ulps a step (3e-7 on a
+    # a linear model's chunks of small steps run its lean step (steps/scan_dense.py), an MLP's its own
+    # (steps/scan_mlp.py), which round otherwise than the step graph: a few float32 ulps a step (3e-7 on a
     # logit of 0.17 seen after 56 steps of Adam)
     lean = kind in ("linear", "logistic")
-    mlp_lean = kind == "mlp" and batch_size == 1  # Adam lets its rounding wander more (test_chunk_mlp.py)
+    mlp_lean = kind == "mlp"  # its lean step: Adam lets its rounding wander more (test_chunk_mlp.py)
     _check_chunk(lambda: _trainer(kind, gradient), X, y, batch_size,
                  atol=_LEAN_MLP_ATOL if mlp_lean else _LEAN_ATOL if lean else ATOL)
 
@@ -125,11 +125,17 @@ def test_chunk_equals_step_by_step_per_optimizer(optimizer: str) -> None:
     _check_chunk(lambda: _trainer("linear", "streamfit", optimizer, learning_rate=0.02), X, y, 3)
 
 
+def _generic(tr: Trainer) -> Trainer:
+    """``tr`` with the generic bodies (an MLP's lean one, within rounding of these: test_chunk_mlp.py)."""
+    tr.lean_steps = False
+    return tr
+
+
 def test_sample_weights_and_a_short_last_step() -> None:
     X, y = _data("mlp", 100)
     sw = np.random.default_rng(3).uniform(0, 2, 100)
     # 100 rows at batch 7: 14 full steps in the Scan, then a last step of 2 rows
-    _check_chunk(lambda: _trainer("mlp", "streamfit"), X, y, 7, sw, chunks=1)
+    _check_chunk(lambda: _generic(_trainer("mlp", "streamfit")), X, y, 7, sw, chunks=1)
 
 
 def _body(trainer: Trainer) -> Any:
@@ -141,7 +147,7 @@ def _body(trainer: Trainer) -> Any:
 def test_the_body_keeps_no_per_step_checks_and_one_parameter_vector() -> None:
     X, y = _data("mlp", 40)
     flat, per_weight = _trainer("mlp", "streamfit"), _trainer("mlp", "streamfit")
-    flat.lean_steps = per_weight.lean_steps = False  # the generic body (an MLP's lean one: test_chunk_mlp.py)
+    _generic(flat), _generic(per_weight)
     per_weight.__dict__["_chunk_steps"] = ChunkSteps(per_weight)
     per_weight.__dict__["_chunk_steps"].flat = False
     train_chunk(flat, X, y, batch_size=1)
@@ -165,8 +171,8 @@ def test_the_body_keeps_no_per_step_checks_and_one_parameter_vector() -> None:
 # part (a proximal step on some weights) keeps one update per weight
 def test_one_parameter_vector_with_a_penalty(penalty: Any, flat: bool) -> None:
     X, y = _data("mlp", 60)
-    _check_chunk(lambda: _trainer("mlp", "streamfit", "adam", penalty=penalty), X, y, 3)
-    trainer = _trainer("mlp", "streamfit", "adam", penalty=penalty)
+    _check_chunk(lambda: _generic(_trainer("mlp", "streamfit", "adam", penalty=penalty)), X, y, 3)
+    trainer = _generic(_trainer("mlp", "streamfit", "adam", penalty=penalty))
     train_chunk(trainer, X, y, batch_size=3)
     assert bool(trainer.__dict__["_chunk_steps"].layouts) == flat
 

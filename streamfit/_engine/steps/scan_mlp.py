@@ -1,4 +1,4 @@
-"""A lean step for a ready-made multi-layer perceptron: the body of its chunks of one-row steps.
+"""A lean step for a ready-made multi-layer perceptron: the body of its chunks of small steps.
 
 The generic body of an MLP (:mod:`~streamfit._engine.steps.scan_flat`: the gradient builder's graph, the loss's
 nodes, one parameter vector) is 37 nodes for one hidden layer, at 0.2-0.5 us a node and iteration whatever it
@@ -7,22 +7,25 @@ computes.  For the ready-made MLPs the step is small enough to write by hand, wi
 - the parameters are one **row** ``theta = [1, size]`` (the weights flattened in the model's order) and so are
   Adam's moments: onnxruntime broadcasts a scalar over a ``[1, n]`` row in one vectorized pass, and over a
   ``[n, 1]`` column element by element (11 us against 1.3 us for a ``Mul`` of 1101 values here);
-- a layer is one Gemm (``h @ W + b``), the output layer one Gemm against its weight row (``h @ w^T + b``); the
-  loss gradient one Gemm (``f(score) * gw - y * gw``, the second term computed before the loop), the output
-  layer's weight gradient one Gemm with its L2 term as ``C``, its bias's gradient the loss gradient itself, and a
-  hidden layer's the same pair of Gemms, the activation's gradient in standard ops between them
-  (:mod:`~streamfit._engine.gradient.activations`);
+- a layer is one Gemm (``h @ W + b``), the output layer one Gemm against its weight row (``h @ w^T + b``); a
+  weight's gradient is one Gemm with its L2 term as ``C``; a bias's gradient is its layer's error (summed over the
+  rows by a ReduceSum when a step has several, as the step graph sums it); the activation's gradient is in
+  standard ops (:mod:`~streamfit._engine.gradient.activations`: relu's mask one multi-threaded ``HardSigmoid``,
+  where onnxruntime's ``ReluGrad`` kernel is single-threaded);
+- at one row a step the loss gradient is one Gemm (``f(score) * gw - y * gw``, the second term computed before
+  the loop); at several, a difference and a product, as the step graph rounds it;
 - Adam's moments are one Gemm each (``alpha * g + beta * m``), its bias corrections folded into the step's rate
   and epsilon before the loop, as in :mod:`~streamfit._engine.steps.scan_dense`.
 
-One hidden layer of 100 relu units on 9 features: 24 nodes, against the generic 37 (about half the time a row).
-A Gemm rounds its two products once where the step graph rounds each, so a chunk equals one step per call within
-float32 rounding, not bit for bit: Adam's normalized step lets the difference wander (largest weight difference
-2.4e-7 after 90 one-row steps, 1.4e-6 after 3000, on a 4-16-8-1 relu/tanh regressor with L2; tested at 5e-6).
+One hidden layer of 100 relu units on 9 features: 23 nodes at one row a step and 26 at several, against the
+generic 37.  A Gemm rounds its two products once where the step graph rounds each, so a chunk equals one step per
+call within float32 rounding, not bit for bit: Adam's normalized step lets the difference wander (largest weight
+difference 2.4e-7 after 90 one-row steps, 1.4e-6 after 3000, on a 4-16-8-1 relu/tanh regressor with L2; tested
+at 5e-6).
 
-Used for one row a step (``batch_size=1``): dense ``[standardize ->] (MatMul -> Add -> activation)* -> MatMul ->
-Add`` models of one output with relu, tanh, logistic or no activation, a binary log loss or a squared error, Adam
-with no penalty or an L2 one, float32; anything else keeps the generic body.
+Used for dense ``[standardize ->] (MatMul -> Add -> activation)* -> MatMul -> Add`` models of one output with
+relu, tanh, logistic or no activation, a binary log loss or a squared error, Adam with no penalty or an L2 one,
+float32, on CPU, at fewer rows a step than the large-batch graph's; anything else keeps the generic body.
 """
 
 from __future__ import annotations
@@ -144,11 +147,15 @@ def _activation_grad(b: GraphBuilder, act: str, dy: str, y: str) -> str:
 
 
 def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | None:
-    """The lean one-row step of ``tr`` (see the module docstring), or None where it does not apply (more rows a
-    step keep the generic body)."""
-    plan = mlp_plan(tr) if rows == 1 else None
+    """The lean step of ``rows`` rows of ``tr`` (0: any number above one) (see the module docstring), or None where it does not apply.  Of
+    more than one row, the loss gradient is a difference and a product instead of one Gemm, and a bias's gradient
+    the sum of its layer's errors over the rows (a ReduceSum, as the step graph sums it: a sum that cancels to a few
+    ulps is turned by Adam's normalized step into a step of the size of the rate, so its rounding must be the step
+    graph's)."""
+    plan = mlp_plan(tr)
     if plan is None:
         return None
+    n: int | str = rows if rows > 0 else "N"  # 0: any number of rows above one (the chunk graphs' key)
     pm, opt, penalty = tr._train_pm, tr.optimizer, tr.penalty
     layout, layers = plan.layout, plan.layers
     b = GraphBuilder(pm.dtype, prefix="sfc_m_")
@@ -176,18 +183,24 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
     b.nodes.append(helper.make_node("Gemm", [h, view[out.coef], view[out.intercept]], [y], transB=1))
     f = _LOSSES[type(tr.loss).__name__]
     score = b.op(f, y) if f else y
-    # dL/dY: (f(score) - y) * gw, y * gw computed before the loop (no state in it)
-    e = b.op("Gemm", score, Names.grad_weight, b.op("Neg", b.op("Mul", Names.target, Names.grad_weight)))
+    if rows == 1:  # dL/dY: (f(score) - y) * gw, y * gw computed before the loop (no state in it)
+        e = b.op("Gemm", score, Names.grad_weight, b.op("Neg", b.op("Mul", Names.target, Names.grad_weight)))
+    else:  # as the step graph rounds it
+        e = b.op("Mul", b.op("Sub", score, Names.target), Names.grad_weight)
     loss_out, _ = tr.loss.graph(b, y, Names.target, Names.loss_weight, Names.grad_weight)
     l2 = penalty.l2 if penalty is not None else 0.0
 
     def decay(w: str) -> list[str]:  # the L2 term of a penalized weight's gradient, added as the Gemm's C
         return [b.op("Mul", view[w], b.const(np.float32(l2)))] if l2 != 0 and w in pm.penalized else []
 
+    def bias_grad(w: str, err: str) -> str:  # a bias's gradient: its layer's error, summed over the rows
+        g = err if rows == 1 else b.op("ReduceSum", err, b.const([0], np.int64), keepdims=1)
+        return g if w not in pm.penalized or l2 == 0 else b.op("Add", g, decay(w)[0])
+
     grads: dict[str, str] = {}
-    # the output layer: dL/dw = e * h (a row, as its weight is held), dL/db = e
-    grads[out.coef] = b.op("Gemm", e, inputs[-1], *decay(out.coef))
-    grads[out.intercept] = e if out.intercept not in pm.penalized or l2 == 0 else b.op("Add", e, decay(out.intercept)[0])
+    # the output layer: dL/dw = e^T h (a row, as its weight is held), dL/db = sum(e)
+    grads[out.coef] = b.op("Gemm", e, inputs[-1], *decay(out.coef), transA=1)
+    grads[out.intercept] = bias_grad(out.intercept, e)
     dh = b.op("Gemm", e, view[out.coef]) if len(layers) > 1 else None
     for k in range(len(layers) - 2, -1, -1):
         layer = layers[k]
@@ -196,8 +209,7 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
         dz = _activation_grad(b, layer.activation, dh, inputs[k + 1]) if layer.activation else dh
         g = b.op("Gemm", inputs[k], dz, *decay(layer.coef), transA=1)
         grads[layer.coef] = b.op("Reshape", g, b.const([1, -1], np.int64))
-        grads[layer.intercept] = dz if layer.intercept not in pm.penalized or l2 == 0 else b.op(
-            "Add", dz, decay(layer.intercept)[0])
+        grads[layer.intercept] = bias_grad(layer.intercept, dz)
         if k > 0:
             dh = b.op("Gemm", dz, view[layer.coef], transB=1)
     g = b.op("Concat", *[grads[w] for w in layout.weights], axis=1)
@@ -213,12 +225,12 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
     new = {THETA: b.op("Gemm", rate, ratio, THETA, alpha=-1.0, beta=1.0), m_in: m, v_in: v}
     existing = {plan.x, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
-    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [rows, 1])]
+    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [n, 1])]
     for name, value in new.items():
         rename_output(b, value, Names.new(name), existing)
         outputs.append(helper.make_tensor_value_info(Names.new(name), f32, [1, layout.size]))
     d = layout.shapes[0][0]
-    graph_inputs = [helper.make_tensor_value_info(plan.x, f32, [rows, d])]
+    graph_inputs = [helper.make_tensor_value_info(plan.x, f32, [n, d])]
     if plan.standardized:
         graph_inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     graph_inputs += [helper.make_tensor_value_info(n, f32, [1, layout.size]) for n in layout.state_names()]
