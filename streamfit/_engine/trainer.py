@@ -305,8 +305,7 @@ class Trainer:
         values.update(self.prepared.buffers)  # BatchNorm running statistics: updated by the steps, not trained
         self.params = PingPong(self.device, values)
         #: the lean step's plan (steps/scan_dense.py), or None: the weights and slots it carries as columns
-        self._dense = (dense_plan(self) if self.lean_steps and self.device.kind == "cpu" and self.artifact is None
-                       and self.step_kind == "fused" else None)
+        self._dense = dense_plan(self)  # (its conditions: scan_dense.lean_applies)
         if self._dense is not None:  # before anything binds the values
             self.params.columns(self._dense.columns())
             self.scalars.add_to_block(self._dense.row_scalars(self.prepared.dtype))

@@ -61,20 +61,28 @@ def test_lean_chunks_equal_step_by_step(logistic: bool, optimizer: str, penalty:
     X, y = _data(n, logistic)
     sw = np.random.default_rng(4).uniform(0, 2, n).astype(np.float32)
     a, b = _trainer(logistic, optimizer, penalty), _trainer(logistic, optimizer, penalty)
-    outs, losses = [], []
-    cut = 4 * batch_size
-    for lo, hi in ((0, cut), (cut, n)):  # the second chunk starts from the first one's state
-        r = train_chunk(a, X[lo:hi], y[lo:hi], sw[lo:hi], batch_size=batch_size)
-        assert r.scanned and r.nonfinite is None
-        outs.append(r.outputs)
-        losses.append(r.losses)
+    outs, losses = two_chunks(a, X, y, sw, batch_size)
     layout = next(iter(_chunks(a).layouts.values()))
     assert layout.column  # the lean step's parameter column, not the generic vector
     assert _body_nodes(a) == _NODES[optimizer, penalty is not None][batch_size > 1] + logistic  # the sigmoid
     ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
-    np.testing.assert_allclose(np.concatenate(outs), ref_out, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(outs, ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(losses, ref_loss, rtol=RTOL, atol=ATOL)
     _same(a, b)
+
+
+def two_chunks(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray, batch_size: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The outputs and losses of ``tr`` trained on two chunks (the second starts from the first one's state; 4 steps,
+    then the rest), each one Scan."""
+    outs, losses = [], []
+    cut = 4 * batch_size
+    for lo, hi in ((0, cut), (cut, len(X))):
+        r = train_chunk(tr, X[lo:hi], y[lo:hi], sw[lo:hi], batch_size=batch_size)
+        assert r.scanned and r.nonfinite is None
+        outs.append(r.outputs)
+        losses.append(r.losses)
+    return np.concatenate(outs), np.concatenate(losses)
 
 
 def test_the_generic_body_is_kept_where_the_lean_step_does_not_apply() -> None:
@@ -91,18 +99,24 @@ def test_a_nonfinite_row_inside_a_lean_chunk(on_nonfinite: str) -> None:
     X, y = _data(30, False)
     X[17, 2] = 3e38  # its step's loss overflows float32
     a, b = (_trainer(False, "adam", on_nonfinite=on_nonfinite) for _ in range(2))
-    if on_nonfinite == "raise":
+    check_nonfinite_row(a, b, X, y, ATOL)
+
+
+def check_nonfinite_row(a: Trainer, b: Trainer, X: np.ndarray, y: np.ndarray, atol: float) -> None:
+    """Row 17 of ``X`` makes a non-finite step: trainer ``a``'s one-row chunk stops (``on_nonfinite="raise"``) or
+    skips it (``"skip"``) as ``b`` does one step per call, the same step named and the same state after."""
+    if a.on_nonfinite == "raise":
         with pytest.raises(NonFiniteError) as got:
             train_chunk(a, X, y, batch_size=1)
         with pytest.raises(NonFiniteError) as ref:
             _by_steps(b, X, y, 1)
         assert got.value.step == ref.value.step == 18
-        _same(a, b)
+        assert_same_state(a, b, atol)
         return
     r = train_chunk(a, X, y, batch_size=1)
     _by_steps(b, X, y, 1)
     assert r.nonfinite == 17 and r.applied == 29
-    _same(a, b)
+    assert_same_state(a, b, atol)
     assert all(np.isfinite(w).all() for w in a.get_weights().values())
 
 
@@ -110,19 +124,25 @@ def test_a_nonfinite_row_inside_a_lean_chunk(on_nonfinite: str) -> None:
                                   lambda: LinearRegressor(batch_size=1, optimizer="sgd", penalty=None)],
                          ids=["LogisticRegression", "LinearRegressor-sgd"])
 def test_ready_made_one_row_chunks_run_the_lean_step_and_match_one_call_per_row(make: Any) -> None:
+    check_ready_made_chunks(make, lambda layout: layout.column, 120, ATOL)
+
+
+def check_ready_made_chunks(make: Any, lean: Any, n: int, atol: float) -> None:
+    """A ready-made estimator's ``partial_fit_predict`` of ``n`` rows at once runs a lean step (``lean(layout)``) and
+    gives the predictions and weights of one call per row."""
     rng = np.random.default_rng(5)
-    X = (rng.standard_normal((120, 3)) * [1, 10, 0.1] + [0, 5, -2]).astype(np.float32)
-    y = X[:, 0] - 0.2 * X[:, 1] + rng.standard_normal(120)
+    X = (rng.standard_normal((n, 3)) * [1, 10, 0.1] + [0, 5, -2]).astype(np.float32)
+    y = X[:, 0] - 0.2 * X[:, 1] + rng.standard_normal(n)
     a, b = make(), make()
-    kw = {"classes": [False, True]} if isinstance(a, LogisticRegression) else {}
+    kw = {"classes": [False, True]} if hasattr(a, "predict_proba") else {}
     target = y > 0 if kw else y
     got = a.partial_fit_predict(X, target, **kw)
     ref = np.concatenate([b.partial_fit_predict(X[i:i + 1], target[i:i + 1], **(kw if i == 0 else {}))
                           for i in range(len(X))])
-    assert any(layout.column for layout in _chunks(a.trainer_).layouts.values())
-    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+    assert any(lean(layout) for layout in _chunks(a.trainer_).layouts.values())
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=atol)
     for k, v in b.trainer_.get_weights().items():
-        np.testing.assert_allclose(a.trainer_.get_weights()[k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+        np.testing.assert_allclose(a.trainer_.get_weights()[k], v, rtol=RTOL, atol=atol, err_msg=k)
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

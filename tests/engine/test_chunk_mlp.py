@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from streamfit import MLPClassifier, MLPRegressor
-from streamfit._engine.steps.scan import ChunkSteps, train_chunk
+from streamfit._engine.steps.scan import train_chunk
 from streamfit._engine.testing import mlp_model
 from streamfit._engine.trainer import Trainer
-from streamfit.exceptions import NonFiniteError
 from streamfit.penalties import Penalty
+from tests.engine.test_chunk_dense import (_body_nodes, _chunks, check_nonfinite_row, check_ready_made_chunks,
+                                           two_chunks)
 from tests.engine.test_chunk_steps import GRADIENTS, _by_steps, assert_same_state
 
 #: a few float32 ulps a step apart (a Gemm rounds its two products once where the step graph rounds each), which
@@ -39,16 +40,6 @@ def _trainer(sizes: list[int], activation: Any, logistic: bool, gradient: str = 
     return tr
 
 
-def _chunks(tr: Trainer) -> ChunkSteps:
-    return tr.__dict__["_chunk_steps"]
-
-
-def _body_nodes(tr: Trainer) -> int:
-    (model,) = _chunks(tr).models.values()
-    scan = next(n for n in model.graph.node if n.op_type == "Scan")
-    return len(next(a.g for a in scan.attribute if a.name == "body").node)
-
-
 def _lean(tr: Trainer) -> bool:
     return any(layout.row for layout in _chunks(tr).layouts.values())
 
@@ -67,19 +58,13 @@ def test_lean_mlp_chunks_equal_step_by_step(sizes: list[int], activation: Any, l
     sw = np.random.default_rng(4).uniform(0, 2, n).astype(np.float32)
     a, b = (_trainer(sizes, activation, logistic, gradient, penalty=penalty) for _ in range(2))
     generic = _trainer(sizes, activation, logistic, gradient, penalty=penalty, lean=False)
-    outs, losses = [], []
-    cut = 4 * batch_size
-    for lo, hi in ((0, cut), (cut, n)):  # the second chunk starts from the first one's state
-        r = train_chunk(a, X[lo:hi], y[lo:hi], sw[lo:hi], batch_size=batch_size)
-        assert r.scanned and r.nonfinite is None
-        outs.append(r.outputs)
-        losses.append(r.losses)
+    outs, losses = two_chunks(a, X, y, sw, batch_size)
     train_chunk(generic, X, y, sw, batch_size=batch_size)
     assert _lean(a) and not _lean(generic)
     assert _body_nodes(a) < _body_nodes(generic)
     ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
-    np.testing.assert_allclose(np.concatenate(outs).reshape(ref_out.shape), ref_out, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(np.concatenate(losses), ref_loss, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(outs.reshape(ref_out.shape), ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(losses, ref_loss, rtol=RTOL, atol=ATOL)
     assert_same_state(a, b, ATOL)
     assert_same_state(generic, b, ATOL)
 
@@ -114,19 +99,8 @@ def test_a_nonfinite_row_inside_a_lean_mlp_chunk(on_nonfinite: str) -> None:
     X, y = _data(30, False)
     X[17, 2] = 3e38  # its step's output overflows float32
     a, b = (_trainer([4, 8, 1], "Relu", False, on_nonfinite=on_nonfinite) for _ in range(2))
-    if on_nonfinite == "raise":
-        with pytest.raises(NonFiniteError) as got:
-            train_chunk(a, X, y, batch_size=1)
-        with pytest.raises(NonFiniteError) as ref:
-            _by_steps(b, X, y, 1)
-        assert got.value.step == ref.value.step == 18
-        assert_same_state(a, b, ATOL)
-        return
-    r = train_chunk(a, X, y, batch_size=1)
-    _by_steps(b, X, y, 1)
-    assert _lean(a) and r.nonfinite == 17 and r.applied == 29
-    assert_same_state(a, b, ATOL)
-    assert all(np.isfinite(w).all() for w in a.get_weights().values())
+    check_nonfinite_row(a, b, X, y, ATOL)
+    assert _lean(a)
 
 
 @pytest.mark.parametrize("make", [lambda: MLPClassifier(hidden_layer_sizes=(32,), batch_size=1, random_state=0),
@@ -134,16 +108,4 @@ def test_a_nonfinite_row_inside_a_lean_mlp_chunk(on_nonfinite: str) -> None:
                                                        random_state=0)],
                          ids=["MLPClassifier", "MLPRegressor-tanh"])
 def test_ready_made_mlp_one_row_chunks_run_the_lean_step_and_match_one_call_per_row(make: Any) -> None:
-    rng = np.random.default_rng(5)
-    X = (rng.standard_normal((150, 3)) * [1, 10, 0.1] + [0, 5, -2]).astype(np.float32)
-    y = X[:, 0] - 0.2 * X[:, 1] + rng.standard_normal(150)
-    a, b = make(), make()
-    kw = {"classes": [False, True]} if isinstance(a, MLPClassifier) else {}
-    target = y > 0 if kw else y
-    got = a.partial_fit_predict(X, target, **kw)
-    ref = np.concatenate([b.partial_fit_predict(X[i:i + 1], target[i:i + 1], **(kw if i == 0 else {}))
-                          for i in range(len(X))])
-    assert _lean(a.trainer_)
-    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
-    for k, v in b.trainer_.get_weights().items():
-        np.testing.assert_allclose(a.trainer_.get_weights()[k], v, rtol=RTOL, atol=ATOL, err_msg=k)
+    check_ready_made_chunks(make, lambda layout: layout.row, 150, ATOL)

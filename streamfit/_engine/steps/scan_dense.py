@@ -42,7 +42,8 @@ from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
                                                  rename_output)
 
-__all__ = ["DensePlan", "dense_plan", "dense_step_graph", "row_loss", "row_step_graph"]
+__all__ = ["DensePlan", "adam_update", "dense_plan", "dense_step_graph", "lean_applies", "row_loss",
+           "row_step_graph"]
 
 #: the losses whose gradient with respect to the score is ``(f(score) - target) * grad_weight``: f per loss
 _LOSSES = {"BinaryLogLoss": "Sigmoid", "SquaredError": None}
@@ -117,23 +118,57 @@ class DensePlan:
         return out
 
 
+def lean_applies(tr: Any) -> bool:
+    """Whether trainer ``tr`` may run a hand-written lean step (this module's, or an MLP's:
+    :mod:`~streamfit._engine.steps.scan_mlp`): lean steps on (``Trainer.lean_steps``), the fused step on CPU and not
+    from an artifact, a dense float32 model of one output without running statistics, a loss of ``_LOSSES``."""
+    pm = tr._train_pm
+    y_tail = tr.__dict__.get("_y_tail")
+    return not (not tr.lean_steps or tr.device.kind != "cpu" or tr.artifact is not None or tr.step_kind != "fused"
+                or tr.tables is not None or pm.running_stats or tr.prepared.train_differs
+                or pm.dtype != np.float32 or type(tr.loss).__name__ not in _LOSSES
+                or (y_tail is not None and tuple(y_tail) != (1,)) or tr.optimizer.summed_gradient)
+
+
 def dense_plan(tr: Any) -> DensePlan | None:
     """The lean step's plan for trainer ``tr`` (known from its model, loss, optimizer and penalty, before any step
     is built), or None where it does not apply."""
-    pm = tr._train_pm
-    y_tail = tr.__dict__.get("_y_tail")
-    if (tr.tables is not None or pm.running_stats or tr.prepared.train_differs
-            or pm.dtype != np.float32 or type(tr.loss).__name__ not in _LOSSES
-            or (y_tail is not None and tuple(y_tail) != (1,)) or tr.optimizer.summed_gradient):
+    if not lean_applies(tr):
         return None
+    pm = tr._train_pm
     linear, rule = _linear(pm), _rule(tr)
     if linear is None or rule is None:
         return None
     x_name, coef, intercept, std = linear
     d = int(pm.initial[coef].shape[0])
     slots = tuple(tr.optimizer.slots) if rule == "adam" else ()
-    layout = FlatLayout((coef, intercept), (0, d), ((d, 1), (1,)), slots, d + 1, column=True)
+    layout = FlatLayout.of((coef, intercept), ((d, 1), (1,)), slots, column=True)
     return DensePlan(x_name, coef, intercept, std, rule, layout)
+
+
+def adam_update(b: GraphBuilder, opt: Any, g: str, rates: tuple[str, str] | None, row: bool) -> dict[str, str]:
+    """Adam's new ``theta`` and moments from gradient ``g`` (a column ``[size, 1]``, or a row ``[1, size]``: ``row``),
+    each moment's update one Gemm (``alpha * g + beta * m``), and the step's bias corrections folded into its rate
+    and epsilon: ``step_size * m / (sqrt(v) * c + eps) = (step_size / c) * m / (sqrt(v) + eps / c)``, computed per
+    step before the loop from the scanned ``step_size`` and ``inv_sqrt_bc2``, or given (``rates``: the ``[1, 1]``
+    rate and the 0-d epsilon, from the host)."""
+    one = b.const(np.ones((1, 1), np.float32))
+    m_in, v_in = (Names.slot(THETA, s) for s in opt.slots)
+
+    def moment(x: str, slot: str, beta: float) -> str:
+        a, c = (one, x) if row else (x, one)
+        return b.op("Gemm", a, c, slot, alpha=1.0 - beta, beta=beta)
+
+    m, v = moment(g, m_in, opt.beta1), moment(b.op("Mul", g, g), v_in, opt.beta2)
+    if rates is None:
+        c = Names.scalar("inv_sqrt_bc2")
+        rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
+        eps = b.op("Div", b.const(np.float32(opt.eps)), c)
+    else:
+        rate, eps = rates
+    ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), eps))
+    a, c = (rate, ratio) if row else (ratio, rate)
+    return {THETA: b.op("Gemm", a, c, THETA, alpha=-1.0, beta=1.0), m_in: m, v_in: v}
 
 
 #: the host scalars of the one-row step run on its own (Adam's rate and epsilon with its bias corrections folded
@@ -196,21 +231,7 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
                      axis=0)
             if decay:
                 g = b.op("Add", g, decay)
-        one = b.const(np.ones((1, 1), np.float32))
-        m_in, v_in = (Names.slot(THETA, s) for s in opt.slots)
-        m = b.op("Gemm", g, one, m_in, alpha=1.0 - opt.beta1, beta=opt.beta1)
-        v = b.op("Gemm", b.op("Mul", g, g), one, v_in, alpha=1.0 - opt.beta2, beta=opt.beta2)
-        # Adam's step with its bias corrections folded into the step's rate and epsilon, computed per step before
-        # the loop: step_size * m / (sqrt(v) * c + eps) = (step_size / c) * m / (sqrt(v) + eps / c)
-        if standalone:
-            rate, eps = ROW_RATE, ROW_EPS
-        else:
-            c = Names.scalar("inv_sqrt_bc2")
-            rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
-            eps = b.op("Div", b.const(np.float32(opt.eps)), c)
-        ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), eps))
-        new[THETA] = b.op("Gemm", ratio, rate, THETA, alpha=-1.0, beta=1.0)
-        new[m_in], new[v_in] = m, v
+        new.update(adam_update(b, opt, g, (ROW_RATE, ROW_EPS) if standalone else None, row=False))
     existing = {x_name, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
     for name, value in new.items():

@@ -45,6 +45,15 @@ class FlatLayout:
     #: the vectors are rows ``[1, size]`` (the lean MLP step's, steps/scan_mlp.py)
     row: bool = False
 
+    @classmethod
+    def of(cls, weights: tuple[str, ...], shapes: tuple[tuple[int, ...], ...], slots: tuple[str, ...],
+           **orientation: bool) -> "FlatLayout":
+        """The layout of ``weights`` (of ``shapes``) end to end, in their order (``column=True``/``row=True``: the
+        vectors' orientation)."""
+        sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+        offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(sizes)[:-1]]))
+        return cls(weights, offsets, shapes, slots, int(sum(sizes)), **orientation)
+
     def state_names(self) -> list[str]:
         return [THETA] + [Names.slot(THETA, s) for s in self.slots]
 
@@ -95,8 +104,7 @@ def flat_step_graph(tr: Any) -> tuple[ModelProto, FlatLayout] | None:
         return None
     shapes = tuple(tuple(int(d) for d in pm.initial[w].shape) for w in weights)
     sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-    offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(sizes)[:-1]]))
-    layout = FlatLayout(tuple(weights), offsets, shapes, tuple(opt.slots), int(sum(sizes)))
+    layout = FlatLayout.of(tuple(weights), shapes, tuple(opt.slots))
     flat0 = np.concatenate([pm.initial[w].reshape(-1) for w in weights])
     if any(k not in opt.slots or v.shape != flat0.shape for k, v in opt.init_state(flat0).items()):
         return None  # state not elementwise per weight element

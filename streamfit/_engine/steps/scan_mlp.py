@@ -40,7 +40,7 @@ from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.gradient.activations import relu_grad, sigmoid_grad, tanh_grad
-from streamfit._engine.steps.scan_dense import _LOSSES
+from streamfit._engine.steps.scan_dense import _LOSSES, adam_update, lean_applies
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import _label_input, _opsets, _row_weight_inputs, rename_output
 
@@ -111,11 +111,7 @@ def mlp_plan(tr: Any) -> MLPPlan | None:
     from streamfit._engine.steps.step_graphs import folds_lr_into_gradients
 
     pm, opt, penalty = tr._train_pm, tr.optimizer, tr.penalty
-    y_tail = tr.__dict__.get("_y_tail")
-    if (not tr.lean_steps or tr.device.kind != "cpu" or tr.artifact is not None or tr.step_kind != "fused"
-            or tr.tables is not None or pm.running_stats or tr.prepared.train_differs or pm.dtype != np.float32
-            or type(tr.loss).__name__ not in _LOSSES or (y_tail is not None and tuple(y_tail) != (1,))
-            or type(opt) is not Adam or opt.summed_gradient or folds_lr_into_gradients(opt, penalty)
+    if (not lean_applies(tr) or type(opt) is not Adam or folds_lr_into_gradients(opt, penalty)
             or (penalty is not None and penalty.l1 != 0)):
         return None
     found = _layers(pm)
@@ -124,10 +120,7 @@ def mlp_plan(tr: Any) -> MLPPlan | None:
     std, layers = found
     weights = tuple(w for layer in layers for w in (layer.coef, layer.intercept))
     shapes = tuple(tuple(int(d) for d in pm.initial[w].shape) for w in weights)
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-    offsets = tuple(int(x) for x in np.concatenate([[0], np.cumsum(sizes)[:-1]]))
-    layout = FlatLayout(weights, offsets, shapes, tuple(opt.slots), int(sum(sizes)), row=True)
-    return MLPPlan(pm.input_name, std, layers, layout)
+    return MLPPlan(pm.input_name, std, layers, FlatLayout.of(weights, shapes, tuple(opt.slots), row=True))
 
 
 def _activation_grad(b: GraphBuilder, act: str, dy: str, y: str) -> str:
@@ -147,15 +140,15 @@ def _activation_grad(b: GraphBuilder, act: str, dy: str, y: str) -> str:
 
 
 def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | None:
-    """The lean step of ``rows`` rows of ``tr`` (0: any number above one) (see the module docstring), or None where it does not apply.  Of
-    more than one row, the loss gradient is a difference and a product instead of one Gemm, and a bias's gradient
+    """The lean step of ``rows`` rows of ``tr`` (0: any number above one; see the module docstring), or None where
+    it does not apply.  Of more than one row, the loss gradient is a difference and a product instead of one Gemm, and a bias's gradient
     the sum of its layer's errors over the rows (a ReduceSum, as the step graph sums it: a sum that cancels to a few
     ulps is turned by Adam's normalized step into a step of the size of the rate, so its rounding must be the step
     graph's)."""
     plan = mlp_plan(tr)
     if plan is None:
         return None
-    n: int | str = rows if rows > 0 else "N"  # 0: any number of rows above one (the chunk graphs' key)
+    batch: int | str = rows if rows > 0 else "N"  # 0: any number of rows above one (the chunk graphs' key)
     pm, opt, penalty = tr._train_pm, tr.optimizer, tr.penalty
     layout, layers = plan.layout, plan.layers
     b = GraphBuilder(pm.dtype, prefix="sfc_m_")
@@ -213,24 +206,15 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
         if k > 0:
             dh = b.op("Gemm", dz, view[layer.coef], transB=1)
     g = b.op("Concat", *[grads[w] for w in layout.weights], axis=1)
-    one = b.const(np.ones((1, 1), np.float32))
-    m_in, v_in = (Names.slot(THETA, s) for s in opt.slots)
-    m = b.op("Gemm", one, g, m_in, alpha=1.0 - opt.beta1, beta=opt.beta1)
-    v = b.op("Gemm", one, b.op("Mul", g, g), v_in, alpha=1.0 - opt.beta2, beta=opt.beta2)
-    # Adam's step, its bias corrections folded into the step's rate and epsilon (computed before the loop)
-    c = Names.scalar("inv_sqrt_bc2")
-    rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
-    eps = b.op("Div", b.const(np.float32(opt.eps)), c)
-    ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), eps))
-    new = {THETA: b.op("Gemm", rate, ratio, THETA, alpha=-1.0, beta=1.0), m_in: m, v_in: v}
+    new = adam_update(b, opt, g, None, row=True)
     existing = {plan.x, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
-    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [n, 1])]
+    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [batch, 1])]
     for name, value in new.items():
         rename_output(b, value, Names.new(name), existing)
         outputs.append(helper.make_tensor_value_info(Names.new(name), f32, [1, layout.size]))
     d = layout.shapes[0][0]
-    graph_inputs = [helper.make_tensor_value_info(plan.x, f32, [n, d])]
+    graph_inputs = [helper.make_tensor_value_info(plan.x, f32, [batch, d])]
     if plan.standardized:
         graph_inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     graph_inputs += [helper.make_tensor_value_info(n, f32, [1, layout.size]) for n in layout.state_names()]
