@@ -124,10 +124,10 @@ def lean_applies(tr: Any) -> bool:
     from an artifact, a dense float32 model of one output without running statistics, a loss of ``_LOSSES``."""
     pm = tr._train_pm
     y_tail = tr.__dict__.get("_y_tail")
-    return not (not tr.lean_steps or tr.device.kind != "cpu" or tr.artifact is not None or tr.step_kind != "fused"
-                or tr.tables is not None or pm.running_stats or tr.prepared.train_differs
-                or pm.dtype != np.float32 or type(tr.loss).__name__ not in _LOSSES
-                or (y_tail is not None and tuple(y_tail) != (1,)) or tr.optimizer.summed_gradient)
+    return bool(tr.lean_steps and tr.device.kind == "cpu" and tr.artifact is None and tr.step_kind == "fused"
+                and tr.tables is None and not pm.running_stats and not tr.prepared.train_differs
+                and pm.dtype == np.float32 and type(tr.loss).__name__ in _LOSSES
+                and (y_tail is None or tuple(y_tail) == (1,)) and not tr.optimizer.summed_gradient)
 
 
 def dense_plan(tr: Any) -> DensePlan | None:

@@ -42,7 +42,8 @@ from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.gradient.activations import relu_grad, sigmoid_grad, tanh_grad
 from streamfit._engine.steps.scan_dense import _LOSSES, adam_update, lean_applies
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
-from streamfit._engine.steps.step_graphs import _label_input, _opsets, _row_weight_inputs, rename_output
+from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
+                                                 rename_output)
 
 __all__ = ["MLPPlan", "mlp_plan", "mlp_step_graph"]
 
@@ -108,7 +109,6 @@ def mlp_plan(tr: Any) -> MLPPlan | None:
     """The lean step's plan for trainer ``tr`` (from its model, loss, optimizer and penalty), or None where it does
     not apply."""
     from streamfit.optim import Adam
-    from streamfit._engine.steps.step_graphs import folds_lr_into_gradients
 
     pm, opt, penalty = tr._train_pm, tr.optimizer, tr.penalty
     if (not lean_applies(tr) or type(opt) is not Adam or folds_lr_into_gradients(opt, penalty)
@@ -141,10 +141,10 @@ def _activation_grad(b: GraphBuilder, act: str, dy: str, y: str) -> str:
 
 def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | None:
     """The lean step of ``rows`` rows of ``tr`` (0: any number above one; see the module docstring), or None where
-    it does not apply.  Of more than one row, the loss gradient is a difference and a product instead of one Gemm, and a bias's gradient
-    the sum of its layer's errors over the rows (a ReduceSum, as the step graph sums it: a sum that cancels to a few
-    ulps is turned by Adam's normalized step into a step of the size of the rate, so its rounding must be the step
-    graph's)."""
+    it does not apply.  Of more than one row, the loss gradient is a difference and a product instead of one Gemm,
+    and a bias's gradient the sum of its layer's errors over the rows (a ReduceSum, as the step graph sums it: a sum
+    that cancels to a few ulps is turned by Adam's normalized step into a step of the size of the rate, so its
+    rounding must be the step graph's)."""
     plan = mlp_plan(tr)
     if plan is None:
         return None
@@ -156,8 +156,8 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
     # the weights as pieces of the row theta: one Split, a Reshape for each hidden layer's matrix; the output
     # layer's [H, 1] weight is read as the row [1, H] it is in theta
     pieces = [b.name("piece") for _ in layout.weights]
-    b.nodes.append(helper.make_node("Split", [THETA, b.const([int(np.prod(s)) for s in layout.shapes],
-                                                                       np.int64)], pieces, axis=1))
+    sizes = b.const([int(np.prod(s)) for s in layout.shapes], np.int64)
+    b.nodes.append(helper.make_node("Split", [THETA, sizes], pieces, axis=1))
     view = dict(zip(layout.weights, pieces))
     for layer, shape in zip(layers[:-1], layout.shapes[0::2]):
         view[layer.coef] = b.op("Reshape", view[layer.coef], b.const(shape, np.int64))
@@ -188,16 +188,16 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
 
     def bias_grad(w: str, err: str) -> str:  # a bias's gradient: its layer's error, summed over the rows
         g = err if rows == 1 else b.op("ReduceSum", err, b.const([0], np.int64), keepdims=1)
-        return g if w not in pm.penalized or l2 == 0 else b.op("Add", g, decay(w)[0])
+        term = decay(w)
+        return b.op("Add", g, term[0]) if term else g
 
     grads: dict[str, str] = {}
     # the output layer: dL/dw = e^T h (a row, as its weight is held), dL/db = sum(e)
     grads[out.coef] = b.op("Gemm", e, inputs[-1], *decay(out.coef), transA=1)
     grads[out.intercept] = bias_grad(out.intercept, e)
-    dh = b.op("Gemm", e, view[out.coef]) if len(layers) > 1 else None
+    dh = b.op("Gemm", e, view[out.coef])  # (a plan has a hidden layer at least)
     for k in range(len(layers) - 2, -1, -1):
         layer = layers[k]
-        assert dh is not None
         # the activation's output is the next layer's input
         dz = _activation_grad(b, layer.activation, dh, inputs[k + 1]) if layer.activation else dh
         g = b.op("Gemm", inputs[k], dz, *decay(layer.coef), transA=1)
