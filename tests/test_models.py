@@ -12,6 +12,7 @@ import pytest
 from streamfit import LinearRegressor, LogisticRegression, MLPClassifier, MLPRegressor
 from streamfit.exceptions import BadInputError
 from streamfit.models import RunningScaler
+from streamfit.models.scaler import update_steps_together
 from streamfit.models._graphs import dense_model, standardized
 
 sklearn = pytest.importorskip("sklearn")
@@ -133,6 +134,40 @@ def test_update_steps_of_several_rows_equal_update_per_step_bit_for_bit(size, fe
         assert means[k].tolist() == mean and scales[k].tolist() == scale, k
     for key, value in a.state_dict().items():
         np.testing.assert_array_equal(value, b.state_dict()[key])
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_scalers_updated_together_have_the_bits_of_each_updated_alone(size):
+    """A regressor's input and target scalers, updated per step in one pass over their columns side by side
+    (update_steps_together), give each scaler's own statistics, state and bound arrays, bit for bit; scalers that
+    have counted different rows are updated one by one."""
+    rng = np.random.default_rng(10)
+    X = rng.standard_normal((61, 4)) * [1e-2, 1, 1e3, 0] + [0.5, -3, 1e5, 7]
+    T = rng.standard_normal((61, 1)) * 30 + 200
+    together, alone = (RunningScaler(4), RunningScaler(1)), (RunningScaler(4), RunningScaler(1))
+    bound = [(np.zeros(w, np.float32), np.ones(w, np.float32)) for w in (4, 1)]
+    for pair in (together, alone):
+        pair[0].update(X[:5])
+        pair[1].update(T[:5])
+    for s, arrays in zip(together, bound):
+        s.bind(*arrays)
+    got = update_steps_together(together, [X[5:], T[5:]], size)
+    for s, rows, (mean, scale), arrays in zip(alone, (X[5:], T[5:]), got, bound):
+        ref_mean, ref_scale = s.update_steps(rows, size)
+        assert mean.tobytes() == np.ascontiguousarray(ref_mean).tobytes()
+        assert scale.tobytes() == np.ascontiguousarray(ref_scale).tobytes()
+        np.testing.assert_array_equal(arrays[0], np.array(s.float64()[0], np.float32))
+    for a, b in zip(together, alone):
+        for key, value in a.state_dict().items():
+            np.testing.assert_array_equal(value, b.state_dict()[key])
+    fresh, ref = (RunningScaler(4), RunningScaler(1)), (RunningScaler(4), RunningScaler(1))  # shifts set by the first row
+    for (mean, _), s, rows in zip(update_steps_together(fresh, [X, T], size), ref, (X, T)):
+        assert mean.tobytes() == np.ascontiguousarray(s.update_steps(rows, size)[0]).tobytes()
+    together[1].update(T[:2])  # counts differ now: one by one, each its own
+    first, second = update_steps_together(together, [X[:6], T[:6]], size)
+    alone[1].update(T[:2])
+    assert first[0].tobytes() == alone[0].update_steps(X[:6], size)[0].tobytes()
+    assert second[0].tobytes() == alone[1].update_steps(T[:6], size)[0].tobytes()
 
 
 def test_a_scaler_snapshot_restores_every_kind_of_update_and_the_bound_arrays():

@@ -19,7 +19,7 @@ import numpy as np
 
 from streamfit._engine.common.names import Names
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
-from streamfit.models.scaler import RunningScaler
+from streamfit.models.scaler import RunningScaler, update_steps_together
 from streamfit.exceptions import NonFiniteError
 
 __all__ = ["chunk_pass", "StepRows"]
@@ -54,16 +54,20 @@ class StepRows:
 
 
 def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: StepRows, transform: bool = False,
-              before: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
-                                             np.ndarray | None]:
+              before: bool = False, updated: tuple[tuple[Any, Any] | None, tuple[np.ndarray, np.ndarray]] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The scaler updated by each step's rows in turn: float32 (mean, scale) after each step, (``before``)
     float64 (mean, scale) before each step, and (``transform``) each step's rows standardized with the
-    statistics after its own rows."""
+    statistics after its own rows.  ``updated``: the scaler already updated (:func:`_update_together`), its
+    statistics before the rows and after each step."""
     width = rows.shape[1]
-    if sw is None and isinstance(scaler, RunningScaler):  # the steps' sums added at once (cumulative sums)
+    if updated is not None or (sw is None and isinstance(scaler, RunningScaler)):  # cumulative sums, at once
         size = steps.size
-        first = scaler.float64() if before else None
-        mean64, scale64 = scaler.update_steps(rows, size)
+        if updated is None:
+            first = scaler.float64() if before else None
+            mean64, scale64 = scaler.update_steps(rows, size)
+        else:
+            first, (mean64, scale64) = updated
         mean32, scale32 = mean64.astype(np.float32), scale64.astype(np.float32)
         b_mean = b_scale = None
         if first is not None:
@@ -99,6 +103,18 @@ def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: StepR
     return mean32, scale32, before_mean, before_scale, scaled
 
 
+def _update_together(scaler: Any, target: Any, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
+                     steps: StepRows) -> tuple[Any, Any] | None:
+    """A regressor's input and target scalers updated per step in one pass (:func:`update_steps_together`):
+    for each, (its float64 statistics before the rows, or None for the input's) and its statistics after each
+    step; None where they are updated one by one (no target scaler, sample weights, other scalers)."""
+    if sw is not None or type(scaler) is not RunningScaler or type(target) is not RunningScaler:
+        return None
+    first = target.float64()
+    (m, s), (tm, ts) = update_steps_together([scaler, target], [X, T.reshape(len(T), -1)], steps.size)
+    return (None, (m, s)), (first, (tm, ts))
+
+
 def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: np.ndarray | None) -> float:
     """``partial_fit``'s pass over ``X`` (checked, not yet standardized) and ``T`` (encoded labels or raw
     targets): updates the estimator's scalers per step, trains every step in one chunk, writes each row's
@@ -111,9 +127,11 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     saved = [(s, s.snapshot()) for s in (scaler, target) if s is not None]
     raw = {id(scaler): X, id(target): T.reshape(len(T), -1)}
     host = None
+    updated = _update_together(scaler, target, X, T, sw, steps)
     if scaler is not None:
         in_graph = est._scaler_in_graph()
-        mean, scale, _, _, scaled = _per_step(scaler, X, sw, steps, transform=not in_graph)
+        mean, scale, _, _, scaled = _per_step(scaler, X, sw, steps, transform=not in_graph,
+                                              updated=None if updated is None else updated[0])
         if in_graph:
             host = {Names.scaler_mean: mean, Names.scaler_scale: scale}
         else:  # a model saved before the scaling moved into the graph: rows standardized here, per step
@@ -121,7 +139,8 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     before = None
     if target is not None:
         T2 = T.reshape(len(T), -1)
-        _, _, b_mean, b_scale, scaled_t = _per_step(target, T2, sw, steps, transform=True, before=True)
+        _, _, b_mean, b_scale, scaled_t = _per_step(target, T2, sw, steps, transform=True, before=True,
+                                                    updated=None if updated is None else updated[1])
         assert scaled_t is not None and b_mean is not None and b_scale is not None
         T = scaled_t.reshape(T.shape)
         before = (b_mean, b_scale)

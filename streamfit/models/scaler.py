@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["RunningScaler", "ScalerSnapshot", "FixedScaler", "scaler_from_state"]
+__all__ = ["RunningScaler", "ScalerSnapshot", "FixedScaler", "scaler_from_state", "update_steps_together"]
 
 _EPS32 = float(np.finfo(np.float32).eps)
 _TOL64 = 10 * float(np.finfo(np.float64).eps)
@@ -250,38 +250,7 @@ class RunningScaler:
         size
             Rows per step.
         """
-        if not len(X):
-            return np.empty((0, len(self._s1))), np.empty((0, len(self._s1)))
-        D = np.array(X, np.float64).reshape(len(X), -1)  # a copy: the sums are accumulated in place
-        D -= np.array(self._shift_of(D[0].tolist()), np.float64)
-        if size == 1:  # a step's sums are its row
-            inc1, inc2, rows = D, D * D, np.ones(len(X))
-        else:
-            f = D.shape[1]
-            both = np.concatenate([D, D * D], axis=1)
-            full = len(X) // size * size
-            blocks = [both[:full].reshape(-1, size, 2 * f)] + ([both[full:][None]] if full < len(X) else [])
-            sums = np.concatenate([_block_sums(b) for b in blocks]) if len(blocks) > 1 else _block_sums(blocks[0])
-            inc1, inc2 = sums[:, :f], sums[:, f:]
-            rows = np.full(len(sums), float(size))
-            if full < len(X):
-                rows[-1] = len(X) - full
-        # the running sums and count after each step: the first step's increments take the sums so far
-        # (s + a == a + s), then numpy's cumsum adds in order, as step by step (a count of weighted rows may
-        # not be an integer: it is accumulated the same way)
-        inc1[0] += self._s1
-        inc2[0] += self._s2
-        rows[0] += self.count
-        if size == 1:
-            S1, S2 = np.cumsum(inc1, axis=0, out=inc1), np.cumsum(inc2, axis=0, out=inc2)
-        else:  # each column on its own, both at once
-            np.cumsum(sums, axis=0, out=sums)
-            S1, S2 = inc1, inc2
-        n = np.cumsum(rows, out=rows)[:, None]
-        self._s1, self._s2, self.count = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
-        mean, scale = _statistics(np.array(self._shift), S1, S2, n)
-        self._stale(mean[-1], scale[-1])
-        return mean, scale
+        return update_steps_together([self], [X], size)[0]
 
     def float32(self) -> tuple[np.ndarray, np.ndarray]:
         """The current mean and scale as float32 arrays (what :meth:`transform` and the exported graph use).
@@ -394,6 +363,73 @@ def _packers(f32: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any, Any]:
                and a.shape == mean.shape for a in f32):
         return None, None, None
     return struct.Struct(f"={len(mean)}f").pack_into, mean.data.cast("B"), scale.data.cast("B")
+
+
+def update_steps_together(scalers: Sequence[RunningScaler], arrays: Sequence[np.ndarray], size: int = 1
+                          ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:meth:`RunningScaler.update_steps` of each scaler on its rows (the same number of rows each), in one pass
+    over their columns side by side when they have counted the same rows (a regressor's input and target
+    scalers): every operation is per column, so the bits are each scaler's own, in half the numpy calls.
+
+    >>> import numpy as np
+    >>> a, b = RunningScaler(2), RunningScaler(1)
+    >>> X, t = np.arange(8.0).reshape(4, 2), np.array([[1.0], [3.0], [5.0], [7.0]])
+    >>> [m.tolist() for m, _ in update_steps_together([a, b], [X, t], 2)]
+    [[[1.0, 2.0], [3.0, 4.0]], [[2.0], [4.0]]]
+    """
+    if len({s.count for s in scalers}) > 1 or len({len(a) for a in arrays}) > 1:
+        return [update_steps_together([s], [a], size)[0] for s, a in zip(scalers, arrays)]
+    n_rows = len(arrays[0])
+    widths = [len(s._s1) for s in scalers]
+    if not n_rows:
+        return [(np.empty((0, w)), np.empty((0, w))) for w in widths]
+    # a copy (the sums are accumulated in place), the float64 values of each scaler's rows side by side
+    D = np.concatenate([np.asarray(a).reshape(n_rows, -1) for a in arrays], axis=1, dtype=np.float64)
+    first = D[0].tolist()
+    shift: list[float] = []
+    at = 0
+    for s, w in zip(scalers, widths):
+        shift += s._shift_of(first[at:at + w])
+        at += w
+    D -= np.array(shift, np.float64)
+    s1 = [v for s in scalers for v in s._s1]
+    s2 = [v for s in scalers for v in s._s2]
+    count = scalers[0].count
+    if size == 1:  # a step's sums are its row
+        inc1, inc2, rows = D, D * D, np.ones(n_rows)
+    else:
+        f = D.shape[1]
+        both = np.concatenate([D, D * D], axis=1)
+        full = n_rows // size * size
+        blocks = [both[:full].reshape(-1, size, 2 * f)] + ([both[full:][None]] if full < n_rows else [])
+        sums = np.concatenate([_block_sums(b) for b in blocks]) if len(blocks) > 1 else _block_sums(blocks[0])
+        inc1, inc2 = sums[:, :f], sums[:, f:]
+        rows = np.full(len(sums), float(size))
+        if full < n_rows:
+            rows[-1] = n_rows - full
+    # the running sums and count after each step: the first step's increments take the sums so far
+    # (s + a == a + s), then numpy's cumsum adds in order, as step by step (a count of weighted rows may
+    # not be an integer: it is accumulated the same way)
+    inc1[0] += s1
+    inc2[0] += s2
+    rows[0] += count
+    if size == 1:
+        S1, S2 = np.cumsum(inc1, axis=0, out=inc1), np.cumsum(inc2, axis=0, out=inc2)
+    else:  # each column on its own, both at once
+        np.cumsum(sums, axis=0, out=sums)
+        S1, S2 = inc1, inc2
+    n = np.cumsum(rows, out=rows)[:, None]
+    last1, last2, total = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
+    mean, scale = _statistics(np.array(shift), S1, S2, n)
+    out = []
+    at = 0
+    for s, w in zip(scalers, widths):
+        s._s1, s._s2, s.count = last1[at:at + w], last2[at:at + w], total
+        m, sc = (mean, scale) if len(scalers) == 1 else (mean[:, at:at + w], scale[:, at:at + w])
+        s._stale(m[-1], sc[-1])
+        out.append((m, sc))
+        at += w
+    return out
 
 
 def _statistics(shift: np.ndarray, S1: np.ndarray, S2: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -131,7 +131,7 @@ def _weights_as_used(sw):
     return lambda t, sl: sw[sl] if t % 3 == 1 else np.ones(sl.stop - sl.start)
 
 
-@pytest.mark.parametrize("t", [0, 7, 350, 20_000, 40_000, 10**7])
+@pytest.mark.parametrize("t", [0, 7, 350, 20_000, 40_000, 65_400, 10**7])
 @pytest.mark.parametrize("betas", [(0.9, 0.999), (0.0, 0.5), (0.99, 0.9999)])
 def test_adam_scalars_of_a_chunk_of_steps_are_those_of_each_step(t: int, betas: tuple[float, float]) -> None:
     """A chunk's bias corrections (vectorized, all 1 once the powers vanish) have the bits of one step's."""
@@ -139,3 +139,5 @@ def test_adam_scalars_of_a_chunk_of_steps_are_those_of_each_step(t: int, betas: 
     lrs = np.linspace(0.01, 0.02, 300)
     table = opt.scalars_of_steps(lrs, t)
     assert np.array_equal(table, np.array([opt.scalars(lr, t + j) for j, lr in enumerate(lrs)]))
+    again = opt.scalars_of_steps(lrs[:5], max(t - 3, 0))  # the powers are cached: an earlier window after a later one
+    assert np.array_equal(again, np.array([opt.scalars(lr, max(t - 3, 0) + j) for j, lr in enumerate(lrs[:5])]))

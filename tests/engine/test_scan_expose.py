@@ -1,4 +1,4 @@
-"""A Scan body's intermediates as scan outputs (streamfit._engine.steps.scan_expose): the same values, a body with no
+"""A Scan body's intermediates as loop states (streamfit._engine.steps.scan_expose): the same values, a body with no
 value left to allocate per iteration, and only bodies whose values are all known and small."""
 
 from __future__ import annotations
