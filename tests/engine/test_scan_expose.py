@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from streamfit import LinearRegressor, LogisticRegression
 from streamfit._engine.steps.scan import ChunkSteps
-from streamfit._engine.steps.scan_expose import expose_body_values
+from streamfit._engine.steps.scan_expose import MAX_ELEMENTS, expose_body_values
 
 
 def _scan_model(width: int, chain: int = 3) -> onnx.ModelProto:
@@ -62,8 +62,9 @@ def test_an_exposed_body_computes_the_same_values_and_keeps_no_intermediate() ->
 
 
 def test_a_body_with_a_large_or_unknown_value_is_left_as_it_is() -> None:
-    large = _scan_model(65)  # 65 elements > MAX_ELEMENTS
+    large = _scan_model(MAX_ELEMENTS + 1)
     assert expose_body_values(large) == (large, 0)
+    assert expose_body_values(_scan_model(65), max_elements=64)[1] == 0
     assert expose_body_values(_scan_model(65), max_elements=65)[1] == 2
     unknown = _scan_model(4)
     for vi in list(unknown.graph.input):  # no shapes: nothing inferred inside the body

@@ -164,10 +164,11 @@ def _body(tr: Any, plan: LeanPlan, elem: int, one_row: bool) -> onnx.GraphProto:
     new_rows = b.op("Concat", *cols, axis=2) if C > 1 else cols[0]
     b.op("ScatterND", "M", "pidx", new_rows, out=_P + "M_new")
     ints = TensorProto.INT64
-    inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", ints, ["sfl_B", F + 1]), _vi("pidx", ints, ["sfl_B", F + 1, 1])]
-    inputs += [_vi("cgw", elem, [1, F + 1, 1])] if one_row else [_vi("gw", elem, ["sfl_B", 1])]
-    inputs += [_vi("t", elem, ["sfl_B", 1])] + [_vi(s, elem, [1, 1, 1]) for s in scalars.values()]
-    outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, ["sfl_B", 1])]
+    B = 1 if one_row else "sfl_B"  # one row: every value's shape known (scan_expose carries them as loop states)
+    inputs = [_vi("M", elem, ["sfl_R", C]), _vi("pf", ints, [B, F + 1]), _vi("pidx", ints, [B, F + 1, 1])]
+    inputs += [_vi("cgw", elem, [1, F + 1, 1])] if one_row else [_vi("gw", elem, [B, 1])]
+    inputs += [_vi("t", elem, [B, 1])] + [_vi(s, elem, [1, 1, 1]) for s in scalars.values()]
+    outputs = [_vi(_P + "M_new", elem, ["sfl_R", C]), _vi(_P + "y", elem, [B, 1])]
     graph = helper.make_graph(b.nodes, "streamfit_lean_step", inputs, outputs, b.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     prune(model)  # the loss terms' per-row loss: computed after the Scan
