@@ -10,10 +10,16 @@ reach on this machine:
 - ``adam``: the same forward and error, the gradient with its L2 term in one Gemm, each moment's update in one
   Gemm (``alpha * g + beta * m``), the bias corrections folded into the scanned step size and epsilon: 12 nodes.
 
+- ``ftrl`` (:func:`lean_ftrl_seconds`): a hashed logistic regression of ``F`` one-hot fields and a bias, FTRL without
+  a penalty, over a carried block of distinct rows ``[w, z, n, sqrt(n)]`` (the square root carried, not recomputed):
+  one ``Gather`` of the row's ``F + 1`` block rows, one ``Split``, the score a ``ReduceSum``, its ``Sigmoid``, the
+  gradient one Gemm (``cgw * p - y * cgw``), ``n``'s and ``sqrt(n)``'s updates, ``z``'s in one Gemm, the new weight
+  a Gemm and a ``Div`` (``-alpha z / (beta + sqrt(n))``), one ``Concat``, one ``ScatterND`` back: 16 nodes.
+
 They round differently from the step path (a fused multiply-add where the step graph rounds twice), which is why
 streamfit does not run them; their time is what the node count costs, not a target for a test.  They are run as
-streamfit runs its chunk bodies: every intermediate value made a scan output (``steps/scan_expose.py``: onnxruntime
-then allocates nothing per iteration) and the inputs and outputs bound once (IOBinding).
+streamfit runs its chunk bodies: every intermediate value carried as a loop state (``steps/scan_expose.py``:
+onnxruntime then allocates nothing per iteration) and the inputs and outputs bound once (IOBinding).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 
 import numpy as np
 
-__all__ = ["lean_body_seconds"]
+__all__ = ["lean_body_seconds", "lean_ftrl_seconds"]
 
 
 def _model(kind: str, d: int, sigmoid: bool):  # type: ignore[no-untyped-def]
@@ -92,6 +98,87 @@ def lean_body_seconds(kind: str, features: int, sigmoid: bool = True, rows: int 
     for name in ("v0", "eps", "step"):
         if name in feeds:
             feeds[name] = np.abs(feeds[name]) + 1e-3
+    outputs = {o.name: np.empty(a.shape, a.dtype) for o, a in zip(sess.get_outputs(), sess.run(None, feeds))}
+    io = sess.io_binding()
+    keep = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in {**feeds, **outputs}.items()}
+    for name in feeds:
+        io.bind_ortvalue_input(name, keep[name])
+    for name in outputs:
+        io.bind_ortvalue_output(name, keep[name])
+    sess.run_with_iobinding(io)
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.process_time()
+        for _ in range(20):
+            sess.run_with_iobinding(io)
+        best = min(best, (time.process_time() - t) / (20 * rows))
+    return best, count
+
+
+def _ftrl_model(fields: int):  # type: ignore[no-untyped-def]
+    from onnx import TensorProto, helper
+
+    P = fields + 1
+
+    def vi(name: str, shape: list, elem: int = TensorProto.FLOAT) -> object:  # type: ignore[type-arg]
+        return helper.make_tensor_value_info(name, elem, shape)
+
+    N = helper.make_node
+    nodes = [N("Gather", ["M", "pf"], ["rows"], axis=0),  # [P, 4]
+             N("Split", ["rows"], ["w", "z", "n", "s"], axis=1, num_outputs=4),
+             N("ReduceSum", ["w"], ["score"], keepdims=1),  # [1, 1]
+             N("Sigmoid", ["score"], ["p"]),
+             N("Gemm", ["cgw", "p", "nyc"], ["g"]),  # cgw * p - y * cgw: [P, 1]
+             N("Mul", ["g", "g"], ["gg"]),
+             N("Add", ["n", "gg"], ["n2"]),
+             N("Sqrt", ["n2"], ["s2"]),
+             N("Sub", ["s2", "s"], ["ds"]),
+             N("Mul", ["ds", "w"], ["dsw"]),
+             N("Add", ["z", "g"], ["zg"]),
+             N("Gemm", ["dsw", "nia", "zg"], ["z2"]),  # z + g - sigma * w, sigma = ds / alpha
+             N("Gemm", ["s2", "nia", "nba"], ["den"]),  # -(beta + sqrt(n)) / alpha
+             N("Div", ["z2", "den"], ["w2"]),
+             N("Concat", ["w2", "z2", "n2", "s2"], ["new"], axis=1),
+             N("ScatterND", ["M", "pidx", "new"], ["M2"]),
+             N("Identity", ["score"], ["score_out"])]
+    ints = TensorProto.INT64
+    scanned = [("pf", [P], ints), ("pidx", [P, 1], ints), ("cgw", [P, 1], TensorProto.FLOAT),
+               ("nyc", [P, 1], TensorProto.FLOAT), ("nia", [1, 1], TensorProto.FLOAT), ("nba", [1, 1], TensorProto.FLOAT)]
+    body = helper.make_graph(nodes, "body", [vi("M", ["R", 4])] + [vi(n, sh, e) for n, sh, e in scanned],
+                             [vi("M2", ["R", 4]), vi("score_out", [1, 1])])
+    scan = N("Scan", ["M0"] + ["s_" + n for n, _, _ in scanned], ["M_final", "scores"], num_scan_inputs=len(scanned),
+             body=body)
+    g = helper.make_graph([scan], "chunk", [vi("M0", ["R", 4])] + [vi("s_" + n, ["n"] + sh, e) for n, sh, e in scanned],
+                          [vi("M_final", ["R", 4]), vi("scores", ["n", 1, 1])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), len(nodes) - 1
+
+
+def lean_ftrl_seconds(fields: int, block_rows: int, rows: int = 256, rounds: int = 5, seed: int = 0
+                      ) -> tuple[float, int]:
+    """CPU seconds per row of the leanest FTRL body (``fields`` one-hot fields and a bias) over ``rows`` rows whose
+    ids fall in a carried block of ``block_rows`` distinct rows (the best of ``rounds`` rounds of 20 runs), and its
+    node count.  The session run alone: no hashing, no gathering of the block from the table, no host work."""
+    import onnxruntime as ort
+
+    from streamfit._engine.steps.scan_expose import expose_body_values
+
+    model, count = _ftrl_model(fields)
+    model, _ = expose_body_values(model)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    P = fields + 1
+    pf = np.concatenate([rng.integers(0, block_rows - 1, (rows, fields)), np.full((rows, 1), block_rows - 1)], axis=1)
+    M0 = np.zeros((block_rows, 4), np.float32)
+    M0[:, 2] = rng.uniform(0.0, 1.0, block_rows)
+    M0[:, 3] = np.sqrt(M0[:, 2])
+    y = rng.integers(0, 2, (rows, 1, 1)).astype(np.float32)
+    cgw = np.ones((rows, P, 1), np.float32)
+    feeds = {"M0": M0, "s_pf": pf.astype(np.int64), "s_pidx": pf.astype(np.int64)[:, :, None], "s_cgw": cgw,
+             "s_nyc": -y * cgw, "s_nia": np.full((rows, 1, 1), -10.0, np.float32),
+             "s_nba": np.full((rows, 1, 1), -10.0, np.float32)}
     outputs = {o.name: np.empty(a.shape, a.dtype) for o, a in zip(sess.get_outputs(), sess.run(None, feeds))}
     io = sess.io_binding()
     keep = {n: ort.OrtValue.ortvalue_from_numpy(a) for n, a in {**feeds, **outputs}.items()}

@@ -129,6 +129,13 @@ def river_model(s: Stream) -> Any:
                                              else linear_model.LogisticRegression())
 
 
+def _river_at(lr: float) -> Any:
+    """River's StandardScaler | LogisticRegression with plain SGD at ``lr`` (its default: 0.01)."""
+    from river import linear_model, optim, preprocessing
+
+    return preprocessing.StandardScaler() | linear_model.LogisticRegression(optimizer=optim.SGD(lr))
+
+
 def river_pass(s: Stream, model: Any = None) -> float:
     """River's StandardScaler | LinearRegression / LogisticRegression, predict_one then learn_one: MAE or accuracy
     (a fresh model, or ``model`` going on learning)."""
@@ -229,6 +236,11 @@ def section_streams(args: argparse.Namespace) -> None:
             STREAM_RESULTS.append({"stream": name, "rows": len(s.X), "configuration": label, "streamfit_s": times[key],
                                    "river_s": times["river"], "time_ratio": ratio, "metric": metric, "value": value,
                                    "river_value": ref})
+        if not s.regression:  # how much a linear learner's accuracy moves with its rate on this stream
+            spread = [river_pass(s, _river_at(lr)) for lr in (0.005, 0.02)]
+            majority = max(float(np.mean(s.y)), 1.0 - float(np.mean(s.y)))
+            print(f"{'':<22}(information: the majority class is {majority:.4f}; River's accuracy at lr 0.005 and 0.02: "
+                  f"{spread[0]:.4f}, {spread[1]:.4f}, against {ref:.4f} at its 0.01)")
         print(f"{name:<14}{len(s.X):>6}  {'RiverClassifier/Regressor()':<30}{times['wrapper']:>12.3f}"
               f"{times['river']:>9.3f}{times['wrapper'] / times['river']:>7.2f}  {last['wrapper']:>9.4f}{ref:>8.4f}"
               "   (information: River's progressive_val_score, one call per row, from untrained: its build timed)")
@@ -322,6 +334,14 @@ def _vw_floor(stream: Any, features: Any, y: np.ndarray, args: argparse.Namespac
     print(f"   {'floor: Trainer.step_chunk on hashed ids, chunks of ' + str(args.chunk):<60}{rate:>10,.0f} rows/s"
           f"   {rate / vw_rate:5.2f}x VW (information; Scan body of {body[0] if body else '?'} nodes, "
           f"{1e6 * times['floor'] / len(y):.2f} us a row)")
+    from lean_bodies import lean_ftrl_seconds
+
+    rows = min(args.chunk, len(ids))
+    block = len(np.unique(ids[:rows])) + 1  # a chunk's distinct rows and the bias
+    sec, nodes = lean_ftrl_seconds(ids.shape[1], block, rows, max(args.rounds, 3))
+    print(f"   {'floor of the design: the leanest FTRL body ONNX allows':<60}{1 / sec:>10,.0f} rows/s"
+          f"   {1 / sec / vw_rate:5.2f}x VW (information: bench/lean_bodies.py, {nodes} nodes over a block of {block} "
+          f"rows, {1e6 * sec:.2f} us a row for the session run alone, before hashing and host work; the target: 2x)")
 
 
 # -- one event per call ------------------------------------------------------------------------------------
