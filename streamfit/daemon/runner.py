@@ -331,6 +331,7 @@ class Runner:
         self._good: _Snapshot | None = None
         self._pending: dict[int, _Snapshot] = {}  # submitted, not yet known durable
         self._committed_step = -1
+        self._durable_step = -1  # the last checkpoint known written (its commit may have been refused)
         self._checkpoint_requested = False
         self._last_checkpoint_time = time.monotonic()
         self._loop: StreamLoop | None = None
@@ -515,6 +516,7 @@ class Runner:
             snap.dead_letter = self.dead_letter.mark()
         self._good = snap
         self._committed_step = snap.step
+        self._durable_step = snap.step
         self._submitted_step = snap.step
         self._resumed_from = str(ckpt.path)
         self.last_checkpoint = str(ckpt.path)
@@ -599,6 +601,7 @@ class Runner:
         done = sorted(step for step in self._pending if step <= result.step)
         snap = self._pending[result.step]
         durable = [self._pending.pop(step) for step in done]  # written in order: the earlier ones too
+        self._durable_step = max(self._durable_step, snap.step)
         self.checkpoints += 1
         self.last_checkpoint = str(result.path)
         self._checkpoint_rows = snap.rows
@@ -830,7 +833,9 @@ class Runner:
             await anyio.to_thread.run_sync(self._writer.flush)
             await self._publish_and_commit()
             if self._committed_step < self.batches:
-                if self.batches not in self._pending:
+                # not written again when it is on disk and only its commit was refused (a rebalance ahead of it:
+                # the partitions' next owner starts at the group's last commit)
+                if self.batches not in self._pending and self._durable_step < self.batches:
                     self._submit(wait=True)  # the writer is idle: returns at once
                 await anyio.to_thread.run_sync(self._writer.flush)
                 await self._publish_and_commit()
@@ -960,7 +965,9 @@ class Runner:
                 except SourceError as exc:  # the group refused the commit (a rebalance ahead of it): let go
                     refused = exc
                     break
-        if self._committed_step < step:
+        if self._committed_step >= step:
+            handover.committed.set()
+        else:
             log_event("handover", f"partitions {sorted(handover.returned)} of {handover.topic} revoked before "
                       f"batch {step} was checkpointed and committed{f': {refused}' if refused else ''}; their next "
                       "owner starts at the group's last commit", step=step, committed=self._committed_step)

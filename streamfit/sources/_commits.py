@@ -54,12 +54,14 @@ class CommitLedger(Protocol):
 class Handover:
     """Partitions of ``topic`` a rebalance revokes: ``returned`` maps each to ``(offset, row)``, where the rows
     the source returned of it end (the run must train up to there, checkpoint and commit before ``deadline``, a
-    ``time.monotonic()`` instant); the run sets ``done`` when it has (or has given up)."""
+    ``time.monotonic()`` instant); the run sets ``committed`` when the group has accepted the commit of those rows,
+    then ``done`` (``done`` alone: it has given up)."""
 
     topic: str
     returned: Mapping[int, tuple[int, int]]
     deadline: float
     done: threading.Event = field(default_factory=threading.Event, compare=False)
+    committed: threading.Event = field(default_factory=threading.Event, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "returned", MappingProxyType(dict(sorted(self.returned.items()))))
@@ -70,5 +72,6 @@ class HandoverSettler(Protocol):
     """The run's side of a handover: called in the source's consumer thread, returns at once."""
 
     def __call__(self, handover: Handover) -> None:
-        """Start settling ``handover`` (train, checkpoint, commit its partitions); set ``handover.done`` when over."""
+        """Start settling ``handover`` (train, checkpoint, commit its partitions); set ``handover.committed`` once
+        committed, and ``handover.done`` when over."""
         ...

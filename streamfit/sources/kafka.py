@@ -474,9 +474,13 @@ class KafkaSource(Source):
         for request in pending:
             request.run()
         seconds = time.monotonic() - t0
-        if handover.done.is_set():
+        if handover.committed.is_set():
             _log.info("%s: partitions %s handed over in %.3f s (trained, checkpointed and committed up to %s)",
                       self.topic, sorted(returned), seconds, returned)
+        elif handover.done.is_set():
+            _log.warning("%s: partitions %s revoked: the run let them go after %.3f s without their commit (refused, "
+                         "or a rollback); the next owner starts at the group's last commit (rows after it may be "
+                         "trained twice)", self.topic, sorted(returned), seconds)
         else:
             _log.warning("%s: partitions %s revoked: not settled within handover_timeout=%g s; the next owner "
                          "starts at the group's last commit (rows after it may be trained twice)", self.topic,

@@ -20,6 +20,7 @@ import pytest
 
 from streamfit import OnnxRegressor
 from streamfit.daemon import Runner
+from streamfit.exceptions import SourceError
 from streamfit.sources._base import Position, Source, SourceBatch
 from streamfit.sources._commits import Handover
 from tests.daemon.helpers import N_FEATURES, write_model
@@ -62,6 +63,13 @@ class _OnePartition(Source):
         self.commits.append(position)
 
 
+class _Refusing(_OnePartition):
+    """A group that has moved on: every commit refused, as KafkaSource raises it."""
+
+    async def commit(self, position: Position) -> None:
+        raise SourceError("commit refused: ILLEGAL_GENERATION (the group rebalanced)")
+
+
 async def _until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     with anyio.fail_after(timeout):
         while not predicate():
@@ -100,5 +108,30 @@ async def test_a_handover_trains_the_partial_batch_at_once_and_commits_it(tmp_pa
         stop.set()
     assert rows == 100
     assert commits and commits[-1] == {"topic": TOPIC, "partitions": {"0": {"offset": 1, "row": 0}}}
+    assert handover.committed.is_set()  # what the source logs as "committed"
     # settled well within the group's patience (tansu: ~1 s), not after 60 % of the handover's 4 s
     assert done[0] < 1.0, f"the handover took {done[0]:.2f} s"
+
+
+@pytest.mark.anyio
+async def test_a_handover_whose_commit_is_refused_is_let_go_without_being_marked_committed(tmp_path):
+    """The settler gives up at a refused commit: ``done`` without ``committed``, so the source does not log the
+    partitions as committed (their next owner starts at the group's last commit)."""
+    source = _Refusing()
+    est = OnnxRegressor(str(write_model(tmp_path)), optimizer="adam", learning_rate="constant", eta0=0.01,
+                        penalty=None, batch_size=64, threads=1)
+    runner = Runner(est, lambda: source, checkpoint_dir=tmp_path / "ck", every_batches=100, batch_size=64,
+                    max_batch_wait=60.0)
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run, stop)
+        await source.send.send(_message(100, seed=0))
+        await _until(lambda: runner.rows == 64)
+        handover = Handover(TOPIC, {0: (1, 0)}, time.monotonic() + 4.0)
+        assert source.settler is not None
+        source.settler(handover)
+        await anyio.to_thread.run_sync(lambda: handover.done.wait(10))
+        rows = runner.rows
+        stop.set()
+    assert handover.done.is_set() and not handover.committed.is_set()
+    assert rows == 100  # trained all the same: the refusal loses nothing here, the next owner may train them again
