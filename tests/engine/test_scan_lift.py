@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 from streamfit._engine.common.names import Names
@@ -86,10 +87,13 @@ def test_the_ops_hoisted_are_exact_on_any_tensor_size() -> None:
         np.testing.assert_array_equal(big[::37], small, err_msg=op)
 
 
-def test_a_row_concatenated_with_a_constant_and_a_per_step_rate_run_before_the_loop() -> None:
-    """The lean linear step's shape (steps/scan_dense.py): ``[x, 1]`` (a Concat with a constant, repeated over the
-    steps outside), a per-step rate as a [1, 1] tensor (an Unsqueeze, its axes shifted past the steps axis) and a
-    constant divided by a per-step value (not a scale of it: hoisted), all before the loop, with the same bits."""
+@pytest.mark.parametrize("const", [[1.0], [1.0, 2.0]], ids=["ones-padded", "values-repeated"])
+def test_a_row_concatenated_with_a_constant_and_a_per_step_rate_run_before_the_loop(const: list[float]) -> None:
+    """The lean linear step's shape (steps/scan_dense.py): ``[x, 1]`` (a Concat with a constant: one Pad outside
+    when the constant is one repeated value, else the constant repeated over the steps and a Concat), a per-step
+    rate as a [1, 1] tensor (an Unsqueeze, its axes shifted past the steps axis) and a constant divided by a
+    per-step value (not a scale of it: hoisted), all before the loop, with the same bits."""
+    width = len(const)
     vi = helper.make_tensor_value_info
     nodes = [
         helper.make_node("Concat", ["X", "one"], ["xa"], axis=1),
@@ -102,11 +106,11 @@ def test_a_row_concatenated_with_a_constant_and_a_per_step_rate_run_before_the_l
         helper.make_node("Gemm", ["g", "lr2", "w"], [Names.new("w")], alpha=-1.0, beta=1.0),
         helper.make_node("ReduceSum", ["e"], [Names.loss], keepdims=0),
     ]
-    inits = [helper.make_tensor("one", F, [1, 1], [1.0]), helper.make_tensor("eps", F, [], [1e-3]),
+    inits = [helper.make_tensor("one", F, [1, width], const), helper.make_tensor("eps", F, [], [1e-3]),
              helper.make_tensor("axes", TensorProto.INT64, [2], [0, 1])]
-    graph = helper.make_graph(nodes, "step", [vi("w", F, [4, 1]), vi("X", F, [1, 3]), vi("t", F, [1, 1]),
+    graph = helper.make_graph(nodes, "step", [vi("w", F, [3 + width, 1]), vi("X", F, [1, 3]), vi("t", F, [1, 1]),
                                               vi("lr", F, []), vi("c", F, [])],
-                              [vi(Names.new("w"), F, [4, 1]), vi(Names.loss, F, []), vi("y", F, [1, 1])],
+                              [vi(Names.new("w"), F, [3 + width, 1]), vi(Names.loss, F, []), vi("y", F, [1, 1])],
                               initializer=inits)
     step = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     rng = np.random.default_rng(2)
@@ -115,7 +119,7 @@ def test_a_row_concatenated_with_a_constant_and_a_per_step_rate_run_before_the_l
     T = rng.standard_normal((steps, 1, 1)).astype(np.float32)
     lr = rng.uniform(0.01, 0.1, steps).astype(np.float32)
     c = rng.uniform(0.5, 2, steps).astype(np.float32)
-    w0 = rng.standard_normal((4, 1)).astype(np.float32)
+    w0 = rng.standard_normal((3 + width, 1)).astype(np.float32)
     one = ort.InferenceSession(step.SerializeToString(), providers=["CPUExecutionProvider"])
     w, ref_y = w0, []
     for k in range(steps):
@@ -126,7 +130,11 @@ def test_a_row_concatenated_with_a_constant_and_a_per_step_rate_run_before_the_l
     scan = chunk.graph.node[ops.index("Scan")]
     body = [n.op_type for n in next(a.g for a in scan.attribute if a.name == "body").node]
     assert body == ["MatMul", "Sub", "Add", "Gemm", "Gemm"]
-    assert {"Concat", "Expand", "Unsqueeze", "Div"} <= set(ops[:ops.index("Scan")])
+    before = set(ops[:ops.index("Scan")])
+    if width == 1:
+        assert {"Pad", "Unsqueeze", "Div"} <= before and not before & {"Concat", "Expand"}
+    else:
+        assert {"Concat", "Expand", "Unsqueeze", "Div"} <= before and "Pad" not in before
     sess = ort.InferenceSession(chunk.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     got = dict(zip(names, sess.run(None, {"sfc_in_w": w0, "sfc_x_X": X, "sfc_x_t": T, "sfc_x_lr": lr, "sfc_x_c": c})))

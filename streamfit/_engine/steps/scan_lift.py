@@ -139,6 +139,30 @@ class _Outer:
         into.append(helper.make_node("Expand", [const, full], [out]))
         return out
 
+    def _padded(self, node: onnx.NodeProto, into: list[onnx.NodeProto]) -> bool:
+        """A ``Concat`` of a stacked value and a constant of one repeated value (a linear model's column of 1s) as
+        one ``Pad`` of the stacked value with that value (the same copy), in place of the constant repeated over
+        the steps and a Concat (six nodes): whether it was."""
+        if self.opset < 11 or len(node.input) != 2:
+            return False
+        (x, c), at_end = (node.input, True) if node.input[0] in self.stacked else (node.input[::-1], False)
+        if x not in self.stacked or c not in self.inits:
+            return False
+        value = numpy_helper.to_array(self.inits[c])
+        if value.size == 0 or not (value == value.reshape(-1)[0]).all():
+            return False
+        rank = self.ranks[x] + 1  # the stacked value's: the steps axis first
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        axis = (axis + self.ranks[x] if axis < 0 else axis) + 1
+        pads = [0] * (2 * rank)
+        pads[rank + axis if at_end else axis] = int(value.shape[axis - 1])
+        fill = numpy_helper.from_array(value.reshape(-1)[:1].reshape(()), self._name("fill"))
+        self.lifted.initializers.append(fill)
+        out = self._name(node.output[0])
+        into.append(helper.make_node("Pad", [self.stacked[x], self._axes(pads), fill.name], [out], mode="constant"))
+        self.stacked[node.output[0]] = out
+        return True
+
     def emit(self, node: onnx.NodeProto, into: list[onnx.NodeProto]) -> None:
         """``node`` on stacked values, its outputs stacked."""
         out_rank = self.ranks[node.output[0]]
@@ -147,6 +171,8 @@ class _Outer:
             axes = [int(a) for a in numpy_helper.to_array(self.inits[node.input[1]]).reshape(-1)]
             ins = [self.stacked[node.input[0]], self._axes([a + 1 if a >= 0 else a for a in axes])]
         elif node.op_type == "Concat":
+            if self._padded(node, into):
+                return
             like = next(self.stacked[i] for i in node.input if i in self.stacked)
             ins = [self.stacked[i] if i in self.stacked else self._repeated(self.consts.get(i) or self._const(i), like, into)
                    for i in node.input]
