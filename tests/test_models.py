@@ -101,11 +101,13 @@ def test_running_scaler_equals_two_pass_statistics_for_any_split_weights_and_off
     assert s.count == w.sum() and isinstance(s.count, float)
 
 
-def test_update_steps_gives_the_statistics_of_update_row_bit_for_bit():
+@pytest.mark.parametrize("weighted", [True, False], ids=["fractional-count", "whole-count"])
+def test_update_steps_gives_the_statistics_of_update_row_bit_for_bit(weighted):
+    """Per row (the counts summed one by one from a fractional count, or counted from a whole one)."""
     rng = np.random.default_rng(6)
     X = rng.standard_normal((300, 5)) * [1e-2, 1, 10, 1e3, 0] + [0.5, -3, 40, 1e5, 7]
     a, b = RunningScaler(5), RunningScaler(5)
-    a.update(X[:7], rng.uniform(0, 2, 7))  # a fractional count first
+    a.update(X[:7], rng.uniform(0, 2, 7) if weighted else None)  # a fractional count first, or 7
     b.load_state_dict(a.state_dict())
     means, scales = a.update_steps(X[7:])
     for k, row in enumerate(X[7:].tolist()):

@@ -396,8 +396,13 @@ def update_steps_together(scalers: Sequence[RunningScaler], arrays: Sequence[np.
     s2 = [v for s in scalers for v in s._s2]
     count = scalers[0].count
     if size == 1:  # a step's sums are its row
-        inc1, inc2, rows = D, D * D, np.ones(n_rows)
+        inc1, inc2 = D, D * D
+        # the count after each row: count + 1, count + 2, ... (exact for whole counts below 2**53, as the
+        # cumulative sum below gives them)
+        counted = float(count).is_integer() and count + n_rows < 2.0 ** 52
+        rows = np.arange(count + 1.0, count + n_rows + 0.5) if counted else np.ones(n_rows)
     else:
+        counted = False
         f = D.shape[1]
         both = np.concatenate([D, D * D], axis=1)
         full = n_rows // size * size
@@ -412,13 +417,14 @@ def update_steps_together(scalers: Sequence[RunningScaler], arrays: Sequence[np.
     # not be an integer: it is accumulated the same way)
     inc1[0] += s1
     inc2[0] += s2
-    rows[0] += count
+    if not counted:
+        rows[0] += count
     if size == 1:
         S1, S2 = np.cumsum(inc1, axis=0, out=inc1), np.cumsum(inc2, axis=0, out=inc2)
     else:  # each column on its own, both at once
         np.cumsum(sums, axis=0, out=sums)
         S1, S2 = inc1, inc2
-    n = np.cumsum(rows, out=rows)[:, None]
+    n = (rows if counted else np.cumsum(rows, out=rows))[:, None]
     last1, last2, total = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])
     mean, scale = _statistics(np.array(shift), S1, S2, n)
     out = []
@@ -436,9 +442,15 @@ def _statistics(shift: np.ndarray, S1: np.ndarray, S2: np.ndarray, n: np.ndarray
     """Mean and scale from the sums, with :meth:`RunningScaler.float64`'s operations elementwise."""
     d = S1 / n
     mean = shift + d
-    scale = np.sqrt(np.maximum((S2 - S1 * d) / n, 0.0))
-    constant = (scale <= _TOL64) | (scale <= 4 * _EPS32 * np.abs(mean))
-    return mean, np.where(constant, 1.0, scale)
+    var = S1 * d  # the same operations as below, in place: (S2 - S1 * d) / n, then max(., 0), its square root
+    np.subtract(S2, var, out=var)
+    var /= n
+    scale = np.sqrt(np.maximum(var, 0.0, out=var), out=var)
+    limit = np.abs(mean)
+    limit *= 4 * _EPS32
+    np.fmax(limit, _TOL64, out=limit)  # constant: scale <= _TOL64 or scale <= 4 * eps32 * |mean| (NaN: the first)
+    scale[scale <= limit] = 1.0
+    return mean, scale
 
 
 class FixedScaler:
