@@ -466,7 +466,7 @@ class Trainer:
                 raise BadInputError(f"labels must be integer class indices, got {y.dtype}", reason="wrong_type")
             return y.reshape(n)
         assert self._y_tail is not None
-        size = int(np.prod(self._y_tail)) if self._y_tail else 1
+        size = math.prod(self._y_tail) if self._y_tail else 1
         if y.size != n * size:
             raise BadInputError(f"labels of shape {y.shape} do not fit the model output (N, *{self._y_tail})",
                                 reason="shape_mismatch")

@@ -501,14 +501,20 @@ class _Bound:
     keep: list[Any] = field(default_factory=list)
 
 
-def _per_step_rows(factors: np.ndarray, sw: np.ndarray | None, steps: int, rows: int, shape: tuple[int, ...],
-                   dtype: np.dtype) -> np.ndarray:
+def _per_step_rows(factors: np.ndarray | float, sw: np.ndarray | None, steps: int, rows: int,
+                   shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Per-row weights of ``steps`` steps as the step path's :meth:`Staging.load` writes them: ``factor`` per
-    step, times the sample weights when given (computed in the dtype the step path computes in)."""
+    step (one float: the same for every step), times the sample weights when given (computed in the dtype the
+    step path computes in)."""
     out = np.empty((steps,) + shape, dtype)
     if sw is None:
-        out[...] = factors.astype(dtype).reshape((steps,) + (1,) * len(shape))
+        if isinstance(factors, float):
+            out.fill(factors)  # cast to dtype as astype casts it
+        else:
+            out[...] = factors.astype(dtype).reshape((steps,) + (1,) * len(shape))
         return out
+    if isinstance(factors, float):
+        factors = np.full(steps, factors)
     kind = np.float32 if sw.dtype == np.float32 else np.float64  # a Python float is weak against float32
     w = sw.reshape((steps,) + shape)
     np.multiply(w, factors.astype(kind).reshape((steps,) + (1,) * len(shape)), out=out, casting="same_kind")
@@ -677,11 +683,12 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
 def _row_weights(tr: Trainer, sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
                  lrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The per-row loss and gradient weights of each step, as :meth:`Staging.load` writes them."""
+    gfac: np.ndarray | float
     if tr._lr_in_grad_weights:
         gfac = lrs / batch_size
     else:
-        gfac = np.full(steps, 1.0 if tr._summed_gradient else 1.0 / batch_size)
-    lfac = np.full(steps, tr._strategy.cache.loss_factor / batch_size)  # type: ignore[union-attr]
+        gfac = 1.0 if tr._summed_gradient else 1.0 / batch_size
+    lfac = float(tr._strategy.cache.loss_factor / batch_size)  # type: ignore[union-attr]
     shape = sample_weight_shape(batch_size, len(y_tail) + 1)
     return (_per_step_rows(lfac, sw, steps, batch_size, shape, tr.dtype),
             _per_step_rows(gfac, sw, steps, batch_size, shape, tr.dtype))
