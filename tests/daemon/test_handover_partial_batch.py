@@ -76,14 +76,19 @@ async def _until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-u
             await anyio.sleep(0.005)
 
 
+def _runner(tmp_path, source: Source) -> Runner:  # type: ignore[no-untyped-def]
+    """A Runner of batches of 64 rows on ``source``, checkpointed every 100 batches; ``max_batch_wait`` far
+    beyond a handover's time: only a handover can have rows short of a full batch trained."""
+    est = OnnxRegressor(str(write_model(tmp_path)), optimizer="adam", learning_rate="constant", eta0=0.01,
+                        penalty=None, batch_size=64, threads=1)
+    return Runner(est, lambda: source, checkpoint_dir=tmp_path / "ck", every_batches=100, batch_size=64,
+                  max_batch_wait=60.0)
+
+
 @pytest.mark.anyio
 async def test_a_handover_trains_the_partial_batch_at_once_and_commits_it(tmp_path):
     source = _OnePartition()
-    est = OnnxRegressor(str(write_model(tmp_path)), optimizer="adam", learning_rate="constant", eta0=0.01,
-                        penalty=None, batch_size=64, threads=1)
-    # max_batch_wait far beyond the handover's time: only the handover can have the 36 waiting rows trained
-    runner = Runner(est, lambda: source, checkpoint_dir=tmp_path / "ck", every_batches=100, batch_size=64,
-                    max_batch_wait=60.0)
+    runner = _runner(tmp_path, source)
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(runner.run, stop)
@@ -118,10 +123,7 @@ async def test_a_handover_whose_commit_is_refused_is_let_go_without_being_marked
     """The settler gives up at a refused commit: ``done`` without ``committed``, so the source does not log the
     partitions as committed (their next owner starts at the group's last commit)."""
     source = _Refusing()
-    est = OnnxRegressor(str(write_model(tmp_path)), optimizer="adam", learning_rate="constant", eta0=0.01,
-                        penalty=None, batch_size=64, threads=1)
-    runner = Runner(est, lambda: source, checkpoint_dir=tmp_path / "ck", every_batches=100, batch_size=64,
-                    max_batch_wait=60.0)
+    runner = _runner(tmp_path, source)
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(runner.run, stop)
