@@ -53,21 +53,21 @@ class StepRows:
         return [slice(i, min(i + self.size, self.n)) for i in range(0, self.n, self.size)]
 
 
+#: a scaler updated per step at once: its float64 (mean, scale) before the rows (or None) and after each step
+Updated = tuple[Any, tuple[np.ndarray, np.ndarray]]
+
+
 def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: StepRows, transform: bool = False,
-              before: bool = False, updated: tuple[tuple[Any, Any] | None, tuple[np.ndarray, np.ndarray]] | None = None
+              before: bool = False, updated: Updated | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """The scaler updated by each step's rows in turn: float32 (mean, scale) after each step, (``before``)
     float64 (mean, scale) before each step, and (``transform``) each step's rows standardized with the
-    statistics after its own rows.  ``updated``: the scaler already updated (:func:`_update_together`), its
-    statistics before the rows and after each step."""
+    statistics after its own rows.  ``updated``: the scaler already updated at once (:func:`_updated_at_once`),
+    else it is updated here step by step."""
     width = rows.shape[1]
-    if updated is not None or (sw is None and isinstance(scaler, RunningScaler)):  # cumulative sums, at once
+    if updated is not None:  # the steps' sums added at once (cumulative sums)
         size = steps.size
-        if updated is None:
-            first = scaler.float64() if before else None
-            mean64, scale64 = scaler.update_steps(rows, size)
-        else:
-            first, (mean64, scale64) = updated
+        first, (mean64, scale64) = updated
         mean32, scale32 = mean64.astype(np.float32), scale64.astype(np.float32)
         b_mean = b_scale = None
         if first is not None:
@@ -103,16 +103,19 @@ def _per_step(scaler: Any, rows: np.ndarray, sw: np.ndarray | None, steps: StepR
     return mean32, scale32, before_mean, before_scale, scaled
 
 
-def _update_together(scaler: Any, target: Any, X: np.ndarray, T: np.ndarray, sw: np.ndarray | None,
-                     steps: StepRows) -> tuple[Any, Any] | None:
-    """A regressor's input and target scalers updated per step in one pass (:func:`update_steps_together`):
-    for each, (its float64 statistics before the rows, or None for the input's) and its statistics after each
-    step; None where they are updated one by one (no target scaler, sample weights, other scalers)."""
-    if sw is not None or type(scaler) is not RunningScaler or type(target) is not RunningScaler:
-        return None
-    first = target.float64()
-    (m, s), (tm, ts) = update_steps_together([scaler, target], [X, T.reshape(len(T), -1)], steps.size)
-    return (None, (m, s)), (first, (tm, ts))
+def _updated_at_once(scalers: list[Any], rows: list[np.ndarray], before: list[bool], sw: np.ndarray | None,
+                     steps: StepRows) -> list[Updated | None]:
+    """Each of ``scalers`` that sums its steps at once (a RunningScaler, no sample weights) updated per step by
+    its ``rows``, all in one pass (:func:`update_steps_together`: a regressor's input and target scalers side by
+    side): its float64 statistics before the rows (where ``before``) and after each step; None for the others
+    (absent, or updated step by step by :func:`_per_step`)."""
+    fast = [i for i, s in enumerate(scalers) if sw is None and isinstance(s, RunningScaler)]
+    out: list[Updated | None] = [None] * len(scalers)
+    firsts = [scalers[i].float64() if before[i] else None for i in fast]
+    stats = update_steps_together([scalers[i] for i in fast], [rows[i] for i in fast], steps.size) if fast else []
+    for i, first, st in zip(fast, firsts, stats):
+        out[i] = (first, st)
+    return out
 
 
 def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: np.ndarray | None) -> float:
@@ -127,20 +130,19 @@ def chunk_pass(est: Any, X: Any, T: np.ndarray, sw: np.ndarray | None, outputs: 
     saved = [(s, s.snapshot()) for s in (scaler, target) if s is not None]
     raw = {id(scaler): X, id(target): T.reshape(len(T), -1)}
     host = None
-    updated = _update_together(scaler, target, X, T, sw, steps)
+    T2 = T.reshape(len(T), -1)
+    up_x, up_t = _updated_at_once([scaler, target], [X, T2], [False, True], sw, steps)
     if scaler is not None:
         in_graph = est._scaler_in_graph()
-        mean, scale, _, _, scaled = _per_step(scaler, X, sw, steps, transform=not in_graph,
-                                              updated=None if updated is None else updated[0])
+        mean, scale, _, _, scaled = _per_step(scaler, X, sw, steps, transform=not in_graph, updated=up_x)
         if in_graph:
             host = {Names.scaler_mean: mean, Names.scaler_scale: scale}
         else:  # a model saved before the scaling moved into the graph: rows standardized here, per step
             X = scaled
     before = None
     if target is not None:
-        T2 = T.reshape(len(T), -1)
         _, _, b_mean, b_scale, scaled_t = _per_step(target, T2, sw, steps, transform=True, before=True,
-                                                    updated=None if updated is None else updated[1])
+                                                    updated=up_t)
         assert scaled_t is not None and b_mean is not None and b_scale is not None
         T = scaled_t.reshape(T.shape)
         before = (b_mean, b_scale)
