@@ -4,7 +4,7 @@ streamfit's chunk body is derived from the fused step graph, so that a chunk giv
 These bodies drop that constraint to count as few nodes as ONNX allows, and so bound what any Scan body can
 reach on this machine:
 
-- ``sgd``: ``z = [x, 1] @ theta`` (the bias folded into the product), ``e = sigmoid(z) * gw - y * gw`` as one Gemm
+- ``sgd``: ``z = [x, 1] @ theta`` (one Gemm, the bias folded into the product), ``e = sigmoid(z) * gw - y * gw`` as one Gemm
   (``y * gw`` computed before the loop), ``theta -= [x, 1]^T e`` as one Gemm: 4 nodes (3 for a linear regressor,
   without the sigmoid).
 - ``adam``: the same forward and error, the gradient with its L2 term in one Gemm, each moment's update in one
@@ -39,7 +39,7 @@ def _model(kind: str, d: int, sigmoid: bool):  # type: ignore[no-untyped-def]
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
     N = helper.make_node
-    nodes = [N("MatMul", ["xa", "th"], ["z"])]
+    nodes = [N("Gemm", ["xa", "th"], ["z"])]  # a Gemm: cheaper per call than a MatMul of these shapes
     out = "z"
     if sigmoid:
         nodes.append(N("Sigmoid", ["z"], ["p"]))
