@@ -12,6 +12,7 @@ committed as soon as it is durable (a duty beside the loop), and before a rebala
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -586,18 +587,19 @@ class Runner:
         self._last_checkpoint_time = time.monotonic()
         return True
 
-    async def _publish_and_commit(self) -> None:
-        """Handle writes that became durable: log, publish the model, commit the source's offsets."""
+    async def _publish_and_commit(self) -> SourceError | None:
+        """Handle writes that became durable: log, publish the model, commit the source's offsets; return the
+        source's refusal of that commit, if it refused it."""
         if self._commit_lock is None:
             self._commit_lock = anyio.Lock()
         async with self._commit_lock:  # one at a time: commits go out in checkpoint order
-            await self._settle_durable()
+            return await self._settle_durable()
 
-    async def _settle_durable(self) -> None:
+    async def _settle_durable(self) -> SourceError | None:
         assert self._writer is not None
         result = self._writer.last_result
         if result is None or result.step not in self._pending:
-            return
+            return None
         done = sorted(step for step in self._pending if step <= result.step)
         snap = self._pending[result.step]
         durable = [self._pending.pop(step) for step in done]  # written in order: the earlier ones too
@@ -620,8 +622,17 @@ class Runner:
         if snap.position is not None and self._source is not None and snap.step > self._committed_step:
             if self._commits is not None:
                 self._commits.step = snap.step
-            await self._source.commit(snap.position)
+            try:
+                await self._source.commit(snap.position)
+            except SourceError as exc:  # a rebalance ahead of it: normal in a group, not a reason to stop
+                log_event("commit", f"commit of checkpoint {snap.step} refused ({exc}): the next checkpoint's "
+                          "commit carries its offsets (a position names every partition trained; a partition "
+                          "revoked meanwhile starts its next owner at the group's last commit)",
+                          level=logging.WARNING, step=snap.step, position=snap.position,
+                          committed=self._committed_step, error=str(exc))
+                return exc
             self._committed_step = snap.step
+        return None
 
     # -- per batch -----------------------------------------------------------------------------------
     async def _on_batch(self, event: BatchEvent) -> None:
@@ -960,10 +971,8 @@ class Runner:
                 if self._submitted_step < step and not self._writer.busy:
                     self._submit(wait=False)
                 await anyio.to_thread.run_sync(self._writer.flush)
-                try:
-                    await self._publish_and_commit()
-                except SourceError as exc:  # the group refused the commit (a rebalance ahead of it): let go
-                    refused = exc
+                refused = await self._publish_and_commit()
+                if refused is not None:  # the group refused the commit (a rebalance ahead of it): let go
                     break
         if self._committed_step >= step:
             handover.committed.set()

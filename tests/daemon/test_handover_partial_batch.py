@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import anyio
 import numpy as np
@@ -76,13 +77,14 @@ async def _until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-u
             await anyio.sleep(0.005)
 
 
-def _runner(tmp_path, source: Source) -> Runner:  # type: ignore[no-untyped-def]
-    """A Runner of batches of 64 rows on ``source``, checkpointed every 100 batches; ``max_batch_wait`` far
-    beyond a handover's time: only a handover can have rows short of a full batch trained."""
+def _runner(tmp_path, source: Source, every_batches: int = 100, **kw: Any) -> Runner:  # type: ignore[no-untyped-def]
+    """A Runner of batches of 64 rows on ``source``, checkpointed every ``every_batches`` batches (``kw``: more
+    Runner options); ``max_batch_wait`` far beyond a handover's time: only a handover can have rows short of a
+    full batch trained."""
     est = OnnxRegressor(str(write_model(tmp_path)), optimizer="adam", learning_rate="constant", eta0=0.01,
                         penalty=None, batch_size=64, threads=1)
-    return Runner(est, lambda: source, checkpoint_dir=tmp_path / "ck", every_batches=100, batch_size=64,
-                  max_batch_wait=60.0)
+    return Runner(est, lambda: source, checkpoint_dir=tmp_path / "ck",
+                  every_batches=every_batches, batch_size=64, max_batch_wait=60.0, **kw)
 
 
 @pytest.mark.anyio
