@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from streamfit import LinearRegressor, LogisticRegression
+from streamfit._engine.common.names import Names
 from streamfit._engine.steps.scan import ChunkSteps, train_chunk
 from streamfit._engine.testing import linear_model
 from streamfit._engine.trainer import Trainer
 from streamfit.exceptions import NonFiniteError
 from streamfit.penalties import Penalty
+from streamfit.schedules import InvScaling
 from tests.engine.test_chunk_steps import _by_steps, assert_same_state
 
 #: a few float32 ulps a step apart (a Gemm rounds its two products once where the step graph rounds each)
@@ -53,32 +55,61 @@ def _same(a: Trainer, b: Trainer) -> None:
 _NODES = {("sgd", False): (3, 4), ("adam", False): (10, 13), ("adam", True): (11, 15)}
 
 
+@pytest.mark.parametrize("weighted", [True, False], ids=["sample-weights", "uniform"])
 @pytest.mark.parametrize("batch_size", [1, 3, 32])
 @pytest.mark.parametrize("logistic", [True, False], ids=["logistic", "linear"])
 @pytest.mark.parametrize("optimizer, penalty", [("sgd", None), ("adam", None), ("adam", Penalty(1e-2, 0.0))])
-def test_lean_chunks_equal_step_by_step(logistic: bool, optimizer: str, penalty: Any, batch_size: int) -> None:
+def test_lean_chunks_equal_step_by_step(logistic: bool, optimizer: str, penalty: Any, batch_size: int,
+                                        weighted: bool) -> None:
     n = 10 * batch_size + batch_size // 2 + 1  # a short last step, taken by the step path
     X, y = _data(n, logistic)
-    sw = np.random.default_rng(4).uniform(0, 2, n).astype(np.float32)
+    sw = np.random.default_rng(4).uniform(0, 2, n).astype(np.float32) if weighted else None
     a, b = _trainer(logistic, optimizer, penalty), _trainer(logistic, optimizer, penalty)
     outs, losses = two_chunks(a, X, y, sw, batch_size)
     layout = next(iter(_chunks(a).layouts.values()))
     assert layout.column  # the lean step's parameter column, not the generic vector
     assert _body_nodes(a) == _NODES[optimizer, penalty is not None][batch_size > 1] + logistic  # the sigmoid
+    # without sample weights (a constant rate), the row weights are given once, not scanned per step
+    assert _uniform(a) is (not weighted)
     ref_out, ref_loss = _by_steps(b, X, y, batch_size, sw)
     np.testing.assert_allclose(outs, ref_out, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(losses, ref_loss, rtol=RTOL, atol=ATOL)
     _same(a, b)
 
 
-def two_chunks(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray, batch_size: int
+def _uniform(tr: Trainer) -> bool:
+    """Whether ``tr``'s one chunk graph takes its row weights once: its key says so, and its Scan scans none."""
+    ((key, model),) = _chunks(tr).models.items()
+    scan = next(n for n in model.graph.node if n.op_type == "Scan")
+    scanned_weights = [i for i in scan.input if i.endswith(Names.grad_weight) or i.endswith(Names.loss_weight)]
+    given_once = {Names.grad_weight, Names.loss_weight} <= {i.name for i in model.graph.input}
+    assert key[4] is given_once and given_once is not bool(scanned_weights)
+    return bool(key[4])
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_a_schedule_folded_into_the_row_weights_keeps_them_per_step(batch_size: int) -> None:
+    """SGD folds its rate into the gradient's row weights: a rate that changes per step keeps them scanned, and
+    the chunk still equals step by step across its boundary."""
+    X, y = _data(10 * batch_size + 1, True)
+    a, b = (Trainer(linear_model(4, seed=1), loss="log_loss", optimizer="sgd",
+                    learning_rate=InvScaling(0.5, power_t=0.5)) for _ in range(2))
+    outs, losses = two_chunks(a, X, y, None, batch_size)
+    assert not _uniform(a)
+    ref_out, ref_loss = _by_steps(b, X, y, batch_size)
+    np.testing.assert_allclose(outs, ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(losses, ref_loss, rtol=RTOL, atol=ATOL)
+    _same(a, b)
+
+
+def two_chunks(tr: Trainer, X: np.ndarray, y: np.ndarray, sw: np.ndarray | None, batch_size: int
                ) -> tuple[np.ndarray, np.ndarray]:
     """The outputs and losses of ``tr`` trained on two chunks (the second starts from the first one's state; 4 steps,
     then the rest), each one Scan."""
     outs, losses = [], []
     cut = 4 * batch_size
     for lo, hi in ((0, cut), (cut, len(X))):
-        r = train_chunk(tr, X[lo:hi], y[lo:hi], sw[lo:hi], batch_size=batch_size)
+        r = train_chunk(tr, X[lo:hi], y[lo:hi], None if sw is None else sw[lo:hi], batch_size=batch_size)
         assert r.scanned and r.nonfinite is None
         outs.append(r.outputs)
         losses.append(r.losses)

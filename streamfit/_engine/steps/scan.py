@@ -45,6 +45,7 @@ from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_t
 from streamfit._engine.steps.step_graphs import sample_weight_shape
 from streamfit.exceptions import BadInputError
 from streamfit.schedules.base import Schedule
+from streamfit.schedules.constant import Constant
 
 #: the Trainer (``_engine/trainer.py``, a room above this one: not imported here)
 Trainer = Any
@@ -206,7 +207,7 @@ def _lift_body(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], sta
                y_out: str) -> tuple[Lifted, list[onnx.ValueInfoProto]]:
     """:func:`~streamfit._engine.steps.scan_lift.lift` on ``body``, its ports and initializers updated; the outer
     references still read."""
-    lifted = lift(body, opsets, state, {i.name for i in outer_refs}, Names.loss, x_names, {y_out: _PREFIX + "y"})
+    lifted = lift(body, opsets, state, outer_refs, Names.loss, x_names, {y_out: _PREFIX + "y"})
     kept_in = [i for i in body.input if i.name not in lifted.unused]
     del body.input[:]
     body.input.extend(kept_in + [lifted.types[n] for n, _ in lifted.scanned])
@@ -245,14 +246,19 @@ def chunk_unsupported(trainer: Trainer) -> str | None:
     return None
 
 
+#: which chunk graph a chunk runs: (large?, light?, the host tensors given per step, rows per step (0: any above
+#: one), row weights given once (the same for every step: :func:`uniform_row_weights`)?)
+ChunkKey = tuple[bool, bool, tuple[str, ...], int, bool]
+
+
 class ChunkSteps:
     """The chunk graphs of one trainer (one per step graph: small and large batches) and their sessions."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self._built: dict[tuple[bool, bool, tuple[str, ...], int], tuple[Any, list[str], list[str], list[str]] | None] = {}
+        self._built: dict[ChunkKey, tuple[Any, list[str], list[str], list[str]] | None] = {}
         #: the keys built with the lean body of a hashed linear model (steps/scan_lean.py)
-        self._lean: set[tuple[bool, bool, tuple[str, ...], int]] = set()
+        self._lean: set[ChunkKey] = set()
         #: the bound buffers of the last chunk shapes run (:meth:`_binding`)
         self._bound: OrderedDict[tuple[Any, ...], _Bound] = OrderedDict()
         #: small-batch bodies carry one parameter vector where the rule allows (steps/scan_flat.py)
@@ -260,9 +266,9 @@ class ChunkSteps:
         #: a small body's intermediates written to scan outputs (steps/scan_expose.py)
         self.expose = True
         #: the parameter vector's layout of each chunk graph that carries one
-        self.layouts: dict[tuple[bool, bool, tuple[str, ...], int], FlatLayout] = {}
+        self.layouts: dict[ChunkKey, FlatLayout] = {}
         #: the chunk graphs built, by ``large`` (for tests and ``step_graphs``)
-        self.models: dict[tuple[bool, bool, tuple[str, ...], int], ModelProto] = {}
+        self.models: dict[ChunkKey, ModelProto] = {}
         self.why_not: str | None = None
 
     def _kind(self, rows: int) -> tuple[bool, bool]:
@@ -274,15 +280,18 @@ class ChunkSteps:
                               and rows * fused._weights_size < fused.parallel_min_work)  # type: ignore[union-attr]
         return large, light
 
-    def _key(self, rows: int, host_steps: tuple[str, ...]) -> tuple[bool, bool, tuple[str, ...], int]:
-        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, rows): a
-        linear model's lean step is written for its number of rows; other bodies serve any number above one (0)."""
-        return self._kind(rows) + (host_steps, rows if rows == 1 or self.trainer._dense is not None else 0)
+    def _key(self, rows: int, host_steps: tuple[str, ...], uniform: bool = False) -> ChunkKey:
+        """The chunk graph ``rows`` rows per step run: (large?, light?, the host tensors given per step, rows, row
+        weights given once?): a linear model's lean step is written for its number of rows; other bodies serve any
+        number above one (0).  Only a linear model's lean step takes its row weights once (``uniform``: its body is
+        a few nodes, of which a scanned input costs as much as one)."""
+        uniform = uniform and self.trainer._dense is not None
+        return self._kind(rows) + (host_steps, rows if rows == 1 or self.trainer._dense is not None else 0, uniform)
 
-    def _build(self, key: tuple[bool, bool, tuple[str, ...], int]) -> tuple[Any, list[str], list[str], list[str]] | None:
+    def _build(self, key: ChunkKey) -> tuple[Any, list[str], list[str], list[str]] | None:
         if key in self._built:
             return self._built[key]
-        large, light, host_steps, rows = key
+        large, light, host_steps, rows, uniform = key
         one_row = rows == 1
         tr = self.trainer
         strategy = tr._strategy
@@ -308,7 +317,7 @@ class ChunkSteps:
             state += extra_state
         names = {i.name for i in step.graph.input}
         scanned += [spec.name for spec in tr.prepared.inputs if spec.name in names]
-        scanned += [Names.target, Names.loss_weight, Names.grad_weight]
+        scanned += [Names.target] + ([] if uniform else [Names.loss_weight, Names.grad_weight])  # else outer inputs
         per_step = [n for n in (Names.scalar(s) for s in tr.optimizer.scalar_names) if n in names]
         if Names.decay in names:
             per_step.append(Names.decay)
@@ -332,30 +341,36 @@ class ChunkSteps:
         self._built[key] = built
         return built
 
-    def available(self, batch_size: int, host_steps: tuple[str, ...] = ()) -> bool:
-        return self._build(self._key(batch_size, host_steps)) is not None
+    def available(self, batch_size: int, host_steps: tuple[str, ...] = (), uniform: bool = False) -> bool:
+        return self._build(self._key(batch_size, host_steps, uniform)) is not None
 
     def lean(self, rows: int, host_steps: tuple[str, ...] = ()) -> bool:
         """Whether ``rows`` rows per step run the lean body of a hashed linear model (steps/scan_lean.py)."""
         return self._key(rows, host_steps) in self._lean
 
-    def names(self, rows: int, host_steps: tuple[str, ...] = ()) -> list[str]:
+    def uniform(self, rows: int, host_steps: tuple[str, ...] = (), uniform: bool = True) -> bool:
+        """Whether the chunk graph for ``rows`` rows per step takes its row weights once (``uniform`` asked: they
+        are the same for every step) rather than per step."""
+        return self._key(rows, host_steps, uniform)[4]
+
+    def names(self, rows: int, host_steps: tuple[str, ...] = (), uniform: bool = False) -> list[str]:
         """The per-step inputs of the chunk graph for ``rows`` rows per step (scalars, then the host tensors
         given per step), in their order."""
-        built = self._build(self._key(rows, host_steps))
+        built = self._build(self._key(rows, host_steps, uniform))
         assert built is not None
         return built[2]
 
     def run(self, feeds: Mapping[str, np.ndarray], steps: int, rows: int, y_tail: tuple[int, ...],
-            host_steps: tuple[str, ...] = (), blocks: Mapping[str, np.ndarray] | None = None
+            host_steps: tuple[str, ...] = (), blocks: Mapping[str, np.ndarray] | None = None, uniform: bool = False
             ) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
         """Run ``steps`` steps of ``rows`` rows: ``feeds`` holds each scanned input ([steps, rows, ...]) and
-        per-step input ([steps, ...]) by name, ``blocks`` the carried blocks of table rows.  Return the per-step
+        per-step input ([steps, ...]) by name (the row weights of one step where :meth:`uniform`), ``blocks`` the
+        carried blocks of table rows.  Return the per-step
         losses (float64), the outputs [steps, rows, *tail] (a buffer reused by the next chunk of this shape: copy
         it to keep it), whether all is finite, and the final blocks.  The final dense state is in the spare
         ping-pong set."""
         tr = self.trainer
-        key = self._key(rows, host_steps)
+        key = self._key(rows, host_steps, uniform)
         built = self._build(key)
         assert built is not None
         session, scanned, per_step, refs = built
@@ -369,7 +384,7 @@ class ChunkSteps:
         ok = math.isfinite(float(bound.check)) and bool(np.isfinite(losses).all())
         return losses.astype(np.float64), bound.y, ok, {}
 
-    def _columns(self, key: tuple[bool, bool, tuple[str, ...], int]) -> bool:
+    def _columns(self, key: ChunkKey) -> bool:
         """Whether the chunk graph of ``key`` carries the params' columns as they are held (PingPong.columns)."""
         layout = self.layouts.get(key)
         return layout is not None and layout.column and bool(self.trainer.params.column_sets[0])
@@ -385,7 +400,7 @@ class ChunkSteps:
                 io.bind_ortvalue_input(_PREFIX + "in_" + name, value)
                 io.bind_ortvalue_output(_PREFIX + "out_" + name, spare[name])
 
-    def _binding(self, key: tuple[bool, bool, tuple[str, ...], int], steps: int, rows: int, y_tail: tuple[int, ...],
+    def _binding(self, key: ChunkKey, steps: int, rows: int, y_tail: tuple[int, ...],
                  feeds: Mapping[str, np.ndarray]) -> "_Bound":
         """The bound buffers of chunks of ``steps`` steps under ``key`` (made on first use; the few last used kept),
         one IOBinding per ping-pong direction: a chunk's inputs are copied in, nothing is bound per run."""
@@ -395,7 +410,8 @@ class ChunkSteps:
             return held
         tr = self.trainer
         session, scanned, per_step, refs = self._built[key]  # type: ignore[misc]
-        bound = _Bound({n: np.empty(feeds[n].shape, feeds[n].dtype) for n in scanned + per_step},
+        given = scanned + per_step + [n for n in refs if n in feeds]  # the last: row weights given once
+        bound = _Bound({n: np.empty(feeds[n].shape, feeds[n].dtype) for n in given},
                        np.empty((steps,), tr.dtype), np.empty((steps, rows) + y_tail, tr.dtype), np.zeros((), tr.dtype),
                        np.ones((rows,), tr.dtype))
         values = {n: C.from_numpy(a, _CPU) for n, a in bound.feeds.items()}
@@ -408,9 +424,10 @@ class ChunkSteps:
         for src in (0, 1):
             io = C.io_binding(session)
             for name, value in values.items():
-                io.bind_ortvalue_input(_PREFIX + "x_" + name, value)
+                io.bind_ortvalue_input(name if name in refs else _PREFIX + "x_" + name, value)
             for name in refs:
-                io.bind_ortvalue_input(name, ones if name == Names.ones else tr.scalars.values[name])
+                if name not in values:
+                    io.bind_ortvalue_input(name, ones if name == Names.ones else tr.scalars.values[name])
             self._bind_state(io, src, columns, dense)
             for name, value in outs.items():
                 io.bind_ortvalue_output(_PREFIX + name, value)
@@ -422,7 +439,7 @@ class ChunkSteps:
         return bound
 
     def _run_unbound(self, feeds: Mapping[str, np.ndarray], steps: int, rows: int, y_tail: tuple[int, ...],
-                     key: tuple[bool, bool, tuple[str, ...], int], blocks: Mapping[str, np.ndarray] | None
+                     key: ChunkKey, blocks: Mapping[str, np.ndarray] | None
                      ) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
         """:meth:`run` binding everything for this run: a chunk with table blocks (new ones each chunk), or a
         parameter vector packed from the weights (their new values unpacked after)."""
@@ -443,7 +460,12 @@ class ChunkSteps:
                 (io.bind_ortvalue_input if kind == "in_" else io.bind_ortvalue_output)(_PREFIX + kind + name, value)
         host = tr.scalars.values
         for name in refs:
-            if name == Names.ones:
+            if name in feeds:  # a row weight given once
+                array = np.ascontiguousarray(feeds[name])
+                value = C.from_numpy(array, _CPU)
+                keep += [array, value]
+                io.bind_ortvalue_input(name, value)
+            elif name == Names.ones:
                 ones = np.ones((rows,), tr.dtype)
                 keep.append(ones)
                 value = C.from_numpy(ones, _CPU)
@@ -552,17 +574,20 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
         tr._ensure_strategy(arrays)
     why = chunk_unsupported(tr)
     chunks: ChunkSteps | None = tr.__dict__.get("_chunk_steps")
+    uniform = False
     if why is None and steps >= 2:
         if chunks is None:
             chunks = tr.__dict__["_chunk_steps"] = ChunkSteps(tr)
-        if not chunks.available(batch_size, names):
+        uniform = chunks.uniform(batch_size, names, uniform_row_weights(tr, sw))
+        if not chunks.available(batch_size, names, uniform):
             why = chunks.why_not
     if why is not None or steps < 2:
         return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
     assert chunks is not None
     m = steps * batch_size
     y_tail = tuple(tr._y_tail or ())
-    feeds = _scan_feeds(tr, chunks.names(batch_size, names), arrays, y, sw, n, steps, batch_size, host)
+    feeds = _scan_feeds(tr, chunks.names(batch_size, names, uniform), arrays, y, sw, n, steps, batch_size, host,
+                        uniform)
     blocks = None
     if tr.tables is not None:
         try:
@@ -571,7 +596,7 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
             return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
         feeds.update(blocks.scanned)
     losses, out, ok, new_blocks = chunks.run(feeds, steps, batch_size, y_tail, names,
-                                             None if blocks is None else blocks.carried)
+                                             None if blocks is None else blocks.carried, uniform)
     if not ok:  # replay one step per run: the step path's own answer (on_nonfinite, counters)
         return _step_by_step(tr, arrays, y, sw, n, batch_size, 0, host, scanned=False)
     if blocks is not None:
@@ -593,11 +618,18 @@ def train_chunk(trainer: Trainer, X: Any, y: Any, sample_weight: Any = None, bat
                        steps + tail.applied, True)
 
 
+def uniform_row_weights(tr: Trainer, sw: np.ndarray | None) -> bool:
+    """Whether every step of a chunk weighs its rows alike: no sample weights, and a constant rate where the
+    rate is folded into the gradient's row weights."""
+    return sw is None and (not tr._lr_in_grad_weights or type(tr.schedule) is Constant)
+
+
 def _scan_feeds(tr: Trainer, per_step: list[str], arrays: tuple[np.ndarray, ...], y: np.ndarray,
-                sw: np.ndarray | None, n: int, steps: int, batch_size: int, host: Mapping[str, np.ndarray]
-                ) -> dict[str, np.ndarray]:
+                sw: np.ndarray | None, n: int, steps: int, batch_size: int, host: Mapping[str, np.ndarray],
+                uniform: bool = False) -> dict[str, np.ndarray]:
     """The Scan's inputs for the chunk's ``steps`` full steps, by name: the per-step values (``per_step``), each
-    model input, the targets and the two row weights, as [steps, batch_size, ...] arrays."""
+    model input, the targets and the two row weights, as [steps, batch_size, ...] arrays (the row weights as
+    one step's, ``uniform``: the same for every step)."""
     T = tr._targets(y, n)
     if tr._integer_labels:
         T = T.astype(np.int64)
@@ -608,7 +640,7 @@ def _scan_feeds(tr: Trainer, per_step: list[str], arrays: tuple[np.ndarray, ...]
     t_dtype = np.int64 if tr.loss.integer_labels else tr.dtype
     feeds[Names.target] = np.ascontiguousarray(T[:m], dtype=t_dtype).reshape((steps, batch_size) + T.shape[1:])
     feeds[Names.loss_weight], feeds[Names.grad_weight] = _row_weights(
-        tr, None if sw is None else sw[:m], steps, batch_size, tuple(tr._y_tail or ()), feeds.pop("lrs"))
+        tr, None if sw is None else sw[:m], steps, batch_size, tuple(tr._y_tail or ()), feeds.pop("lrs"), uniform)
     return feeds
 
 
@@ -681,15 +713,19 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
 
 
 def _row_weights(tr: Trainer, sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
-                 lrs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The per-row loss and gradient weights of each step, as :meth:`Staging.load` writes them."""
+                 lrs: np.ndarray, uniform: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The per-row loss and gradient weights of each step, as :meth:`Staging.load` writes them (``uniform``: the
+    one step's that every step has, :func:`uniform_row_weights`)."""
     gfac: np.ndarray | float
     if tr._lr_in_grad_weights:
-        gfac = lrs / batch_size
+        gfac = float(lrs[0] / batch_size) if uniform else lrs / batch_size  # the same float64 operation
     else:
         gfac = 1.0 if tr._summed_gradient else 1.0 / batch_size
     lfac = float(tr._strategy.cache.loss_factor / batch_size)  # type: ignore[union-attr]
     shape = sample_weight_shape(batch_size, len(y_tail) + 1)
+    if uniform:
+        assert isinstance(gfac, float)
+        return np.full(shape, lfac, tr.dtype), np.full(shape, gfac, tr.dtype)
     return (_per_step_rows(lfac, sw, steps, batch_size, shape, tr.dtype),
             _per_step_rows(gfac, sw, steps, batch_size, shape, tr.dtype))
 

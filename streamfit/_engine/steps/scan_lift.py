@@ -19,6 +19,7 @@ its missing axes after the steps axis; constants broadcast from the right, as in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import onnx
@@ -61,9 +62,15 @@ class Lifted:
 
 
 def _ranks(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto],
-           types: dict[str, onnx.ValueInfoProto]) -> dict[str, int]:
-    """Per-step rank of every value of ``body`` where shape inference knows it (``types``: their inferred types)."""
-    model = helper.make_model(body, opset_imports=opsets)
+           types: dict[str, onnx.ValueInfoProto], refs: Sequence[onnx.ValueInfoProto] = ()) -> dict[str, int]:
+    """Per-step rank of every value of ``body`` where shape inference knows it (``types``: their inferred types),
+    the outer values it reads typed by ``refs``."""
+    graph = body
+    if refs:
+        graph = onnx.GraphProto()
+        graph.CopyFrom(body)
+        graph.input.extend(refs)
+    model = helper.make_model(graph, opset_imports=opsets)
     try:
         inferred = onnx.shape_inference.infer_shapes(model).graph
     except Exception:  # noqa: BLE001  (no ranks: nothing is lifted)
@@ -221,12 +228,14 @@ class _Outer:
             self.stacked[o] = outer
 
 
-def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: list[str], outer_refs: set[str],
-         loss: str, outer_in: dict[str, str], scanned_out: dict[str, str]) -> Lifted:
-    """Move ``body``'s state-independent nodes out (edits ``body``); ``outer_in`` maps each scanned and per-step
-    input to its stacked outer name, ``scanned_out`` each body value already scanned out to its outer name."""
+def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: list[str],
+         outer_refs: Sequence[onnx.ValueInfoProto], loss: str, outer_in: dict[str, str], scanned_out: dict[str, str]
+         ) -> Lifted:
+    """Move ``body``'s state-independent nodes out (edits ``body``); ``outer_refs`` are the outer values it reads
+    (the same every step), ``outer_in`` maps each scanned and per-step input to its stacked outer name,
+    ``scanned_out`` each body value already scanned out to its outer name."""
     lifted = Lifted()
-    ranks = _ranks(body, opsets, lifted.types)
+    ranks = _ranks(body, opsets, lifted.types, outer_refs)
     if not ranks:
         return lifted
     inits = {i.name: i for i in body.initializer}
@@ -237,7 +246,7 @@ def lift(body: onnx.GraphProto, opsets: list[onnx.OperatorSetIdProto], state: li
     needed = _ancestors(keep_outputs, producer)
     loss_nodes = [n for n in body.node if id(n) in _ancestors([loss], producer) and id(n) not in needed]
     opset = next((o.version for o in opsets if o.domain in ("", "ai.onnx")), 1)
-    outer = _Outer(dict(outer_in), {r: r for r in outer_refs}, ranks, inits, lifted, opset)
+    outer = _Outer(dict(outer_in), {r.name: r.name for r in outer_refs}, ranks, inits, lifted, opset)
     hoisted = []
     for node in body.node:  # topological order: a node's inputs are hoisted before it
         if id(node) in needed and outer.can(node, _EXACT) and not _scales_by_a_constant(node, inits):
