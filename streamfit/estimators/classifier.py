@@ -327,9 +327,16 @@ class OnnxClassifier(_Mixin, OnnxEstimator):
         scores = scores.astype(np.float64)
         if getattr(self, "output_kind_", "scores") == "probabilities":
             return scores
-        if self.binary_:
-            p = 1.0 / (1.0 + np.exp(-scores))
-            return np.column_stack([1.0 - p, p])
+        if self.binary_:  # 1 / (1 + exp(-s)) in place, the two columns written once
+            p = scores.reshape(-1)
+            np.negative(p, out=p)
+            np.exp(p, out=p)
+            p += 1.0
+            np.divide(1.0, p, out=p)
+            out = np.empty((len(p), 2))
+            np.subtract(1.0, p, out=out[:, 0])
+            out[:, 1] = p
+            return out
         if getattr(self, "loss_name_", None) == "log_loss":  # one-vs-rest logistic columns, as scikit-learn's
             p = 1.0 / (1.0 + np.exp(-scores))
             return p / p.sum(axis=1, keepdims=True)
