@@ -533,9 +533,11 @@ class DistributedTrainer:
         quotas = self._quotas
         if quotas is not None:
             quotas = self._quotas = redeal_quotas(quotas, [r.rows for r in reports], [r.ended for r in reports])
-        self._wait(ray, [a.apply.remote(round_, ref, None if commits is None else commits[i],
-                                        None if quotas is None else quotas[i])
-                         for i, a in enumerate(self.learners)])
+        refused = self._wait(ray, [a.apply.remote(round_, ref, None if commits is None else commits[i],
+                                                  None if quotas is None else quotas[i])
+                                   for i, a in enumerate(self.learners)])
+        if commits is not None:
+            self._log_refused(commits, refused)
         return new
 
     def _start_quotas(self, starts: list[StartFrom]) -> list[int] | None:
@@ -565,9 +567,22 @@ class DistributedTrainer:
             self._writer.flush()
             commits = self._durable_positions()
             if commits is not None:
-                self._wait(ray, [a.commit.remote(p) if p is not None else None
-                                 for a, p in zip(self.learners, commits)])
+                answers = iter(self._wait(ray, [a.commit.remote(p) if p is not None else None
+                                                for a, p in zip(self.learners, commits)]))
+                self._log_refused(commits, [None if p is None else next(answers) for p in commits])
         self._wait(ray, [a.close.remote() for a in self.learners])
+
+    def _log_refused(self, positions: Sequence[Any], refusals: Sequence[str | None]) -> None:
+        """Log as a warning each learner's commit (of ``positions``, the checkpoint :meth:`_durable_positions` just
+        gave; ``refusals`` per learner, None: committed) that its source refused.  The run goes on: that learner's
+        next commit carries the offsets (a position names every partition it trained), and a resumed run starts
+        at the checkpoint's positions, not the group's."""
+        for learner, (position, refusal) in enumerate(zip(positions, refusals)):
+            if refusal is not None:
+                log_event("commit", f"learner {learner}: commit of global checkpoint {self._committed_round} "
+                          f"refused ({refusal}): its next checkpoint's commit carries these offsets",
+                          level=logging.WARNING, learner=learner, round=self._committed_round, position=position,
+                          error=refusal)
 
     def _teardown(self, ray: Any) -> None:
         """Whatever happened: history and writer closed, the actors killed, a local Ray instance stopped."""

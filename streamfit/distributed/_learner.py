@@ -36,6 +36,7 @@ from streamfit.distributed._averaging import synced_names
 from streamfit.distributed._guard import LearnerGuard, RollbackPoint
 from streamfit.distributed._messages import LearnerState, RoundReport, StartFrom
 from streamfit.distributed._shares import Share
+from streamfit.exceptions import SourceError
 from streamfit.sources import Position, Source, SourceBatch
 
 __all__ = ["Learner"]
@@ -351,9 +352,10 @@ class Learner:
                            self._sink_state if want_state else None, self._capped)
 
     async def apply(self, round_: int, mixed: Mapping[str, np.ndarray] | None,
-                    commit: Position | None, quota: int | None = None) -> None:
+                    commit: Position | None, quota: int | None = None) -> str | None:
         """Load the mixed state, commit offsets covered by a durable checkpoint, then train the next round (up to
-        ``quota`` rows in all: a learner that reached its old quota trains on when it is raised)."""
+        ``quota`` rows in all: a learner that reached its old quota trains on when it is raised); the source's
+        refusal of the commit, if it refused it (:meth:`commit`)."""
         if mixed is not None and self._snapshot is not None:
             tree, arrays = self._snapshot
             restore_estimator(self.estimator, {"class": type(self.estimator).__name__, "state": tree},
@@ -361,8 +363,7 @@ class Learner:
         self._snapshot = None
         if self._guard is not None and not self._ended:
             self._take_point()  # the mixed state at this barrier: where a divergence in the next round goes back
-        if commit is not None:
-            await self.commit(commit)
+        refused = None if commit is None else await self.commit(commit)
         self._round_rows = self._round_batches = 0
         self._round_train = 0.0
         self._round_t0 = time.monotonic()
@@ -377,6 +378,7 @@ class Learner:
             go.set()
             if self._gate is not None:
                 self._gate.open.set()
+        return refused
 
     async def _go_on(self) -> None:
         """The quota was raised after this learner reached it: a new loop from here (the state, position and
@@ -389,7 +391,18 @@ class Learner:
         self._ended = self._capped = self._at_barrier = False
         self._launch()
 
-    async def commit(self, position: Position) -> None:
-        """Tell the source that ``position`` is durably checkpointed (Kafka commits the offsets)."""
-        if self._source is not None:
+    async def commit(self, position: Position) -> str | None:
+        """Tell the source that ``position`` is durably checkpointed (Kafka commits the offsets); the source's
+        refusal of that commit (:class:`~streamfit.exceptions.SourceError`: a broker refusing it, a rebalance of
+        the group ahead of it), if it refused it.
+
+        A refusal is returned, not raised: the learner goes on, and its next commit (of the next durable global
+        checkpoint) carries these offsets too: a position names every partition this learner trained.
+        """
+        if self._source is None:
+            return None
+        try:
             await self._source.commit(position)
+        except SourceError as exc:  # a normal event for a Kafka group: not a reason to end the run
+            return str(exc)
+        return None
