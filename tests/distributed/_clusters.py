@@ -37,6 +37,14 @@ def driven_cluster(nodes: int, cpus: int = 1, env: dict[str, str] | None = None)
         shutil.rmtree(root, ignore_errors=True)
 
 
+def write_parts(root: "os.PathLike[str] | str", tables: list[pa.Table], row_group_size: int) -> None:
+    """``tables`` as ``part-000.parquet``, ``part-001.parquet``, ... in ``root`` (a Parquet source's files)."""
+    import pyarrow.parquet as pq
+
+    for i, table in enumerate(tables):
+        pq.write_table(table, os.path.join(root, f"part-{i:03d}.parquet"), row_group_size=row_group_size)
+
+
 def linear_tables(files: int, rows: int, d: int, seed: int = 0) -> list[pa.Table]:
     """``files`` tables of ``rows`` rows: features ``x0..x{d-1}`` and ``y``, a linear target with noise 1.0."""
     rng = np.random.default_rng(seed)

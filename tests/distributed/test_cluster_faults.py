@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -29,7 +28,7 @@ ray = pytest.importorskip("ray")
 from streamfit import LinearRegressor  # noqa: E402
 from streamfit.checkpoint import CheckpointStore  # noqa: E402
 from streamfit.distributed import DistributedTrainer, LocalRayCluster  # noqa: E402
-from tests.distributed._clusters import driven_cluster, linear_tables  # noqa: E402
+from tests.distributed._clusters import driven_cluster, linear_tables, write_parts  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -50,8 +49,7 @@ def _tables(seed: int = 0) -> list[pa.Table]:
 @pytest.fixture(scope="module")
 def parquet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    for i, table in enumerate(_tables()):
-        pq.write_table(table, root / f"part-{i:03d}.parquet", row_group_size=1000)
+    write_parts(root, _tables(), row_group_size=1000)
     return root
 
 

@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray")
 
 from streamfit import LinearRegressor, train_stream_sync  # noqa: E402
 from streamfit.distributed import DistributedTrainer  # noqa: E402
-from tests.distributed._clusters import driven_cluster, linear_tables  # noqa: E402
+from tests.distributed._clusters import driven_cluster, linear_tables, write_parts  # noqa: E402
 from streamfit.sources import KafkaSource, ParquetSource  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -47,8 +47,7 @@ def _tables(seed: int = 0) -> list[pa.Table]:
 @pytest.fixture(scope="module")
 def parquet_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    for i, table in enumerate(_tables()):
-        pq.write_table(table, root / f"part-{i:03d}.parquet", row_group_size=1000)
+    write_parts(root, _tables(), row_group_size=1000)
     return root
 
 

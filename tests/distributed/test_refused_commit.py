@@ -19,7 +19,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from streamfit import LinearRegressor
@@ -28,7 +27,7 @@ from streamfit.distributed._learner import Learner
 from streamfit.distributed._messages import StartFrom
 from streamfit.distributed._shares import Share, plan_shares
 from tests.distributed import _refusing
-from tests.distributed._clusters import linear_tables
+from tests.distributed._clusters import linear_tables, write_parts
 from tests.distributed._refusing import REFUSED, commits, refusing
 
 D = 4
@@ -48,8 +47,7 @@ def _tables() -> list[pa.Table]:
 @pytest.fixture(scope="module")
 def parquet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    for i, table in enumerate(_tables()):
-        pq.write_table(table, root / f"part-{i:03d}.parquet", row_group_size=500)
+    write_parts(root, _tables(), row_group_size=500)
     return root
 
 
