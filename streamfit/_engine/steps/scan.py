@@ -365,10 +365,9 @@ class ChunkSteps:
             ) -> tuple[np.ndarray, np.ndarray, bool, dict[str, np.ndarray]]:
         """Run ``steps`` steps of ``rows`` rows: ``feeds`` holds each scanned input ([steps, rows, ...]) and
         per-step input ([steps, ...]) by name (the row weights of one step where :meth:`uniform`), ``blocks`` the
-        carried blocks of table rows.  Return the per-step
-        losses (float64), the outputs [steps, rows, *tail] (a buffer reused by the next chunk of this shape: copy
-        it to keep it), whether all is finite, and the final blocks.  The final dense state is in the spare
-        ping-pong set."""
+        carried blocks of table rows.  Return the per-step losses (float64), the outputs [steps, rows, *tail] (a
+        buffer reused by the next chunk of this shape: copy it to keep it), whether all is finite, and the final
+        blocks.  The final dense state is in the spare ping-pong set."""
         tr = self.trainer
         key = self._key(rows, host_steps, uniform)
         built = self._build(key)
