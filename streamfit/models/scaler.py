@@ -8,6 +8,7 @@ rows not at all.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -152,7 +153,9 @@ class RunningScaler:
             self.update_row(X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else
                             np.asarray(X).reshape(-1).tolist())
             return
-        X = np.asarray(X, np.float64).reshape(len(X), -1)
+        # C order: a step's rows are summed in order only along a C array's first axis (a Fortran one is summed
+        # pairwise, as a column)
+        X = np.ascontiguousarray(X, np.float64).reshape(len(X), -1)
         w = None if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1)
         total = float(len(X)) if w is None else float(w.sum())
         if total <= 0.0:
@@ -355,6 +358,47 @@ def _block_sums(blocks: np.ndarray) -> np.ndarray:
     return by_row.reshape(rows, count * features).sum(axis=0).reshape(count, features)
 
 
+def _step_sums(parts: Sequence[np.ndarray], shift: list[float], size: int) -> np.ndarray:
+    """The sums of each step's deviations from ``shift`` and of their squares ([2, steps, features], float64) for
+    steps of ``size`` rows of ``parts`` side by side (the last step may be shorter), with :func:`_block_sums`'s
+    bits (each step's rows added in order).  The rows are cast into a [2, rows of a step, steps, features] buffer,
+    so that the deviations and squares are flat operations and the sums one reduction with a long inner loop:
+    1024 rows of 9 features in steps of 32 cost a third of :func:`_block_sums` on their concatenation."""
+    n_rows = len(parts[0])
+    width = sum(p.shape[1] for p in parts)
+    full = n_rows // size * size
+    out = []
+    for start, rows, steps in ((0, size, full // size), (full, n_rows - full, 1)):  # the full steps, the last
+        if not rows or not steps:
+            continue
+        buf = np.empty((2, rows, steps, width))
+        dev = buf[0]
+        at = 0
+        for p in parts:
+            w = p.shape[1]
+            block = p[start:start + steps * rows].reshape(steps, rows, w).transpose(1, 0, 2)
+            np.copyto(dev[:, :, at:at + w] if len(parts) > 1 else dev, block, casting="unsafe")
+            at += w
+        flat = dev.reshape(rows, steps * width)
+        np.subtract(flat, _tiled(tuple(shift), steps), out=flat)
+        np.multiply(flat, flat, out=buf[1].reshape(rows, steps * width))
+        if steps * width > 1:
+            sums = buf.reshape(2, rows, steps * width).sum(axis=1)
+        else:  # one column: summed as a [rows, 2] array (a reduction along its only axis would be pairwise)
+            sums = buf.reshape(2, rows).T.copy().sum(axis=0)
+        out.append(sums.reshape(2, steps, width))
+    return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
+
+
+@functools.lru_cache(maxsize=16)
+def _tiled(shift: tuple[float, ...], times: int) -> np.ndarray:
+    """``shift`` repeated ``times`` times (float64, read-only): a scaler's shift never changes once set, so a
+    chunk's deviations are one flat subtraction of the same array."""
+    out = np.tile(np.array(shift, np.float64), times)
+    out.flags.writeable = False
+    return out
+
+
 def _packers(f32: tuple[np.ndarray, np.ndarray]) -> tuple[Any, Any, Any]:
     """``struct``'s pack_into for the float32 arrays and their byte views, or Nones when they are not contiguous
     float32 vectors of one length."""
@@ -383,35 +427,30 @@ def update_steps_together(scalers: Sequence[RunningScaler], arrays: Sequence[np.
     widths = [len(s._s1) for s in scalers]
     if not n_rows:
         return [(np.empty((0, w)), np.empty((0, w))) for w in widths]
-    # a copy (the sums are accumulated in place), the float64 values of each scaler's rows side by side
-    D = np.concatenate([np.asarray(a).reshape(n_rows, -1) for a in arrays], axis=1, dtype=np.float64)
-    first = D[0].tolist()
+    parts = [np.asarray(a).reshape(n_rows, -1) for a in arrays]
     shift: list[float] = []
-    at = 0
-    for s, w in zip(scalers, widths):
-        shift += s._shift_of(first[at:at + w])
-        at += w
-    D -= np.array(shift, np.float64)
+    for s, a in zip(scalers, parts):
+        shift += s._shift_of(a[0].tolist())  # Python floats: a float32's value is its float64's
     s1 = [v for s in scalers for v in s._s1]
     s2 = [v for s in scalers for v in s._s2]
     count = scalers[0].count
+    if size > 1:
+        sums = _step_sums(parts, shift, size)  # [2, steps, features]
+        inc1, inc2 = sums[0], sums[1]
+        rows = np.full(sums.shape[1], float(size))
+        if n_rows % size:
+            rows[-1] = n_rows % size
+        counted = False
+    else:
+        # a copy (the sums are accumulated in place), the float64 values of each scaler's rows side by side
+        D = np.concatenate(parts, axis=1, dtype=np.float64)
+        D -= np.array(shift, np.float64)
     if size == 1:  # a step's sums are its row
         inc1, inc2 = D, D * D
         # the count after each row: count + 1, count + 2, ... (exact for whole counts below 2**53, as the
         # cumulative sum below gives them)
         counted = float(count).is_integer() and count + n_rows < 2.0 ** 52
         rows = np.arange(count + 1.0, count + n_rows + 0.5) if counted else np.ones(n_rows)
-    else:
-        counted = False
-        f = D.shape[1]
-        both = np.concatenate([D, D * D], axis=1)
-        full = n_rows // size * size
-        blocks = [both[:full].reshape(-1, size, 2 * f)] + ([both[full:][None]] if full < n_rows else [])
-        sums = np.concatenate([_block_sums(b) for b in blocks]) if len(blocks) > 1 else _block_sums(blocks[0])
-        inc1, inc2 = sums[:, :f], sums[:, f:]
-        rows = np.full(len(sums), float(size))
-        if full < n_rows:
-            rows[-1] = n_rows - full
     # the running sums and count after each step: the first step's increments take the sums so far
     # (s + a == a + s), then numpy's cumsum adds in order, as step by step (a count of weighted rows may
     # not be an integer: it is accumulated the same way)
@@ -422,7 +461,7 @@ def update_steps_together(scalers: Sequence[RunningScaler], arrays: Sequence[np.
     if size == 1:
         S1, S2 = np.cumsum(inc1, axis=0, out=inc1), np.cumsum(inc2, axis=0, out=inc2)
     else:  # each column on its own, both at once
-        np.cumsum(sums, axis=0, out=sums)
+        np.cumsum(sums, axis=1, out=sums)
         S1, S2 = inc1, inc2
     n = (rows if counted else np.cumsum(rows, out=rows))[:, None]
     last1, last2, total = S1[-1].tolist(), S2[-1].tolist(), float(n[-1, 0])

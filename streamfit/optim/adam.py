@@ -55,7 +55,11 @@ class Adam(Optimizer):
             return super().scalars_of_steps(lrs, t)
         lrs = np.asarray(lrs, np.float64)
         bc1, bc2 = (_corrections(b, t + 1, len(lrs)) for b in (self.beta1, self.beta2))
-        return np.stack([lrs, lrs / bc1, 1.0 / np.sqrt(bc2)], axis=1)
+        out = np.empty((len(lrs), 3))  # the columns written in place: lr, lr / bc1, 1 / sqrt(bc2)
+        out[:, 0] = lrs
+        np.divide(lrs, bc1, out=out[:, 1])
+        np.divide(1.0, np.sqrt(bc2, out=out[:, 2]), out=out[:, 2])
+        return out
 
     def _moments(self, b: GraphBuilder, g: str, state: Mapping[str, str]) -> tuple[str, str]:
         m = b.op("Add", b.op("Mul", state["exp_avg"], b.const(self.beta1)),
@@ -86,7 +90,7 @@ class Adam(Optimizer):
 
 
 def _corrections(beta: float, first: int, n: int) -> np.ndarray:
-    """``1 - beta ** s`` for the ``n`` steps from ``first``, with the powers :meth:`Adam.scalars` computes (the C
+    """``1 - beta ** s`` for the ``n`` steps from ``first`` (read-only), with the powers :meth:`Adam.scalars` computes (the C
     library's ``pow``, as Python's ``**``: numpy's vectorized power may differ in the last bit); all 1 once the
     power is too small to change 1.  The values of the first ``_TABLE_STEPS`` steps are computed once per beta
     and sliced (a chunk of 256 one-row steps paid 25 us for the powers)."""
@@ -102,7 +106,8 @@ def _corrections(beta: float, first: int, n: int) -> np.ndarray:
         more = 1.0 - np.fromiter(map(math.pow, repeat(beta, size - have), range(have + 1, size + 1)), np.float64,
                                  size - have)
         table = _TABLES[beta] = more if table is None else np.concatenate([table, more])
-    return table[first - 1:end - 1].copy()
+        table.flags.writeable = False
+    return table[first - 1:end - 1]  # a read-only view
 
 
 #: a power below this leaves ``1 - p == 1.0`` (with room for the rounding of later, smaller powers)
