@@ -64,6 +64,12 @@ def test_river_defaults_bench_smoke():
     assert "TrumpApproval" in out and "Bananas" in out and ("met" in out or "MISSED" in out)
 
 
+def test_eta0_study_bench_smoke():
+    pytest.importorskip("river")
+    out = _run("eta0_study.py", timeout=120)
+    assert "streams met" in out and "Bananas" in out and "Friedman" in out
+
+
 def test_inputs_bench_smoke():
     pytest.importorskip("river")
     out = _run("inputs.py", timeout=180)

@@ -26,7 +26,10 @@ def _rate(est, regression: bool) -> float:
 
 
 @pytest.mark.parametrize("make,regression,rate", [
-    (lambda: LinearRegressor(), True, 0.01),  # Adam, the default
+    (lambda: LinearRegressor(), True, 0.01),  # Adam, the default, at the default batch_size=32
+    (lambda: LinearRegressor(batch_size=1), True, 0.005),  # Adam one row a step: 0.005 * sqrt(batch_size)
+    (lambda: LogisticRegression(batch_size=2), False, 0.005 * 2 ** 0.5),
+    (lambda: LogisticRegression(batch_size=4, optimizer="adamw"), False, 0.01),  # at most 0.01
     (lambda: LinearRegressor(optimizer="sgd"), True, 0.01),
     (lambda: LogisticRegression(optimizer="ftrl"), False, 0.1),
     (lambda: LogisticRegression(optimizer="adagrad"), False, 0.1),
@@ -38,7 +41,7 @@ def _rate(est, regression: bool) -> float:
     (lambda: MLPClassifier(hidden_layer_sizes=(4,), optimizer="adamw", random_state=0), False, 0.001),
     (lambda: MLPClassifier(hidden_layer_sizes=(4,), optimizer="sgd", random_state=0), False, 0.01),
     (lambda: LogisticRegression(optimizer="sgd", eta0=0.3), False, 0.3),  # a number is used as given
-], ids=["linear-adam", "linear-sgd", "ftrl", "adagrad", "rowwise", "momentum", "nesterov-0.5", "ftrl-instance",
+], ids=["linear-adam", "linear-adam-b1", "logistic-adam-b2", "logistic-adamw-b4", "linear-sgd", "ftrl", "adagrad", "rowwise", "momentum", "nesterov-0.5", "ftrl-instance",
         "mlp-adam", "mlp-adamw", "mlp-sgd", "given"])
 def test_the_rate_each_optimizer_starts_from(make, regression, rate):
     est = make()

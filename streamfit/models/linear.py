@@ -24,12 +24,13 @@ class LinearRegressor(HashedLinear, ReadyRegressor):
     (``"constant"``, ``"invscaling"``, ``"optimal"``, ``"adaptive"``, a float or a
     :class:`~streamfit.schedules.Schedule`) applies; ``eta0``, ``power_t``, ``alpha``, ``l1_ratio``,
     ``penalty`` and ``momentum`` mean what they mean in scikit-learn's ``SGDRegressor``.  The defaults
-    (Adam at a constant 0.01 on standardized features and targets) work out of the box on streams in
-    any units: River's TrumpApproval, Phishing and Bananas reach River's own progressive metric
-    (``bench/river_defaults.py``).
+    (Adam at a constant 0.005 to 0.01, by batch size, on standardized features and targets) work out of the
+    box on streams in any units: River's TrumpApproval, Phishing and Bananas reach River's own progressive
+    metric (``bench/river_defaults.py``).
 
     ``eta0="auto"`` (the default) starts each optimizer from a rate that works for it, so naming the optimizer
-    is enough: ``"sgd"`` and ``"adam"``/``"adamw"`` 0.01 (River's SGD, on standardized features), ``"momentum"``
+    is enough: ``"sgd"`` 0.01 (River's SGD, on standardized features), ``"adam"``/``"adamw"`` ``0.005 *
+    sqrt(batch_size)`` and at most 0.01 (0.005 one row a step, 0.01 from 4 rows: ``bench/eta0_study.py``), ``"momentum"``
     and ``"nesterov"`` ``0.01 * (1 - momentum)`` (the same steady step), ``"adagrad"``, ``"rowwise_adagrad"``
     and ``"ftrl"`` 0.1 (per-coordinate rates: Vowpal Wabbit's progressive log loss on hashed string columns at
     batch 1 and 1024, ``bench/perrow.py``); an optimizer instance says its own

@@ -20,8 +20,8 @@ class LogisticRegression(HashedLinear, ReadyClassifier):
     ``n_features_in_`` and ``classes_`` (``partial_fit`` needs ``classes`` on its first call, as in
     scikit-learn).  ``loss="auto"`` picks ``"log_loss"`` or ``"softmax_cross_entropy"``; optimizers,
     schedules and penalties are the engine's, with the parameters of
-    :class:`~streamfit.models.linear.LinearRegressor` (``eta0="auto"``: 0.01 for Adam and SGD, 0.1 for FTRL
-    and AdaGrad, the rule stated there).
+    :class:`~streamfit.models.linear.LinearRegressor` (``eta0="auto"``: 0.01 for SGD, 0.005 to 0.01 for Adam
+    by batch size, 0.1 for FTRL and AdaGrad, the rule stated there).
 
     With ``categorical=[columns]`` it is a hashed (VW-style) logistic regression: each categorical column
     one-hot encoded through its hashed values (``buckets`` ids in one table, trained row-sparsely), the
