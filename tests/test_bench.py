@@ -33,6 +33,7 @@ def test_checkpoint_bench_smoke():
     assert "none" in out and "vs none" in out and "ERROR" not in out
 
 
+@pytest.mark.slow
 def test_checkpoint_tables_bench_smoke():
     out = _run("checkpoint.py", "--tables")
     assert "== delta checkpoints" in out and " full " in out and " delta " in out
@@ -64,6 +65,7 @@ def test_river_defaults_bench_smoke():
     assert "TrumpApproval" in out and "Bananas" in out and ("met" in out or "MISSED" in out)
 
 
+@pytest.mark.slow
 def test_eta0_study_bench_smoke():
     pytest.importorskip("river")
     out = _run("eta0_study.py", timeout=120)
