@@ -23,7 +23,6 @@ import itertools
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -35,19 +34,11 @@ if os.path.isdir(os.path.join(ROOT, "streamfit")) and ROOT not in sys.path:
 sys.path.insert(0, HERE)
 
 from _cpu import cpu_model  # noqa: E402
+from perrow import Stream, chunked_pass, river_pass  # noqa: E402  (the same passes as bench/perrow.py's)
 
 #: issue 20's tolerance against River's metric
 ACCURACY_GAP, MAE_FACTOR = 0.005, 1.05
 CHUNK = 256
-
-
-@dataclass(frozen=True)
-class Stream:
-    name: str
-    regression: bool
-    rows: list[tuple[dict[str, float], Any]]
-    X: np.ndarray
-    y: np.ndarray
 
 
 def _streams() -> list[tuple[str, bool, Callable[[], Any], int | None]]:
@@ -71,7 +62,7 @@ def _streams() -> list[tuple[str, bool, Callable[[], Any], int | None]]:
         ("WaterFlow", True, datasets.WaterFlow, None),
         ("AirlinePassengers", True, datasets.AirlinePassengers, None),
         ("Friedman", True, lambda: synth.Friedman(seed=42), n),
-        ("FriedmanDrift", True, lambda: synth.FriedmanDrift(seed=42), n),
+        ("FriedmanDrift", True, lambda: synth.FriedmanDrift(drift_type="gra", position=(3000, 7000), seed=42), n),
         ("Planes2D", True, lambda: synth.Planes2D(seed=42), n),
         ("Mv", True, lambda: synth.Mv(seed=42), n),
     ]
@@ -87,35 +78,15 @@ def load(name: str, regression: bool, make: Callable[[], Any], limit: int | None
     return Stream(name, regression, rows, X, y)
 
 
-def river_metric(s: Stream) -> float:
-    from river import linear_model, preprocessing
-
-    model = preprocessing.StandardScaler() | (linear_model.LinearRegression() if s.regression
-                                             else linear_model.LogisticRegression())
-    total = 0.0  # absolute errors, or right answers
-    for x, t in s.rows:
-        if s.regression:
-            total += abs(model.predict_one(x) - t)
-        else:
-            total += float((model.predict_proba_one(x).get(True, 0.0) > 0.5) == t)
-        model.learn_one(x, t)
-    return total / len(s.rows)
-
-
 def ours_metric(s: Stream, eta0: float, batch_size: int = 1) -> float:
+    """The ready-made model's defaults but ``eta0`` and ``batch_size``, predict then learn (chunks of 256 rows)."""
     import streamfit as sf
 
-    est = (sf.LinearRegressor(batch_size=batch_size, eta0=eta0) if s.regression
-           else sf.LogisticRegression(batch_size=batch_size, eta0=eta0))
-    kw: dict[str, Any] = {} if s.regression else {"classes": [False, True]}
-    outs = []
-    for i in range(0, len(s.X), CHUNK):
-        outs.append(est.partial_fit_predict(s.X[i:i + CHUNK], s.y[i:i + CHUNK], **kw))
-        kw = {}
-    out = np.concatenate(outs)
-    if s.regression:
-        return float(np.mean(np.abs(out.reshape(-1) - s.y)))
-    return float(np.mean((out[:, 1] > 0.5) == s.y))
+    def make() -> Any:
+        return (sf.LinearRegressor(batch_size=batch_size, eta0=eta0) if s.regression
+                else sf.LogisticRegression(batch_size=batch_size, eta0=eta0))
+
+    return chunked_pass(s, make, CHUNK)[0]
 
 
 def meets(s: Stream, ours: float, river: float) -> bool:
@@ -147,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if not s.X.shape[1]:
             print(f"{name:<18}{len(s.rows):>7}  skipped: no numeric feature")
             continue
-        river = river_metric(s)
+        river = river_pass(s)
         used += 1
         cells = []
         for r in rates:
