@@ -51,6 +51,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _free_ports(n: int, taken: set[int], reserved: range = range(0)) -> list[int]:
+    """``n`` distinct free ports on 127.0.0.1, none in ``taken`` (they are added to it) or ``reserved``: the
+    sockets stay open together while the ports are chosen, so the OS cannot hand one out twice (one-at-a-time
+    picks can repeat a port, and a Ray node then refuses to start: "port ... used by other components")."""
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+            if port not in taken and port not in reserved:
+                ports.append(port)
+                taken.add(port)
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
 class LocalRayCluster:
     """``nodes`` Ray nodes (the first is the head) with ``cpus`` CPUs each, on 127.0.0.1; a context manager.
 
@@ -70,12 +91,15 @@ class LocalRayCluster:
         self.home.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "HOME": str(self.home), "RAY_USAGE_STATS_ENABLED": "0",
                     "RAY_TMPDIR": str(self.temp_dir), **(env or {})}
-        self.port = _free_port()
+        self._worker_base = random.randrange(_WORKER_PORTS_LOW, 65535 - _WORKER_PORTS * nodes, _WORKER_PORTS)
+        #: the ports handed out to this cluster's nodes, each once (and none in the workers' range)
+        self._ports: set[int] = set()
+        self._workers = range(self._worker_base, self._worker_base + _WORKER_PORTS * nodes)
+        self.port = _free_ports(1, self._ports, self._workers)[0]
         self.address = f"127.0.0.1:{self.port}"
         self._procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
         self._cpus, self._store_bytes = cpus, object_store_bytes
-        self._worker_base = random.randrange(_WORKER_PORTS_LOW, 65535 - _WORKER_PORTS * nodes, _WORKER_PORTS)
         try:
             for i in range(nodes):
                 self._start_node(i, cpus, object_store_bytes, self._worker_base + i * _WORKER_PORTS)
@@ -85,15 +109,16 @@ class LocalRayCluster:
             raise
 
     def _start_node(self, i: int, cpus: int, object_store_bytes: int, worker_base: int) -> None:
-        ports = {"--object-manager-port": _free_port(), "--node-manager-port": _free_port(),
-                 "--dashboard-agent-listen-port": _free_port(), "--dashboard-agent-grpc-port": _free_port(),
-                 "--runtime-env-agent-port": _free_port(), "--metrics-export-port": _free_port()}
+        flags = ("--object-manager-port", "--node-manager-port", "--dashboard-agent-listen-port",
+                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port", "--dashboard-port")
+        ports = dict(zip(flags, _free_ports(len(flags), self._ports, self._workers)))
+        dashboard = ports.pop("--dashboard-port")
         cmd = [sys.executable, "-c", _LAUNCH, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
                f"--object-store-memory={object_store_bytes}", f"--min-worker-port={worker_base}",
                f"--max-worker-port={worker_base + _WORKER_PORTS - 1}", "--disable-usage-stats",
                *(f"{k}={v}" for k, v in ports.items())]
         if i == 0:
-            cmd += ["--head", f"--port={self.port}", "--include-dashboard=false", f"--dashboard-port={_free_port()}",
+            cmd += ["--head", f"--port={self.port}", "--include-dashboard=false", f"--dashboard-port={dashboard}",
                     f"--temp-dir={self.temp_dir}"]
         else:
             cmd += [f"--address={self.address}"]
