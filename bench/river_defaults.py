@@ -9,8 +9,9 @@ as a date ordinal near 736000; Phishing and Bananas: binary classification) is r
 predict then learn (progressive validation).  River's reference is its own default pipeline,
 ``StandardScaler() | LinearRegression()`` (MAE) or ``StandardScaler() | LogisticRegression()``
 (accuracy), run by River's ``predict_one``/``learn_one``.  streamfit's models are built with default
-parameters only and fed each row through ``partial_fit_predict`` (the prediction its training step makes
-before updating).  Target: within 5 % of River's metric (MAE <= 1.05 x River's, accuracy >= 0.95 x River's);
+parameters only (``batch_size=32`` among them: its Adam rate is 0.01) and fed each row through its own
+``partial_fit_predict`` call, a step of that one row (the prediction its training step makes before
+updating).  ``bench/perrow.py`` and ``bench/eta0_study.py`` set ``batch_size=1`` instead.  Target: within 5 % of River's metric (MAE <= 1.05 x River's, accuracy >= 0.95 x River's);
 the table says met/MISSED per stream and model.  The "no scaling" rows are the former defaults
 (``standardize=False, standardize_target=False``), to show what the scalers are for.
 """
