@@ -153,18 +153,16 @@ class RunningScaler:
             self.update_row(X.tolist()[0] if type(X) is np.ndarray and X.ndim == 2 else
                             np.asarray(X).reshape(-1).tolist())
             return
-        # C order: a step's rows are summed in order only along a C array's first axis (a Fortran one is summed
-        # pairwise, as a column)
-        X = np.ascontiguousarray(X, np.float64).reshape(len(X), -1)
+        X = np.asarray(X, np.float64).reshape(len(X), -1)
         w = None if sample_weight is None else np.asarray(sample_weight, np.float64).reshape(-1)
         total = float(len(X)) if w is None else float(w.sum())
         if total <= 0.0:
             return
-        D = X - np.array(self._shift_of(X[0]), np.float64)
-        if w is None:  # as update_steps sums each step's rows (the deviations and their squares side by side)
-            both = _block_sums(np.concatenate([D, D * D], axis=1)[None])[0]
-            s1, s2 = both[:D.shape[1]], both[D.shape[1]:]
+        shift = self._shift_of(X[0])
+        if w is None:  # one step of all the rows, summed as update_steps sums each step's
+            s1, s2 = _step_sums([X], shift, len(X))[:, 0]
         else:
+            D = X - np.array(shift, np.float64)
             s1, s2 = w @ D, w @ (D * D)
         self._s1 = (np.array(self._s1) + s1).tolist()
         self._s2 = (np.array(self._s2) + s2).tolist()
@@ -345,27 +343,16 @@ class RunningScaler:
         return f"RunningScaler(n_features={len(self._s1)}, count={self.count})"
 
 
-def _block_sums(blocks: np.ndarray) -> np.ndarray:
-    """The sum of each block's rows ([blocks, rows, features] -> [blocks, features]), with the same bits whatever
-    the number of blocks: for several features, numpy adds a block's rows in order (the features are its inner
-    loop), so many blocks are summed as one [rows, blocks * features] array, in order too and with a long inner
-    loop (1.5x faster for 32 blocks of 32 rows); one feature is summed pairwise along the rows either way."""
-    count, rows, features = blocks.shape
-    if count == 1 or features == 1:
-        return blocks.sum(axis=1)
-    by_row = np.empty((rows, count, features), blocks.dtype)
-    by_row[...] = blocks.transpose(1, 0, 2)
-    return by_row.reshape(rows, count * features).sum(axis=0).reshape(count, features)
-
-
 def _step_sums(parts: Sequence[np.ndarray], shift: list[float], size: int) -> np.ndarray:
     """The sums of each step's deviations from ``shift`` and of their squares ([2, steps, features], float64) for
-    steps of ``size`` rows of ``parts`` side by side (the last step may be shorter), with :func:`_block_sums`'s
-    bits (each step's rows added in order).  The rows are cast into a [2, rows of a step, steps, features] buffer,
-    so that the deviations and squares are flat operations and the sums one reduction with a long inner loop:
-    1024 rows of 9 features in steps of 32 cost a third of :func:`_block_sums` on their concatenation."""
+    steps of ``size`` rows of ``parts`` side by side (the last step may be shorter), each step's rows added in
+    order, whatever the number of steps and the arrays' layout (one step per :meth:`RunningScaler.update`, many
+    per :func:`update_steps_together`: the same bits).  The rows are cast into a [2, rows of a step, steps,
+    features] buffer, so that the deviations and squares are flat operations and the sums one reduction over
+    its rows with a long inner loop, which numpy adds in order (along a lone column it would add pairwise): 1024
+    rows of 9 features in steps of 32 cost 2/3 of a [rows, features] layout's broadcasts and concatenation."""
     n_rows = len(parts[0])
-    width = sum(p.shape[1] for p in parts)
+    width = parts[0].shape[1] if len(parts) == 1 else sum(p.shape[1] for p in parts)
     full = n_rows // size * size
     out = []
     for start, rows, steps in ((0, size, full // size), (full, n_rows - full, 1)):  # the full steps, the last
@@ -441,11 +428,10 @@ def update_steps_together(scalers: Sequence[RunningScaler], arrays: Sequence[np.
         if n_rows % size:
             rows[-1] = n_rows % size
         counted = False
-    else:
+    else:  # a step's sums are its row
         # a copy (the sums are accumulated in place), the float64 values of each scaler's rows side by side
         D = np.concatenate(parts, axis=1, dtype=np.float64)
         D -= np.array(shift, np.float64)
-    if size == 1:  # a step's sums are its row
         inc1, inc2 = D, D * D
         # the count after each row: count + 1, count + 2, ... (exact for whole counts below 2**53, as the
         # cumulative sum below gives them)

@@ -90,10 +90,10 @@ class Adam(Optimizer):
 
 
 def _corrections(beta: float, first: int, n: int) -> np.ndarray:
-    """``1 - beta ** s`` for the ``n`` steps from ``first`` (read-only), with the powers :meth:`Adam.scalars` computes (the C
-    library's ``pow``, as Python's ``**``: numpy's vectorized power may differ in the last bit); all 1 once the
-    power is too small to change 1.  The values of the first ``_TABLE_STEPS`` steps are computed once per beta
-    and sliced (a chunk of 256 one-row steps paid 25 us for the powers)."""
+    """``1 - beta ** s`` for the ``n`` steps from ``first`` (read-only), with the powers :meth:`Adam.scalars`
+    computes (the C library's ``pow``, as Python's ``**``: numpy's vectorized power may differ in the last bit);
+    all 1 once the power is too small to change 1.  The values of the first ``_TABLE_STEPS`` steps are computed
+    once per beta and sliced (a chunk of 256 one-row steps paid 25 us for the powers)."""
     if n and beta ** first < _NEGLIGIBLE:  # and every later power: 1 - p rounds to 1 for p <= 2**-54
         return np.ones(n)
     end = first + n  # the steps first, ..., end - 1: table entries first - 1, ..., end - 2
