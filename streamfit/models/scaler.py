@@ -367,7 +367,7 @@ def _step_sums(parts: Sequence[np.ndarray], shift: list[float], size: int) -> np
             np.copyto(dev[:, :, at:at + w] if len(parts) > 1 else dev, block, casting="unsafe")
             at += w
         flat = dev.reshape(rows, steps * width)
-        np.subtract(flat, _tiled(tuple(shift), steps), out=flat)
+        np.subtract(flat, _tiled(np.array(shift, np.float64).tobytes(), steps), out=flat)
         np.multiply(flat, flat, out=buf[1].reshape(rows, steps * width))
         if steps * width > 1:
             sums = buf.reshape(2, rows, steps * width).sum(axis=1)
@@ -378,10 +378,11 @@ def _step_sums(parts: Sequence[np.ndarray], shift: list[float], size: int) -> np
 
 
 @functools.lru_cache(maxsize=16)
-def _tiled(shift: tuple[float, ...], times: int) -> np.ndarray:
-    """``shift`` repeated ``times`` times (float64, read-only): a scaler's shift never changes once set, so a
-    chunk's deviations are one flat subtraction of the same array."""
-    out = np.tile(np.array(shift, np.float64), times)
+def _tiled(shift: bytes, times: int) -> np.ndarray:
+    """The float64 ``shift`` (its bytes: a key that tells -0.0 from 0.0, which a tuple of floats does not, and
+    ``x - 0.0`` is not ``x - -0.0`` for ``x = -0.0``) repeated ``times`` times, read-only: a scaler's shift never
+    changes once set, so a chunk's deviations are one flat subtraction of the same array."""
+    out = np.tile(np.frombuffer(shift, np.float64), times)
     out.flags.writeable = False
     return out
 
