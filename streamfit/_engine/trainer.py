@@ -32,6 +32,7 @@ from streamfit._engine.runtime.staging import Staging
 from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
+from streamfit._engine.steps import fused_adam
 from streamfit._engine.steps.scan_dense import ROW_EPS, ROW_RATE, dense_plan, row_step_graph
 from streamfit._engine.steps.sparse_tables import SparseTables
 from streamfit._engine.steps.tables import find_tables, training_model
@@ -325,6 +326,8 @@ class Trainer:
         self._decay = arrays[Names.decay]
         #: the lean one-row step's Adam rate and epsilon (steps/scan_dense.py), written with the optimizer's scalars
         self._row_rates = (arrays[ROW_RATE], arrays[ROW_EPS]) if ROW_RATE in arrays else None
+        #: or the step number its Adam kernel reads (steps/fused_adam.py)
+        self._row_step_number = arrays.get(fused_adam.STEP)
         # an optimizer that keeps the base scalars() feeds the lr only: rewritten only when the lr changes
         self._scalars_per_step = type(self.optimizer).scalars is not Optimizer.scalars
         self._fed_lr: float | None = None
@@ -333,6 +336,8 @@ class Trainer:
         block = [Names.scalar(s) for s in self.optimizer.scalar_names] + [Names.decay]
         if self._row_rates is not None:
             block += [ROW_RATE, ROW_EPS]
+        if self._row_step_number is not None:
+            block.append(fused_adam.STEP)
         #: the block holds the scalars _set_scalars writes, and only those: a row of them is one assignment
         self._block_rows = self._scalars_per_step and self.scalars.block_names == block
         self._lr_in_grad_weights = False
@@ -532,6 +537,8 @@ class Trainer:
             rate, eps = self._row_rates
             rate[...] = values[1] / values[2]
             eps[()] = self.optimizer.eps / values[2]  # type: ignore[attr-defined]
+        if self._row_step_number is not None:
+            self._row_step_number[()] = fused_adam.step_number(self.n_steps)
 
     def _scalar_table(self, lr: float, steps: int) -> np.ndarray:
         """The block's values (:class:`HostScalars`) for the ``steps`` steps from this one at rate ``lr``:
@@ -541,6 +548,8 @@ class Trainer:
         columns = [values[:, j] for j in range(values.shape[1])] + [np.full(steps, 1.0 - lr * self._l2)]
         if self._row_rates is not None:
             columns += [values[:, 1] / values[:, 2], self.optimizer.eps / values[:, 2]]  # type: ignore[attr-defined]
+        if self._row_step_number is not None:
+            columns.append(fused_adam.step_numbers(self.n_steps, steps))
         return np.stack(columns, axis=1).astype(self.scalars.block.dtype)
 
     def step(self, X: Any, y: Any, sample_weight: Any = None) -> float:

@@ -20,6 +20,11 @@ class Adam(Optimizer):
     The bias corrections are folded into two scalars fed each step (``step_size = lr / (1 - b1**t)``
     and ``inv_sqrt_bc2 = 1 / sqrt(1 - b2**t)``), so the graph has no power or step counter.
 
+    The betas are taken as float32 values (:meth:`betas`) in the moments' coefficients ``b`` and ``1 - b`` and in
+    the corrections alike, as onnxruntime-training's Adam kernel takes them: then ``v / (1 - b2**t)`` is an exact
+    average of the squared gradients, and the kernel, where a lean step runs it, computes this rule
+    (PyTorch's ``1 - beta2`` in float64 is 1.3e-5 off float32's ``1 - 0.999``).
+
     Parameters
     ----------
     beta1, beta2
@@ -46,15 +51,24 @@ class Adam(Optimizer):
         self.beta2 = check_range("beta2", beta2, 0.0, 1.0)
         self.eps = check_range("eps", eps, 0.0)
 
+    def betas(self) -> tuple[float, float]:
+        """``beta1`` and ``beta2`` as the rule uses them: rounded to float32 (see the class docstring).
+
+        >>> Adam().betas()[1]
+        0.9990000128746033
+        """
+        return float(np.float32(self.beta1)), float(np.float32(self.beta2))
+
     def scalars(self, lr: float, t: int) -> tuple[float, ...]:
         step = t + 1
-        return lr, lr / (1.0 - self.beta1 ** step), 1.0 / math.sqrt(1.0 - self.beta2 ** step)
+        b1, b2 = self.betas()
+        return lr, lr / (1.0 - b1 ** step), 1.0 / math.sqrt(1.0 - b2 ** step)
 
     def scalars_of_steps(self, lrs: np.ndarray, t: int) -> np.ndarray:
         if type(self).scalars is not Adam.scalars:
             return super().scalars_of_steps(lrs, t)
         lrs = np.asarray(lrs, np.float64)
-        bc1, bc2 = (_corrections(b, t + 1, len(lrs)) for b in (self.beta1, self.beta2))
+        bc1, bc2 = (_corrections(b, t + 1, len(lrs)) for b in self.betas())
         out = np.empty((len(lrs), 3))  # the columns written in place: lr, lr / bc1, 1 / sqrt(bc2)
         out[:, 0] = lrs
         np.divide(lrs, bc1, out=out[:, 1])
@@ -62,10 +76,10 @@ class Adam(Optimizer):
         return out
 
     def _moments(self, b: GraphBuilder, g: str, state: Mapping[str, str]) -> tuple[str, str]:
-        m = b.op("Add", b.op("Mul", state["exp_avg"], b.const(self.beta1)),
-                 b.op("Mul", g, b.const(1.0 - self.beta1)))
-        v = b.op("Add", b.op("Mul", state["exp_avg_sq"], b.const(self.beta2)),
-                 b.op("Mul", b.op("Mul", g, g), b.const(1.0 - self.beta2)))
+        b1, b2 = self.betas()
+        m = b.op("Add", b.op("Mul", state["exp_avg"], b.const(b1)), b.op("Mul", g, b.const(1.0 - b1)))
+        v = b.op("Add", b.op("Mul", state["exp_avg_sq"], b.const(b2)),
+                 b.op("Mul", b.op("Mul", g, g), b.const(1.0 - b2)))
         return m, v
 
     def _step(self, b: GraphBuilder, w: str, m: str, v: str, s: Mapping[str, str]) -> str:
@@ -79,8 +93,9 @@ class Adam(Optimizer):
 
     def _np_step(self, w: np.ndarray, g: np.ndarray, state: Mapping[str, np.ndarray],
                  s: Mapping[str, float]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        m = self.beta1 * state["exp_avg"] + (1 - self.beta1) * g
-        v = self.beta2 * state["exp_avg_sq"] + (1 - self.beta2) * g * g
+        b1, b2 = self.betas()
+        m = b1 * state["exp_avg"] + (1 - b1) * g
+        v = b2 * state["exp_avg_sq"] + (1 - b2) * g * g
         w_new = w - s["step_size"] * m / (np.sqrt(v) * s["inv_sqrt_bc2"] + self.eps)
         return w_new, {"exp_avg": m, "exp_avg_sq": v}
 

@@ -11,6 +11,7 @@ import pytest
 
 from streamfit import LinearRegressor, LogisticRegression
 from streamfit._engine.common.names import Names
+from streamfit._engine.steps import fused_adam
 from streamfit._engine.steps.scan import ChunkSteps, train_chunk
 from streamfit._engine.testing import linear_model
 from streamfit._engine.trainer import Trainer
@@ -53,6 +54,8 @@ def _same(a: Trainer, b: Trainer) -> None:
 #: the lean body's nodes (after onnxruntime's fusions), sigmoid aside: one row a step, then several (the loss
 #: gradient a difference and a product instead of one Gemm; with Adam, the bias's gradient a ReduceSum of its own)
 _NODES = {("sgd", False): (3, 4), ("adam", False): (10, 13), ("adam", True): (11, 15)}
+if fused_adam.kernel_available():  # Adam's seven update nodes are onnxruntime-training's one kernel node
+    _NODES.update({("adam", False): (4, 7), ("adam", True): (5, 9)})
 
 
 @pytest.mark.parametrize("weighted", [True, False], ids=["sample-weights", "uniform"])

@@ -35,6 +35,7 @@ from streamfit._engine.common.graph_builder import onnx_dtype
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import prune
 from streamfit._engine.runtime.device import make_session
+from streamfit._engine.steps import fused_adam
 from streamfit._engine.steps.scan_dense import dense_step_graph
 from streamfit._engine.steps.scan_mlp import mlp_step_graph
 from streamfit._engine.steps.scan_expose import expose_body_values
@@ -321,6 +322,8 @@ class ChunkSteps:
         per_step = [n for n in (Names.scalar(s) for s in tr.optimizer.scalar_names) if n in names]
         if Names.decay in names:
             per_step.append(Names.decay)
+        if fused_adam.STEP in names:
+            per_step.append(fused_adam.STEP)
         per_step += [h for h in host_steps if h in names]
         eval_model = None
         if tr.prepared.train_differs:
@@ -702,6 +705,8 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
     for name in names:
         if name == Names.decay:
             out[name] = (1.0 - lrs * tr._l2).astype(tr.dtype)
+        elif name == fused_adam.STEP:
+            out[name] = fused_adam.step_numbers(tr.n_steps, steps).astype(tr.dtype)
         elif name in host:
             out[name] = host[name][:steps]
         else:

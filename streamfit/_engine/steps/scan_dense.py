@@ -17,7 +17,8 @@ loop), so that
   turned by Adam's normalized step into a step of the size of the rate, so its rounding must be the step graph's.
 
 The logistic body is 4 nodes with SGD and 12 with Adam and L2 at one row a step (the generic ones: 7 and 25 once
-onnxruntime has fused them), 5 and 16 at several.  It rounds differently from the step path: a Gemm adds its two
+onnxruntime has fused them), 5 and 16 at several; on onnxruntime-training, Adam's seven update nodes are its one
+kernel node (:mod:`~streamfit._engine.steps.fused_adam`): 6 and 10.  It rounds differently from the step path: a Gemm adds its two
 products with one rounding where the step graph rounds each.  So a chunk equals one step per call within float32
 rounding (``rtol=1e-6``, tested), not bit for bit as the generic body does.
 
@@ -37,6 +38,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
+from streamfit._engine.steps import fused_adam
 from streamfit._engine.common.onnx_helpers import prune, toposort
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
@@ -104,12 +106,16 @@ class DensePlan:
     #: "sgd" or "adam"
     rule: str
     layout: FlatLayout
+    #: Adam's update is onnxruntime-training's kernel (:mod:`.fused_adam`): the steps read the step number
+    fused_adam: bool = False
 
     def row_scalars(self, dtype: Any) -> dict[str, np.ndarray]:
         """The host scalars the one-row step reads besides the optimizer's (Adam: its folded rate and epsilon), as
         zero arrays for :class:`~streamfit._engine.runtime.buffers.HostScalars` to bind."""
         if self.rule != "adam":
             return {}
+        if self.fused_adam:
+            return {fused_adam.STEP: np.zeros((), dtype)}
         return {ROW_RATE: np.zeros((1, 1), dtype), ROW_EPS: np.zeros((), dtype)}
 
     def columns(self) -> dict[str, list[str]]:
@@ -147,23 +153,29 @@ def dense_plan(tr: Any) -> DensePlan | None:
     d = int(pm.initial[coef].shape[0])
     slots = tuple(tr.optimizer.slots) if rule == "adam" else ()
     layout = FlatLayout.of((coef, intercept), ((d, 1), (1,)), slots, column=True)
-    return DensePlan(x_name, coef, intercept, std, rule, layout)
+    return DensePlan(x_name, coef, intercept, std, rule, layout, rule == "adam" and fused_adam.applies(tr))
 
 
-def adam_update(b: GraphBuilder, opt: Any, g: str, rates: tuple[str, str] | None, row: bool) -> dict[str, str]:
+def adam_update(b: GraphBuilder, opt: Any, g: str, rates: tuple[str, str] | None, row: bool, kernel: bool
+                ) -> dict[str, str]:
     """Adam's new ``theta`` and moments from gradient ``g`` (a column ``[size, 1]``, or a row ``[1, size]``: ``row``),
     each moment's update one Gemm (``alpha * g + beta * m``), and the step's bias corrections folded into its rate
     and epsilon: ``step_size * m / (sqrt(v) * c + eps) = (step_size / c) * m / (sqrt(v) + eps / c)``, computed per
     step before the loop from the scanned ``step_size`` and ``inv_sqrt_bc2``, or given (``rates``: the ``[1, 1]``
-    rate and the 0-d epsilon, from the host)."""
-    one = b.const(np.ones((1, 1), np.float32))
+    rate and the 0-d epsilon, from the host).  With ``kernel``, one node of onnxruntime-training's Adam kernel
+    instead, reading the rate and the step number (:mod:`~streamfit._engine.steps.fused_adam`)."""
     m_in, v_in = (Names.slot(THETA, s) for s in opt.slots)
+    if kernel:  # onnxruntime-training's one node (fused_adam.py): the rate and step number, from the host or scanned
+        w, m, v = fused_adam.update(b, opt, THETA, g, m_in, v_in, Names.scalar("lr"), fused_adam.STEP)
+        return {THETA: w, m_in: m, v_in: v}
+    one = b.const(np.ones((1, 1), np.float32))
 
     def moment(x: str, slot: str, beta: float) -> str:
         a, c = (one, x) if row else (x, one)
         return b.op("Gemm", a, c, slot, alpha=1.0 - beta, beta=beta)
 
-    m, v = moment(g, m_in, opt.beta1), moment(b.op("Mul", g, g), v_in, opt.beta2)
+    b1, b2 = opt.betas()
+    m, v = moment(g, m_in, b1), moment(b.op("Mul", g, g), v_in, b2)
     if rates is None:
         c = Names.scalar("inv_sqrt_bc2")
         rate = b.op("Unsqueeze", b.op("Div", Names.scalar("step_size"), c), b.const([0, 1], np.int64))
@@ -173,6 +185,18 @@ def adam_update(b: GraphBuilder, opt: Any, g: str, rates: tuple[str, str] | None
     ratio = b.op("Div", m, b.op("Add", b.op("Sqrt", v), eps))
     a, c = (rate, ratio) if row else (ratio, rate)
     return {THETA: b.op("Gemm", a, c, THETA, alpha=-1.0, beta=1.0), m_in: m, v_in: v}
+
+
+def adam_scalar_inputs(kernel: bool, standalone: bool) -> list[Any]:
+    """The scalar inputs :func:`adam_update` reads: the rate and step number (:mod:`.fused_adam`'s kernel), else
+    the folded rate and epsilon of a step run on its own (``standalone``) or the two per-step scalars they are
+    folded from in a Scan."""
+    f32 = TensorProto.FLOAT
+    if kernel:
+        return [helper.make_tensor_value_info(n, f32, []) for n in (Names.scalar("lr"), fused_adam.STEP)]
+    if standalone:
+        return [helper.make_tensor_value_info(ROW_RATE, f32, [1, 1]), helper.make_tensor_value_info(ROW_EPS, f32, [])]
+    return [helper.make_tensor_value_info(Names.scalar(s), f32, []) for s in ("step_size", "inv_sqrt_bc2")]
 
 
 #: the host scalars of the one-row step run on its own (Adam's rate and epsilon with its bias corrections folded
@@ -186,7 +210,7 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
     gradient's Gemm sums it over the rows (the bias's through the rows' 1s).  ``standalone``: a step run on its own,
     whose loss gradient is a difference and a product too (the Gemm's ``y * gw`` would be two more nodes here) and
     whose Adam rates come from the host (``ROW_RATE``, ``ROW_EPS``)."""
-    plan = dense_plan(tr)
+    plan = tr.__dict__["_dense"] if "_dense" in tr.__dict__ else dense_plan(tr)  # the trainer's, made once
     if plan is None:
         return None
     pm = tr._train_pm
@@ -235,7 +259,7 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
                      axis=0)
             if decay:
                 g = b.op("Add", g, decay)
-        new.update(adam_update(b, opt, g, (ROW_RATE, ROW_EPS) if standalone else None, row=False))
+        new.update(adam_update(b, opt, g, (ROW_RATE, ROW_EPS) if standalone else None, False, plan.fused_adam))
     existing = {x_name, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
     for name, value in new.items():
@@ -246,10 +270,8 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
         inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     inputs += [helper.make_tensor_value_info(n, f32, [size, 1]) for n in layout.state_names()]
     inputs += [_label_input(tr.loss, pm.dtype, 2)] + _row_weight_inputs(pm.dtype, 2)
-    if rule == "adam" and standalone:
-        inputs += [helper.make_tensor_value_info(ROW_RATE, f32, [1, 1]), helper.make_tensor_value_info(ROW_EPS, f32, [])]
-    elif rule == "adam":
-        inputs += [helper.make_tensor_value_info(Names.scalar(s), f32, []) for s in ("step_size", "inv_sqrt_bc2")]
+    if rule == "adam":
+        inputs += adam_scalar_inputs(plan.fused_adam, standalone)
     graph = helper.make_graph(list(b.nodes), "streamfit_dense_step", inputs, outputs,
                               initializer=list(b.initializers))
     model = helper.make_model(graph, opset_imports=_opsets(pm.model), ir_version=min(pm.model.ir_version or 10, 10))

@@ -41,7 +41,9 @@ def expose_body_values(model: ModelProto, max_elements: int = MAX_ELEMENTS, max_
         if node.op_type != "Scan":
             continue
         body = next(a.g for a in node.attribute if a.name == "body")
-        known = {v.name: v for v in next(a.g for a in seen.attribute if a.name == "body").value_info}
+        inferred_body = next(a.g for a in seen.attribute if a.name == "body")
+        known = {v.name: v for v in list(inferred_body.value_info) + list(inferred_body.input)}
+        _type_contrib_outputs(body, known)
         outputs = {o.name for o in body.output}
         values = [v for n in body.node for v in n.output if v and v not in outputs]
         if not values or len(values) > max_values:
@@ -51,6 +53,26 @@ def expose_body_values(model: ModelProto, max_elements: int = MAX_ELEMENTS, max_
         _carry(out.graph, node, body, [known[v] for v in values], exposed)
         exposed += len(values)
     return (out, exposed) if exposed else (model, 0)
+
+
+def _type_contrib_outputs(body: onnx.GraphProto, known: dict[str, onnx.ValueInfoProto]) -> None:
+    """Add to ``known`` the types of the outputs of the contrib ops ONNX's inference does not know and a lean step
+    uses: ``com.microsoft.AdamOptimizer`` (steps/fused_adam.py) writes the step count (int64, 0-d) and values of
+    its moments' and weight's types."""
+    for n in body.node:
+        if n.domain != "com.microsoft" or n.op_type != "AdamOptimizer":
+            continue
+        sources = {1: n.input[4], 2: n.input[5], 3: n.input[2]}
+        for k, out in enumerate(n.output):
+            if not out or out in known:
+                continue
+            if k == 0:
+                known[out] = helper.make_tensor_value_info(out, onnx.TensorProto.INT64, [])
+            elif k in sources and sources[k] in known:
+                vi = onnx.ValueInfoProto()
+                vi.CopyFrom(known[sources[k]])
+                vi.name = out
+                known[out] = vi
 
 
 def _carry(graph: onnx.GraphProto, node: onnx.NodeProto, body: onnx.GraphProto, values: list[onnx.ValueInfoProto],

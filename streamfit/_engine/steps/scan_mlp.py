@@ -40,7 +40,8 @@ from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
 from streamfit._engine.common.onnx_helpers import toposort
 from streamfit._engine.gradient.activations import relu_grad, sigmoid_grad, tanh_grad
-from streamfit._engine.steps.scan_dense import _LOSSES, adam_update, lean_applies
+from streamfit._engine.steps import fused_adam
+from streamfit._engine.steps.scan_dense import _LOSSES, adam_scalar_inputs, adam_update, lean_applies
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
                                                  rename_output)
@@ -206,7 +207,8 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
         if k > 0:
             dh = b.op("Gemm", dz, view[layer.coef], transB=1)
     g = b.op("Concat", *[grads[w] for w in layout.weights], axis=1)
-    new = adam_update(b, opt, g, None, row=True)
+    kernel = fused_adam.applies(tr)
+    new = adam_update(b, opt, g, None, True, kernel)
     existing = {plan.x, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
     outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [batch, 1])]
@@ -219,7 +221,7 @@ def mlp_step_graph(tr: Any, rows: int = 1) -> tuple[ModelProto, FlatLayout] | No
         graph_inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     graph_inputs += [helper.make_tensor_value_info(n, f32, [1, layout.size]) for n in layout.state_names()]
     graph_inputs += [_label_input(tr.loss, pm.dtype, 2)] + _row_weight_inputs(pm.dtype, 2)
-    graph_inputs += [helper.make_tensor_value_info(Names.scalar(s), f32, []) for s in ("step_size", "inv_sqrt_bc2")]
+    graph_inputs += adam_scalar_inputs(kernel, standalone=False)
     graph = helper.make_graph(list(b.nodes), "streamfit_mlp_step", graph_inputs, outputs,
                               initializer=list(b.initializers))
     model = helper.make_model(graph, opset_imports=_opsets(pm.model), ir_version=min(pm.model.ir_version or 10, 10))
