@@ -9,6 +9,9 @@ reach on this machine:
   without the sigmoid).
 - ``adam``: the same forward and error, the gradient with its L2 term in one Gemm, each moment's update in one
   Gemm (``alpha * g + beta * m``), the bias corrections folded into the scanned step size and epsilon: 12 nodes.
+- ``adam_kernel``: the same gradient, then onnxruntime-training's Adam kernel (``com.microsoft.AdamOptimizer``,
+  the step count scanned): 6 nodes.  streamfit's lean bodies run it where the build has it
+  (``_engine/steps/fused_adam.py``), so on onnxruntime-training this is the defaults' floor.
 
 - ``ftrl`` (:func:`lean_ftrl_seconds`): a hashed logistic regression of ``F`` one-hot fields and a bias, FTRL without
   a penalty, over a carried block of distinct rows ``[w, z, n, sqrt(n)]`` (the square root carried, not recomputed):
@@ -36,7 +39,8 @@ def _model(kind: str, d: int, sigmoid: bool):  # type: ignore[no-untyped-def]
     from onnx import TensorProto, helper, numpy_helper
 
     def vi(name: str, shape: list) -> object:  # type: ignore[type-arg]
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+        elem = TensorProto.INT64 if name in ("t", "s_t") else TensorProto.FLOAT  # the kernel's step count
+        return helper.make_tensor_value_info(name, elem, shape)
 
     N = helper.make_node
     nodes = [N("Gemm", ["xa", "th"], ["z"])]  # a Gemm: cheaper per call than a MatMul of these shapes
@@ -50,6 +54,15 @@ def _model(kind: str, d: int, sigmoid: bool):  # type: ignore[no-untyped-def]
     if kind == "sgd":
         nodes.append(N("Gemm", ["xa", "e", "th"], ["th2"], transA=1, alpha=-1.0, beta=1.0))
         scanned = [("xa", [1, d + 1]), ("gw", [1, 1]), ("nyg", [1, 1])]
+    elif kind == "adam_kernel":  # onnxruntime-training's Adam kernel: one node for the moments and the step
+        nodes += [N("Mul", ["th", "pm"], ["pen"]),
+                  N("Gemm", ["xa", "e", "pen"], ["g"], transA=1),
+                  N("AdamOptimizer", ["lr", "t", "th", "g", "m", "v"], ["t2", "m2", "v2", "th2"], domain="com.microsoft")]
+        state += ["m", "v"]
+        scanned = [("xa", [1, d + 1]), ("gw", [1, 1]), ("nyg", [1, 1]), ("lr", []), ("t", [])]
+        pm = np.full((d + 1, 1), 1e-4, np.float32)
+        pm[-1] = 0.0
+        consts = [numpy_helper.from_array(pm, "pm")]
     else:
         b1, b2 = 0.9, 0.999
         nodes += [N("Mul", ["th", "pm"], ["pen"]),
@@ -74,7 +87,8 @@ def _model(kind: str, d: int, sigmoid: bool):  # type: ignore[no-untyped-def]
     g = helper.make_graph([scan], "chunk", [vi(s + "0", [d + 1, 1]) for s in state]
                           + [vi("s_" + n, ["n"] + sh) for n, sh in scanned],
                           [vi(s + "_final", [d + 1, 1]) for s in state] + [vi("zs", ["n", 1, 1])])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), len(nodes) - 1
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(g, opset_imports=opsets, ir_version=8), len(nodes) - 1
 
 
 def lean_body_seconds(kind: str, features: int, sigmoid: bool = True, rows: int = 256, rounds: int = 5
@@ -95,8 +109,11 @@ def lean_body_seconds(kind: str, features: int, sigmoid: bool = True, rows: int 
     feeds = {}
     for i in sess.get_inputs():
         shape = [rows if not isinstance(d, int) else d for d in i.shape]
+        if i.type == "tensor(int64)":  # the kernel's step counts
+            feeds[i.name] = np.arange(1, rows + 1, dtype=np.int64).reshape(shape)
+            continue
         feeds[i.name] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
-    for name in ("v0", "eps", "step"):
+    for name in ("v0", "eps", "step", "s_lr"):
         if name in feeds:
             feeds[name] = np.abs(feeds[name]) + 1e-3
     return _bound_seconds(sess, feeds, rows, rounds), count

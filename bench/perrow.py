@@ -604,6 +604,10 @@ def _lean_floor(args: argparse.Namespace) -> None:
     Scan body can beat here, host work not counted."""
     from lean_bodies import lean_body_seconds
 
+    from streamfit._engine.steps.fused_adam import kernel_available
+
+    kernel = kernel_available()  # onnxruntime-training's Adam kernel: the defaults' body on this build
+
     print("   the leanest bodies ONNX allows (hand-written, bias folded in, Gemm-fused updates; they round otherwise "
           "than the step path, so streamfit does not run them), run as streamfit runs its bodies (intermediates "
           "exposed, buffers bound), per row alone, against River:")
@@ -613,10 +617,10 @@ def _lean_floor(args: argparse.Namespace) -> None:
         river_pass(s, model)
         river = best_of({"river": lambda: river_pass(s, model)}, args.rounds)[0]["river"] / len(s.X)
         width = s.X.shape[1]
-        for kind, limit in (("sgd", 0.3), ("adam", 0.5)):
+        for kind, limit in (("sgd", 0.3), ("adam", 0.5)) + ((("adam_kernel", 0.5),) if kernel else ()):
             sec, nodes = lean_body_seconds(kind, width, sigmoid=not s.regression, rounds=args.rounds)
             label = "River's configuration" if kind == "sgd" else "the defaults (Adam)"
-            print(f"     {name:<14}{width:>3} features  {kind:<5}{nodes:>3} nodes {sec * 1e6:6.2f} us a row  River "
+            print(f"     {name:<14}{width:>3} features  {kind:<11}{nodes:>3} nodes {sec * 1e6:6.2f} us a row  River "
                   f"{river * 1e6:6.2f} us  floor ratio {sec / river:.2f} (the target for {label}: {limit})")
 
 

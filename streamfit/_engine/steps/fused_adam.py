@@ -64,13 +64,15 @@ def kernel_available() -> bool:
 
 
 def applies(tr: Any) -> bool:
-    """Whether trainer ``tr``'s lean steps may run the kernel: a plain :class:`~streamfit.optim.Adam` (not a
-    subclass that changes the rule), step graphs that need not be portable, a build that has the kernel, and
+    """Whether trainer ``tr``'s steps may run the kernel: a plain :class:`~streamfit.optim.Adam` (not a subclass
+    that changes the rule), float32 weights on CPU, step graphs that need not be portable (nor an artifact's),
+    a build that has the kernel, and
     betas whose float32 powers reach 0 by step ``2**24`` (so the step number fed may stop there)."""
     from streamfit.optim import Adam
 
     opt = tr.optimizer
-    if type(opt) is not Adam or tr.portable or not kernel_available():
+    if (type(opt) is not Adam or tr.portable or tr.artifact is not None or tr.device.kind != "cpu"
+            or tr.dtype != np.float32 or not kernel_available()):
         return False
     return all(0.0 <= b < 1.0 and b ** _LAST == 0.0 for b in opt.betas())
 
