@@ -31,8 +31,8 @@ from streamfit._engine.runtime.predictor import Predictor
 from streamfit._engine.runtime.staging import Staging
 from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
-from streamfit._engine.steps.scan import ChunkResult, train_chunk
 from streamfit._engine.steps import fused_adam
+from streamfit._engine.steps.scan import ChunkResult, train_chunk
 from streamfit._engine.steps.scan_dense import ROW_EPS, ROW_RATE, dense_plan, row_step_graph
 from streamfit._engine.steps.sparse_tables import SparseTables
 from streamfit._engine.steps.tables import find_tables, training_model

@@ -64,10 +64,10 @@ def kernel_available() -> bool:
 
 
 def applies(tr: Any) -> bool:
-    """Whether trainer ``tr``'s steps may run the kernel: a plain :class:`~streamfit.optim.Adam` (not a subclass
-    that changes the rule), float32 weights on CPU, step graphs that need not be portable (nor an artifact's),
-    a build that has the kernel, and
-    betas whose float32 powers reach 0 by step ``2**24`` (so the step number fed may stop there)."""
+    """Whether trainer ``tr``'s lean steps may run the kernel: a plain :class:`~streamfit.optim.Adam` (not a
+    subclass that changes the rule), float32 weights on CPU, step graphs that need not be portable (nor an
+    artifact's), a build that has the kernel, and betas whose float32 powers reach 0 by step ``2**24`` (so the
+    step number fed may stop there)."""
     from streamfit.optim import Adam
 
     opt = tr.optimizer

@@ -18,8 +18,8 @@ loop), so that
 
 The logistic body is 4 nodes with SGD and 12 with Adam and L2 at one row a step (the generic ones: 7 and 25 once
 onnxruntime has fused them), 5 and 16 at several; on onnxruntime-training, Adam's seven update nodes are its one
-kernel node (:mod:`~streamfit._engine.steps.fused_adam`): 6 and 10.  It rounds differently from the step path: a Gemm adds its two
-products with one rounding where the step graph rounds each.  So a chunk equals one step per call within float32
+kernel node (:mod:`~streamfit._engine.steps.fused_adam`): 6 and 10.  It rounds differently from the step path: a
+Gemm adds its two products with one rounding where the step graph rounds each.  So a chunk equals one step per call within float32
 rounding (``rtol=1e-6``, tested), not bit for bit as the generic body does.
 
 Used for ready-made linear models only (``MatMul`` + ``Add`` after the running standardization, one output), with
@@ -38,8 +38,8 @@ from onnx import ModelProto, TensorProto, helper
 
 from streamfit._engine.common.graph_builder import GraphBuilder
 from streamfit._engine.common.names import Names
-from streamfit._engine.steps import fused_adam
 from streamfit._engine.common.onnx_helpers import prune, toposort
+from streamfit._engine.steps import fused_adam
 from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
                                                  rename_output)
