@@ -8,7 +8,7 @@ graphs of a ready-made logistic regression at ``batch_size=1`` (River's configur
 the defaults, Adam), unrolls them, checks that every output is the same, and times one session run per chunk, per
 row, the variants in interleaved rounds.  On an AMD EPYC (AVX-512), two runs: the 4-node SGD body ran 1.33 us a
 row with 2 features and 1.35-1.41 with 9 at ``U=1``, 1.42-1.65 at ``U=2..8``; the Adam body of the defaults 3.30-3.84
-us at ``U=1``, 3.58-4.32 unrolled.  Unrolling is 5-15 % slower everywhere: what Scan does once per iteration is
+us at ``U=1``, 3.58-4.32 unrolled (the body of Adam's nodes, before its kernel).  Unrolling is 5-15 % slower everywhere: what Scan does once per iteration is
 not what a row costs here.
 
     python bench/scan_unroll.py [--quick]
@@ -33,7 +33,8 @@ __all__ = ["unroll", "chunk_graph"]
 
 def unroll(model: Any, U: int) -> Any:
     """``model`` with its one top-level Scan's body repeated ``U`` times per iteration (needs a number of steps that
-    ``U`` divides); the values computed are the same."""
+    ``U`` divides); the values computed are the same.  Where the body holds Adam's kernel (which writes its outputs
+    over its inputs), the unrolled graph writes the state it was fed: run it on a copy of its feeds."""
     from onnx import helper as H
     from onnx import numpy_helper as NH
 
@@ -142,6 +143,11 @@ def _feeds(model: Any, steps: int) -> dict[str, np.ndarray]:
     return out
 
 
+def _copy(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Feeds of their own for one run (an unrolled kernel body writes the state it is fed)."""
+    return {name: a.copy() for name, a in feeds.items()}
+
+
 def main() -> None:
     import onnxruntime as ort
 
@@ -161,15 +167,16 @@ def main() -> None:
         for U in (1, 2, 4, 8):
             model = base if U == 1 else unroll(base, U)
             sessions[U] = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            got = sessions[U].run(None, feeds)
+            got = sessions[U].run(None, _copy(feeds))
             ref = got if U == 1 else ref
             same[U] = all(np.array_equal(a, b) for a, b in zip(ref, got))
         best = dict.fromkeys(sessions, float("inf"))
         for r in range(repeats):  # interleaved rounds, each in another order: a shared machine's load moves
             for U in list(sessions)[r % 4:] + list(sessions)[:r % 4]:
+                copies = [_copy(feeds) for _ in range(20)]
                 t = time.perf_counter()
-                for _ in range(20):
-                    sessions[U].run(None, feeds)
+                for fed in copies:
+                    sessions[U].run(None, fed)
                 best[U] = min(best[U], (time.perf_counter() - t) / 20)
         for U, seconds in best.items():
             print(f"   {label:<36} U={U:<3} {seconds * 1e6 / steps:6.3f} us a row   outputs "

@@ -10,7 +10,7 @@ import pytest
 from streamfit._engine.common.ort_private import has_ort_training
 from streamfit._engine.steps import fused_adam
 from streamfit._engine.steps.scan import train_chunk
-from streamfit._engine.testing import linear_model
+from streamfit._engine.testing import linear_model, mlp_model
 from streamfit._engine.trainer import Trainer
 from streamfit.optim import Adam, AdamW
 from tests.engine.test_chunk_steps import assert_same_state
@@ -90,6 +90,37 @@ def test_the_kernel_step_matches_the_numpy_reference_past_the_last_fed_step_numb
             np.testing.assert_allclose(tr.get_weights()[w], want, rtol=1e-6, atol=1e-7, err_msg=f"{n_steps} {w}")
             for s in opt.slots:
                 np.testing.assert_allclose(tr.optimizer_state()[f"{w}__{s}"], new_state[s], rtol=1e-5, atol=1e-12)
+
+
+@needs_kernel
+@pytest.mark.parametrize("make, rows", [(lambda: _trainer(), 1), (lambda: _trainer(), 8),
+                                        (lambda: Trainer(mlp_model([4, 8, 1], activation="Relu", seed=2),
+                                                         loss="log_loss", optimizer="adam", learning_rate=0.05), 1)],
+                         ids=["dense-one-row", "dense-8-rows", "mlp-one-row"])
+def test_the_kernel_never_writes_the_live_values_it_reads(make, rows: int) -> None:  # type: ignore[no-untyped-def]
+    """The kernel writes its outputs over its inputs (onnxruntime's alias); bound as the lean steps bind it, the
+    live set it reads stays as it was (the next step, and the replay after a non-finite one, start from it)."""
+    X, y = _data(96)
+    tr = make()
+    tr.step(X[:rows], y[:rows])  # the one-row step (or a minibatch's)
+    train_chunk(tr, X[:48], y[:48], batch_size=rows)
+    for run in (lambda: tr.step(X[:rows], y[:rows]), lambda: train_chunk(tr, X[48:], y[48:], batch_size=rows)):
+        live = tr.params.current
+        before = {n: v.numpy().copy() for n, v in tr.params.sets[live].items()}
+        columns = {n: v.numpy().copy() for n, v in tr.params.column_sets[live].items()}
+        run()
+        assert tr.params.current != live
+        for n, a in before.items():
+            np.testing.assert_array_equal(tr.params.sets[live][n].numpy(), a, err_msg=n)
+        for n, a in columns.items():
+            np.testing.assert_array_equal(tr.params.column_sets[live][n].numpy(), a, err_msg=n)
+    graphs = list(tr.step_graphs().values()) + list(tr.__dict__["_chunk_steps"].models.values())
+    assert any(_holds_kernel(g.graph) for g in graphs)
+
+
+def _holds_kernel(graph) -> bool:  # type: ignore[no-untyped-def]
+    return any(n.op_type == "AdamOptimizer" or any(a.g.node and _holds_kernel(a.g) for a in n.attribute)
+               for n in graph.node)
 
 
 def test_step_numbers_stop_where_float32_stops_holding_integers() -> None:
