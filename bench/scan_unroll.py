@@ -8,8 +8,8 @@ graphs of a ready-made logistic regression at ``batch_size=1`` (River's configur
 the defaults, Adam), unrolls them, checks that every output is the same, and times one session run per chunk, per
 row, the variants in interleaved rounds.  On an AMD EPYC (AVX-512), two runs: the 4-node SGD body ran 1.33 us a
 row with 2 features and 1.35-1.41 with 9 at ``U=1``, 1.42-1.65 at ``U=2..8``; the Adam body of the defaults 3.30-3.84
-us at ``U=1``, 3.58-4.32 unrolled (the body of Adam's nodes, before its kernel).  Unrolling is 5-15 % slower everywhere: what Scan does once per iteration is
-not what a row costs here.
+us at ``U=1``, 3.58-4.32 unrolled (the body of Adam's nodes, before its kernel).  Unrolling is 5-15 % slower
+everywhere: what Scan does once per iteration is not what a row costs here.
 
     python bench/scan_unroll.py [--quick]
 """
