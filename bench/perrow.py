@@ -21,7 +21,8 @@ Sections (every ratio printed with met/MISSED against the issue's target, collec
 3. One event per call: ``partial_fit_predict`` of one Phishing row with the default ``LogisticRegression()``
    <= 1.5x River's predict_one + learn_one of that row.
 4. The ready-made ``partial_fit`` with the default ``batch_size=32`` on 1024-row calls >= 3x the rows/s of
-   main at ``BASELINE``, that tree measured in this run (a git worktree; ``--baseline REV`` another commit;
+   main at ``BASELINE``, that tree measured in this run and process (imported beside this one under another
+   name, the two trees' rounds interleaved; ``--baseline REV`` another commit;
    ``--baseline recorded``, ``--quick`` or a checkout without that commit: the figures recorded on it,
    ``BASELINE_RATES``, which a machine's speed of the day moves).
 5. ``MLPClassifier(batch_size=1)``: chunks of ``--chunk`` rows >= 5x faster than one call per row, with the
@@ -47,7 +48,7 @@ from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-if os.path.isdir(os.path.join(ROOT, "streamfit")) and ROOT not in sys.path and not os.environ.get("PERROW_CHILD"):
+if os.path.isdir(os.path.join(ROOT, "streamfit")) and ROOT not in sys.path:
     sys.path.insert(0, ROOT)  # measure the tree this script lives in
 sys.path.insert(0, HERE)
 
@@ -393,22 +394,10 @@ def section_one_event(args: argparse.Namespace) -> None:
 
 
 # -- partial_fit at the default batch_size on 1024-row calls ------------------------------------------------
-def partial_fit_rates(rounds: int, calls: int) -> dict[str, float]:
-    """rows/s of the ready-made ``partial_fit`` (default batch_size=32) on 1024-row calls, best of ``rounds``."""
-    import streamfit as sf
+def partial_fit_fits(sf: Any, calls: int) -> dict[str, Callable[[], int]]:
+    """Section 4's models of streamfit module ``sf``, each fitted once: a function per model that makes ``calls``
+    ``partial_fit`` calls of 1024 rows (default batch_size=32) and returns the rows it gave."""
     from streamfit.testing import ClickStream
-
-    def rate(fit: Callable[[Any, Any], Any], batches: list[tuple[Any, Any]]) -> float:
-        for X, y in batches:  # warm: onnxruntime's first runs of a session (its arena, its plan) are slower
-            fit(X, y)
-        best = float("inf")
-        for _ in range(rounds):
-            t, n = time.process_time(), 0
-            for X, y in batches:
-                fit(X, y)
-                n += len(y)
-            best = min(best, (time.process_time() - t) / n)
-        return 1 / best
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((calls * 1024, 9)).astype(np.float32)
@@ -416,18 +405,43 @@ def partial_fit_rates(rounds: int, calls: int) -> dict[str, float]:
     yc, yr = (X @ w > 0).astype(int), X @ w + 0.1 * rng.standard_normal(len(X))
     dense = [(X[i:i + 1024], yc[i:i + 1024]) for i in range(0, len(X), 1024)]
     dreg = [(X[i:i + 1024], yr[i:i + 1024]) for i in range(0, len(X), 1024)]
-    out = {}
-    for name, make, data, kw in (("LogisticRegression()", sf.LogisticRegression, dense, {"classes": [0, 1]}),
-                                 ("LinearRegressor()", sf.LinearRegressor, dreg, {}),
-                                 ("MLPClassifier()", lambda: sf.MLPClassifier(random_state=0), dense, {"classes": [0, 1]})):
-        m = make()
-        m.partial_fit(data[0][0], data[0][1], **kw)
-        out[name] = rate(m.partial_fit, data)
     cs = ClickStream(seed=0, n_categorical=16, n_dense=0, strings=True)
     hb = [(b.drop_columns(["label"]), b.column("label").to_numpy()) for b in (cs.batch(k, 1024) for k in range(calls))]
-    m = sf.LogisticRegression(categorical=cs.categorical, optimizer="ftrl")
-    m.partial_fit(hb[0][0], hb[0][1], classes=[0, 1])
-    out["LogisticRegression(categorical=16 strings, ftrl)"] = rate(m.partial_fit, hb)
+    out: dict[str, Callable[[], int]] = {}
+    for name, make, data, kw in (
+            ("LogisticRegression()", sf.LogisticRegression, dense, {"classes": [0, 1]}),
+            ("LinearRegressor()", sf.LinearRegressor, dreg, {}),
+            ("MLPClassifier()", lambda: sf.MLPClassifier(random_state=0), dense, {"classes": [0, 1]}),
+            ("LogisticRegression(categorical=16 strings, ftrl)",
+             lambda: sf.LogisticRegression(categorical=cs.categorical, optimizer="ftrl"), hb, {"classes": [0, 1]})):
+        m = make()
+        m.partial_fit(data[0][0], data[0][1], **kw)
+
+        def fit(m: Any = m, data: list[tuple[Any, Any]] = data) -> int:
+            for X_, y_ in data:
+                m.partial_fit(X_, y_)
+            return sum(len(y_) for _, y_ in data)
+
+        fit()  # warm: onnxruntime's first runs of a session (its arena, its plan) are slower
+        out[name] = fit
+    return out
+
+
+def partial_fit_rates(rounds: int, calls: int, trees: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """rows/s of section 4's models for each streamfit module of ``trees`` ({label: module}), all in this
+    process, in interleaved rounds (each round in another order: a shared machine's speed moves between rounds
+    and between processes), the best round of each."""
+    fits = {(label, name): fit for label, sf in trees.items() for name, fit in partial_fit_fits(sf, calls).items()}
+    keys = list(fits)
+    best = dict.fromkeys(keys, float("inf"))
+    for r in range(rounds):
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            t = time.process_time()
+            n = fits[key]()
+            best[key] = min(best[key], (time.process_time() - t) / n)
+    out: dict[str, dict[str, float]] = {label: {} for label in trees}
+    for (label, name), seconds in best.items():
+        out[label][name] = 1 / seconds
     return out
 
 
@@ -436,50 +450,56 @@ def _has_commit(rev: str) -> bool:
     return subprocess.run(["git", "-C", ROOT, "cat-file", "-e", rev + "^{commit}"], capture_output=True).returncode == 0
 
 
-def _child_rates(tree: str, calls: int) -> dict[str, float]:
-    """Section 4's figures (after a warm pass, best of three rounds) measured by a child process importing
-    streamfit from ``tree``."""
-    env = {**os.environ, "PYTHONPATH": tree, "PERROW_CHILD": "1"}
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps([3, calls])],
-                          env=env, capture_output=True, text=True, timeout=1800)
-    if proc.returncode:
-        raise RuntimeError(f"the child on {tree} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+def _renamed_tree(rev: str, where: str) -> Any:
+    """``rev``'s streamfit package, imported in this process as ``streamfit_base``: its files taken from git
+    (``git archive``), every ``streamfit`` name in its Python sources renamed, so both trees' code runs side by
+    side in one interpreter (one process: the VM's speed varies by up to 1.7x from one process to the next)."""
+    import importlib
+    import io
+    import re
+    import tarfile
 
-
-def _both_rates(rev: str, rounds: int, calls: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Section 4 on this tree and on ``rev``'s (a temporary git worktree), a child process each, in alternating
-    rounds (a shared machine's load moves between rounds): the best round of each."""
-    best: tuple[dict[str, float], dict[str, float]] = ({}, {})
-    with tempfile.TemporaryDirectory() as where:
-        path = os.path.join(where, "old")
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", path, rev], check=True, capture_output=True)
-        try:
-            for r in range(rounds):
-                order = (0, 1) if r % 2 == 0 else (1, 0)
-                for side in order:
-                    rates = _child_rates(ROOT if side == 0 else path, calls)
-                    for name, rate in rates.items():
-                        best[side][name] = max(best[side].get(name, 0.0), rate)
-        finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", path], capture_output=True)
-    return best
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "streamfit"], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(where, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    package = os.path.join(where, "streamfit_base")
+    os.rename(os.path.join(where, "streamfit"), package)
+    word = re.compile(r"\bstreamfit\b")
+    for folder, _, files in os.walk(package):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                with open(path, encoding="utf-8") as fh:
+                    text = fh.read()
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(word.sub("streamfit_base", text))
+    sys.path.insert(0, where)
+    try:
+        return importlib.import_module("streamfit_base")
+    finally:
+        sys.path.remove(where)
 
 
 def section_partial_fit(args: argparse.Namespace) -> None:
+    import streamfit
+
     calls = 2 if args.quick else 8
-    print(f"\n== 4. partial_fit, default batch_size=32, {calls} calls of 1024 rows (rows/s, best of {args.rounds})")
+    rounds = max(args.rounds, 3) * 2  # two trees, four models: rounds are short
+    print(f"\n== 4. partial_fit, default batch_size=32, {calls} calls of 1024 rows (rows/s, best of {rounds})")
     if args.baseline != "recorded" and not args.quick and _has_commit(args.baseline):
-        now, base = _both_rates(args.baseline, args.rounds, calls)
-        where = f"{args.baseline}, measured in this run, rounds alternating with this tree's"
+        with tempfile.TemporaryDirectory() as where:
+            rates = partial_fit_rates(rounds, calls, {"now": streamfit, "base": _renamed_tree(args.baseline, where)})
+        now, base = rates["now"], rates["base"]
+        where = f"{args.baseline}, in this process, rounds interleaved with this tree's"
     else:
-        now, base, where = partial_fit_rates(args.rounds, calls), BASELINE_RATES, f"{BASELINE}, recorded"
+        now, base, where = partial_fit_rates(rounds, calls, {"now": streamfit})["now"], BASELINE_RATES, \
+            f"{BASELINE}, recorded"
     print(f"   {'model':<52}{'now':>10}{'baseline':>10}{'ratio':>7}   (baseline: {where})")
     for name, rate in now.items():
         ratio = rate / base[name]
         print(f"   {name:<52}{rate:>10,.0f}{base[name]:>10,.0f}{ratio:>7.2f}   "
               f"{target(f'partial_fit 1024 rows, batch_size=32, {name}: rows/s / baseline', ratio, 3.0, at_most=False)}")
-    for name, rate in _partial_fit_floor(args.rounds, calls).items():
+    for name, rate in _partial_fit_floor(rounds, calls).items():
         print(f"   {'floor: ' + name:<52}{rate:>10,.0f}{base[name]:>10,.0f}{rate / base[name]:>7.2f}   (information: "
               "Trainer.step_chunk on the same rows, no estimator around it: the ceiling of the ratio)")
 
@@ -504,7 +524,7 @@ def _partial_fit_floor(rounds: int, calls: int) -> dict[str, float]:
         for i in range(0, len(X), 1024):  # warm
             tr.step_chunk(X[i:i + 1024], T[i:i + 1024], batch_size=32)
         best = float("inf")
-        for _ in range(3 * rounds):  # as many rounds as section 4's (3 per child, alternating)
+        for _ in range(rounds):  # as many rounds as section 4's
             t = time.process_time()
             for i in range(0, len(X), 1024):
                 tr.step_chunk(X[i:i + 1024], T[i:i + 1024], batch_size=32)
@@ -681,12 +701,7 @@ def main(argv: list[str] | None = None) -> int:
                              "'recorded': its recorded figures")
     parser.add_argument("--sections", default="1,2,3,4,5,6")
     parser.add_argument("--json", metavar="PATH", help="also write section 1's figures and every target as JSON")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        rounds, calls = json.loads(args.child)
-        print(json.dumps(partial_fit_rates(rounds, calls)))
-        return 0
     args.limit = None
     if args.quick:
         args.rounds, args.passes, args.limit, args.vw_rows, args.chunk = 1, 1, 300, 2048, 64

@@ -45,6 +45,8 @@ from streamfit._engine.steps.scan_lift import Lifted, lift
 from streamfit._engine.steps.scan_tables import TableBlocks, table_names, with_tables
 from streamfit._engine.steps.step_graphs import sample_weight_shape
 from streamfit.exceptions import BadInputError
+from streamfit.optim.adam import Adam
+from streamfit.optim.base import Optimizer
 from streamfit.schedules.base import Schedule
 from streamfit.schedules.constant import Constant
 
@@ -700,10 +702,15 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
     ``"lrs"``: the steps' learning rates (the schedule's rate does not depend on the losses: chunk_unsupported)."""
     lrs = tr.schedule.rates(steps) * tr.lr_scale
     columns = {Names.scalar(s): i for i, s in enumerate(tr.optimizer.scalar_names)}
-    table = tr.optimizer.scalars_of_steps(lrs, tr.n_steps) if any(n in columns for n in names) else None
+    # the rate itself needs no table where the rule feeds it as it is (Adam's kernel body reads only it)
+    as_is = Names.scalar("lr") if _feeds_lr_as_is(tr.optimizer) else None
+    table = (tr.optimizer.scalars_of_steps(lrs, tr.n_steps) if any(n in columns and n != as_is for n in names)
+             else None)
     out: dict[str, np.ndarray] = {}
     for name in names:
-        if name == Names.decay:
+        if name == as_is:
+            out[name] = lrs.astype(tr.dtype)
+        elif name == Names.decay:
             out[name] = (1.0 - lrs * tr._l2).astype(tr.dtype)
         elif name == fused_adam.STEP:
             out[name] = fused_adam.step_numbers(tr.n_steps, steps).astype(tr.dtype)
@@ -714,6 +721,12 @@ def _per_step_inputs(tr: Trainer, names: list[str], steps: int, host: Mapping[st
             out[name] = table[:, columns[name]].astype(tr.dtype)
     out["lrs"] = lrs
     return out
+
+
+def _feeds_lr_as_is(opt: Any) -> bool:
+    """Whether ``opt``'s scalar ``lr`` is the step's rate unchanged (the base rule's and Adam's :meth:`scalars`)."""
+    scalars = type(opt).scalars
+    return "lr" in opt.scalar_names and (scalars is Optimizer.scalars or scalars is Adam.scalars)
 
 
 def _row_weights(tr: Trainer, sw: np.ndarray | None, steps: int, batch_size: int, y_tail: tuple[int, ...],
