@@ -121,3 +121,27 @@ def test_many_rows_per_call_equal_one_call_per_step_bit_for_bit(cls: Any, params
     for part in ("weights", "optimizer"):
         for k, v in b.trainer_.state_dict()[part].items():
             np.testing.assert_array_equal(a.trainer_.state_dict()[part][k], v, err_msg=f"{part} {k}")
+
+
+@pytest.mark.parametrize("batch_size", [3, 32])
+@pytest.mark.parametrize("cls, params", [(LinearRegressor, {}), (LogisticRegression, {}),
+                                         (LogisticRegression, {"optimizer": "sgd", "learning_rate": "constant",
+                                                               "eta0": 0.05, "penalty": None})],
+                         ids=lambda c: getattr(c, "__name__", str(c)))
+def test_a_linear_models_lean_chunks_equal_one_call_per_step_bit_for_bit(cls: Any, params: dict[str, Any],
+                                                                          batch_size: int) -> None:
+    """A linear model's steps of several rows run the same lean nodes in a chunk's body and one call each
+    (steps/scan_dense.py: batch_step_graph), so a chunk gives the bits of one call per step, the last short step
+    included."""
+    X, y, labels, _ = _data(200)
+    target = y if cls is LinearRegressor else labels
+    kw = {} if cls is LinearRegressor else {"classes": np.unique(target)}
+    a, b = cls(batch_size=batch_size, random_state=0, **params), cls(batch_size=batch_size, random_state=0, **params)
+    got = a.partial_fit_predict(X, target, **kw)
+    ref = np.concatenate([b.partial_fit_predict(X[s:s + batch_size], target[s:s + batch_size], **(kw if s == 0 else {}))
+                          for s in range(0, len(X), batch_size)])
+    assert a.trainer_._dense is not None and b.trainer_._strategy._batch_session is not None
+    np.testing.assert_array_equal(got, ref)
+    for part in ("weights", "optimizer"):
+        for k, v in b.trainer_.state_dict()[part].items():
+            np.testing.assert_array_equal(a.trainer_.state_dict()[part][k], v, err_msg=f"{part} {k}")

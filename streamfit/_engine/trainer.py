@@ -33,7 +33,7 @@ from streamfit._engine.steps.forward_backward import ForwardBackwardStep
 from streamfit._engine.steps.fused import FusedStep
 from streamfit._engine.steps import fused_adam
 from streamfit._engine.steps.scan import ChunkResult, train_chunk
-from streamfit._engine.steps.scan_dense import ROW_EPS, ROW_RATE, dense_plan, row_step_graph
+from streamfit._engine.steps.scan_dense import ROW_EPS, ROW_RATE, batch_step_graph, dense_plan, row_step_graph
 from streamfit._engine.steps.sparse_tables import SparseTables
 from streamfit._engine.steps.tables import find_tables, training_model
 from streamfit._engine.steps.step_graphs import sample_weight_shape
@@ -404,6 +404,7 @@ class Trainer:
                  "light_large_batches": not self._threads_given, "sparse": self._sparse} if cls is FusedStep else {}
         if cls is FusedStep and self._dense is not None and self.artifact is None:  # steps of one row: the lean one
             extra["row_step"] = row_step_graph(self)
+            extra["batch_step"] = batch_step_graph(self)
         if self.artifact is not None:
             if y_rank != self.artifact.info.y_rank:
                 raise ModelError(f"the training artifact was compiled for an output of rank {self.artifact.info.y_rank}, "
@@ -764,7 +765,8 @@ class Trainer:
             raise as_model_error(exc, "predicting", self.prepared.inference) from exc
 
     def step_graphs(self) -> dict[str, ModelProto]:
-        """Every graph this trainer trains with, by role: ``fused`` / ``fused_large`` / ``fused_row`` (step="fused"),
+        """Every graph this trainer trains with, by role: ``fused`` / ``fused_large`` / ``fused_row`` / ``fused_batch``
+        (step="fused"; the last two: a linear model's lean steps of one row and of a small batch),
         ``gradient`` / ``loss`` / ``update`` (step="forward_backward"), ``sparse_rows`` (tables trained
         row-sparsely).  The step graphs are built on the first step: call :meth:`step` first."""
         if self._strategy is None:

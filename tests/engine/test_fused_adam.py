@@ -60,7 +60,9 @@ def test_the_kernel_step_is_streamfits_adam_over_many_steps(monkeypatch: pytest.
         return tr, np.concatenate([g.reshape(-1) for g in got])
 
     (a, out_a), (b, out_b) = run(True), run(False)
-    assert _kernel_nodes(a) == 1 and _kernel_nodes(b) == 0
+    assert _kernel_nodes(a) == 2 and _kernel_nodes(b) == 0  # the one-row step's and the small batches'
+    assert {role for role, g in a.step_graphs().items() if any(n.op_type == "AdamOptimizer" for n in g.graph.node)} \
+        == {"fused_row", "fused_batch"}
     np.testing.assert_allclose(out_a, out_b, rtol=1e-6, atol=1e-6)
     assert_same_state(a, b, 1e-6)
 

@@ -79,6 +79,53 @@ def test_a_nonfinite_row_is_not_applied(monkeypatch: pytest.MonkeyPatch, on_nonf
     assert all(np.isfinite(w).all() for w in lean.get_weights().values())
 
 
+def _batches(tr: Trainer, X: np.ndarray, y: np.ndarray, sizes: list[int], sw: np.ndarray | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    outs, losses, at = [], [], 0
+    for n in sizes:
+        losses.append(tr.step(X[at:at + n], y[at:at + n], None if sw is None else sw[at:at + n]))
+        outs.append(tr.last_output.copy())
+        at += n
+    return np.concatenate(outs), np.array(losses)
+
+
+@pytest.mark.parametrize("logistic", [True, False], ids=["logistic", "linear"])
+@pytest.mark.parametrize("optimizer, penalty", [("sgd", None), ("adam", None), ("adam", Penalty(1e-2, 0.0))])
+def test_the_lean_batch_step_equals_the_generic_one(monkeypatch: pytest.MonkeyPatch, logistic: bool, optimizer: str,
+                                                    penalty: Any) -> None:
+    """Batches of 2 to 63 rows given one per call run the lean batch step (batch_step_graph: one graph for every
+    size, its 1s bound per size), within float32 rounding of the generic step graph, sample weights included;
+    one row still runs the row step, 64 rows the large-batch graph."""
+    sizes = [2, 5, 32, 63, 1, 32, 64, 3, 32, 7]
+    X, y = _data(sum(sizes), logistic)
+    sw = np.random.default_rng(3).uniform(0, 2, len(X)).astype(np.float32)
+    lean, generic = _pair(monkeypatch, logistic, optimizer, penalty)
+    got_out, got_loss = _batches(lean, X, y, sizes, sw)
+    ref_out, ref_loss = _batches(generic, X, y, sizes, sw)
+    assert lean._strategy.batch_model is not None and generic._strategy.batch_model is None
+    assert lean._strategy._batch_session is not None and lean._strategy.large_model is not None
+    np.testing.assert_allclose(got_out, ref_out, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got_loss, ref_loss, rtol=RTOL, atol=ATOL)  # the graph's loss: a batch's mean
+    assert_same_state(lean, generic, ATOL)
+
+
+@pytest.mark.parametrize("on_nonfinite", ["skip", "raise"])
+def test_a_nonfinite_batch_is_not_applied(monkeypatch: pytest.MonkeyPatch, on_nonfinite: str) -> None:
+    X, y = _data(40, True)
+    X[21, 1] = 3e38  # in the third batch of 8 rows: its step's output overflows float32
+    lean, generic = _pair(monkeypatch, True, "adam", on_nonfinite=on_nonfinite)
+    for tr in (lean, generic):
+        if on_nonfinite == "raise":
+            with pytest.raises(NonFiniteError) as err:
+                _batches(tr, X, y, [8] * 5)
+            assert err.value.step == 3
+        else:
+            _batches(tr, X, y, [8] * 5)
+            assert tr.n_skipped == 1 and tr.n_steps == 4
+    assert_same_state(lean, generic, ATOL)
+    assert all(np.isfinite(w).all() for w in lean.get_weights().values())
+
+
 def test_a_huge_but_finite_update_overflowing_the_moments_is_caught() -> None:
     """A step whose loss is finite but whose gradient's square overflows is not applied: the graph checks what it
     writes (the new theta and second moment), not only the loss."""

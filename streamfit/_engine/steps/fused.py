@@ -18,7 +18,7 @@ from streamfit._engine.runtime.buffers import HostScalars, PingPong
 from streamfit._engine.runtime.device import PARALLEL_MIN_WORK, Device, make_session
 from streamfit._engine.runtime.staging import Staging, StagingCache
 from streamfit._engine.steps.check_plan import CheckPlan
-from streamfit._engine.steps.scan_dense import row_loss
+from streamfit._engine.steps.scan_dense import ONES, row_loss
 from streamfit._engine.steps.step_graphs import build_fused, folds_lr_into_gradients
 from streamfit.exceptions import ModelError
 from streamfit.losses.base import Loss
@@ -69,13 +69,16 @@ class FusedStep:
                  params: PingPong, scalars: HostScalars,
                  small_batch_options: ort.SessionOptions | None = None, light_large_batches: bool = False,
                  sparse: Any = None, compiled: Mapping[str, ModelProto] | None = None,
-                 row_step: ModelProto | None = None) -> None:
+                 row_step: ModelProto | None = None, batch_step: ModelProto | None = None) -> None:
         self.pm = pm
         #: a one-row step of its own (a linear model's lean step, steps/scan_dense.py), reading and writing the
         #: params' columns; its session is made on the first one-row batch
         self.row_model = row_step
+        #: and its step of a small batch (2 rows to fewer than large_batch_rows: the nodes of its chunks' steps)
+        self.batch_model = batch_step
         self.loss = loss
         self._row_session: ort.InferenceSession | None = None
+        self._batch_session: ort.InferenceSession | None = None
         #: the tables trained row-sparsely (:class:`~streamfit._engine.steps.sparse_tables.SparseTables`), or None
         self.sparse = sparse
         host_checks = device.kind == "cpu"  # the step reads single-element new weights itself
@@ -124,6 +127,8 @@ class FusedStep:
         graphs = {"fused": self.model, "fused_large": self.large_graph()}
         if self.row_model is not None:
             graphs["fused_row"] = self.row_model
+        if self.batch_model is not None:
+            graphs["fused_batch"] = self.batch_model
         return graphs
 
     def _session_for(self, rows: int) -> ort.InferenceSession:
@@ -159,13 +164,28 @@ class FusedStep:
             if name in inputs:
                 io.bind_ortvalue_input(name, value)
 
+    def _lean_session(self, row: bool) -> ort.InferenceSession:
+        """The session of the one-row lean step (``row``) or of the small-batch one, made on first use."""
+        if row:
+            if self._row_session is None:
+                self._row_session = make_session(self.row_model.SerializeToString(), self._light_options,  # type: ignore[union-attr]
+                                                 self.device, self.pm.dtype)
+            return self._row_session
+        if self._batch_session is None:
+            self._batch_session = make_session(self.batch_model.SerializeToString(), self._light_options,  # type: ignore[union-attr]
+                                               self.device, self.pm.dtype)
+        return self._batch_session
+
     def _row_bindings(self, staging: Staging) -> dict[str, Any]:
-        """The one-row lean step's bindings: the batch, the host scalars and tensors, the params' columns."""
-        if self._row_session is None:
-            self._row_session = make_session(self.row_model.SerializeToString(), self._light_options,  # type: ignore[union-attr]
-                                             self.device, self.pm.dtype)
-        session = self._row_session
+        """The lean step's bindings (one row, or a small batch): the batch, the host scalars and tensors, the
+        params' columns; a batch's loss and its column of 1s."""
+        row = staging.n == 1
+        session = self._lean_session(row)
         inputs = {i.name for i in session.get_inputs()}
+        extra: dict[str, Any] = {}
+        if not row:  # kept alive with the staging buffers
+            extra["ones"] = self.device.staging((staging.n, 1), self.pm.dtype)
+            extra["ones"][1].fill(1)
         dot = session.get_outputs()[[o.name for o in session.get_outputs()].index(Names.check)].shape == [1, 1]
         if dot:  # theta . v (Adam): a [1, 1] output, read through a 0-d view
             if Names.check + "_row" not in self._scalar_outputs:
@@ -184,19 +204,23 @@ class FusedStep:
                 io.bind_ortvalue_output(Names.new(name), self.params.column_sets[dst][name])
             io.bind_ortvalue_output(Names.check, check_value)
             io.bind_ortvalue_output(self.pm.output_name, staging.y_value)
+            if not row:
+                io.bind_ortvalue_input(ONES, extra["ones"][0])
+                io.bind_ortvalue_output(Names.loss, self._scalar_outputs[Names.loss][0])
             bindings.append(io)
         # it checks all it writes; a magnitude bound kept by the small-batch graph is recomputed after it
         run = FusedRun(C.raw_session(session), (bindings[0], bindings[1]), ((check,), (check,)), None,
-                       forget_bound=bool(self._bound.weights), loss_of=row_loss(self.loss, staging),
+                       forget_bound=bool(self._bound.weights), loss_of=row_loss(self.loss, staging) if row else None,
                        recheck=self._exact_row_check if dot else None)
-        return {"run": run}
+        return {"run": run, **extra}
 
     def _exact_row_check(self, current: int) -> bool:
         """Whether every value the lean row step wrote (reading set ``current``) is finite, checked exactly."""
         return all(bool(np.isfinite(value.numpy()).all()) for value in self.params.column_sets[1 - current].values())
 
     def _bindings(self, staging: Staging) -> dict[str, Any]:
-        if staging.n == 1 and self.row_model is not None:
+        if (staging.n == 1 and self.row_model is not None
+                or 1 < staging.n < self.large_batch_rows and self.batch_model is not None):
             return self._row_bindings(staging)
         bindings = []
         session = self._session_for(staging.n)

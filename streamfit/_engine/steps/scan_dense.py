@@ -10,17 +10,22 @@ loop), so that
 - the score is one product ``[x, 1] @ theta``, and for one row the loss gradient one Gemm (``p * gw - y * gw``,
   the second term computed before the loop);
 - SGD's update is one Gemm (``theta - [x, 1]^T e``, the rate folded into the row weights);
-- Adam's gradient takes its L2 term in the same Gemm (``+ theta * l2`` on the coefficients only), each moment's
-  update is one Gemm (``alpha * g + beta * m``), and its bias corrections are folded into the step's rate and
-  epsilon, computed per step before the loop (``(step_size / c) * m / (sqrt(v) + eps / c)``).  With several rows a
-  step, the bias's gradient is a ReduceSum as in the step graph: a sum of errors that cancels to a few ulps is
-  turned by Adam's normalized step into a step of the size of the rate, so its rounding must be the step graph's.
+- Adam's gradient takes its L2 term in the same Gemm (``+ theta * l2`` on the coefficients only) and the bias's
+  gradient through the rows' 1s, each moment's update is one Gemm (``alpha * g + beta * m``), and its bias
+  corrections are folded into the step's rate and epsilon, computed per step before the loop
+  (``(step_size / c) * m / (sqrt(v) + eps / c)``).
 
 The logistic body is 4 nodes with SGD and 12 with Adam and L2 at one row a step (the generic ones: 7 and 25 once
-onnxruntime has fused them), 5 and 16 at several; on onnxruntime-training, Adam's seven update nodes are its one
-kernel node (:mod:`~streamfit._engine.steps.fused_adam`): 6 and 10.  It rounds differently from the step path: a
-Gemm adds its two products with one rounding where the step graph rounds each.  So a chunk equals one step per call within float32
-rounding (``rtol=1e-6``, tested), not bit for bit as the generic body does.
+onnxruntime has fused them), 5 and 13 at several; on onnxruntime-training, Adam's seven update nodes are its one
+kernel node (:mod:`~streamfit._engine.steps.fused_adam`): 6 and 7.  It rounds differently from the generic step
+graph (a Gemm adds its two products with one rounding where the step graph rounds each, and sums the bias's
+gradient in its own order).  So the same steps run one per call run the same nodes: a step of one row
+:func:`row_step_graph`, of several :func:`batch_step_graph` (up to the large-batch graph's size).  A chunk of
+several rows a step then gives the bits of its steps given one call each (tested); of one row a step, within
+float32 rounding (``rtol=1e-6``, tested: the one-row body's loss gradient is one Gemm, the row step's two nodes).
+Against the generic step graph (a trainer with ``lean_steps`` off), a lean step is within float32 rounding.  That
+matters most with Adam: a bias gradient that cancels to a few ulps is turned by its normalized step into a step
+of the size of the rate, so a body that summed it otherwise than its step run on its own would move apart.
 
 Used for ready-made linear models only (``MatMul`` + ``Add`` after the running standardization, one output), with
 a binary log loss or a squared error, plain SGD without a penalty or Adam with none or an L2 one, float32, dense
@@ -44,8 +49,8 @@ from streamfit._engine.steps.scan_flat import THETA, FlatLayout
 from streamfit._engine.steps.step_graphs import (_label_input, _opsets, _row_weight_inputs, folds_lr_into_gradients,
                                                  rename_output)
 
-__all__ = ["DensePlan", "adam_update", "dense_plan", "dense_step_graph", "lean_applies", "row_loss",
-           "row_step_graph"]
+__all__ = ["DensePlan", "adam_update", "batch_step_graph", "dense_plan", "dense_step_graph", "lean_applies",
+           "row_loss", "row_step_graph"]
 
 #: the score's product: a Gemm without its third input costs onnxruntime less per call than a MatMul of the same
 #: tiny shapes (0.23 against 0.29 us in a Scan body, bench/lean_bodies.py's kind)
@@ -199,17 +204,22 @@ def adam_scalar_inputs(kernel: bool, standalone: bool) -> list[Any]:
     return [helper.make_tensor_value_info(Names.scalar(s), f32, []) for s in ("step_size", "inv_sqrt_bc2")]
 
 
+#: the batch step's column of 1s (``[N, 1]``: :func:`batch_step_graph`), bound per batch size
+ONES = "sf_ones_column"
+
 #: the host scalars of the one-row step run on its own (Adam's rate and epsilon with its bias corrections folded
 #: in, which a Scan computes before its loop): :meth:`DensePlan.row_scalars`
 ROW_RATE, ROW_EPS = Names.scalar("row_rate"), Names.scalar("row_eps")
 
 
-def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[ModelProto, FlatLayout] | None:
+def dense_step_graph(tr: Any, rows: int | None = 1, standalone: bool = False
+                     ) -> tuple[ModelProto, FlatLayout] | None:
     """The lean step of ``rows`` rows of ``tr`` (see the module docstring), or None where it does not apply.  Of
     more than one row, the loss gradient is a difference and a product instead of one Gemm, and the weight
     gradient's Gemm sums it over the rows (the bias's through the rows' 1s).  ``standalone``: a step run on its own,
     whose loss gradient is a difference and a product too (the Gemm's ``y * gw`` would be two more nodes here) and
-    whose Adam rates come from the host (``ROW_RATE``, ``ROW_EPS``)."""
+    whose Adam rates come from the host (``ROW_RATE``, ``ROW_EPS``).  ``rows=None`` (standalone only): a batch of
+    any number of rows, whose 1s are an input (``ONES``, ``[N, 1]``)."""
     plan = tr.__dict__["_dense"] if "_dense" in tr.__dict__ else dense_plan(tr)  # the trainer's, made once
     if plan is None:
         return None
@@ -223,8 +233,9 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
     x = x_name
     if std:
         x = b.op("Div", b.op("Sub", x_name, Names.scaler_mean), Names.scaler_scale)
-    # the rows' 1s: a constant, so that scan_lift moves the concatenation out of the loop
-    ones = b.const(np.ones((rows, 1), np.float32))
+    # the rows' 1s: a constant, so that scan_lift moves the concatenation out of the loop (a batch of any size: given)
+    ones = ONES if rows is None else b.const(np.ones((rows, 1), np.float32))
+    n_rows: Any = "N" if rows is None else rows
     xa = b.op("Concat", x, ones, axis=1)
     y = pm.output_name
     b.nodes.append(helper.make_node(SCORE_OP, [xa, THETA], [y]))
@@ -235,7 +246,7 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
     else:  # as the step graph rounds it
         e = b.op("Mul", b.op("Sub", score, Names.target), Names.grad_weight)
     loss_out, _ = tr.loss.graph(b, y, Names.target, Names.loss_weight, Names.grad_weight)
-    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [rows, 1])]
+    outputs = [helper.make_tensor_value_info(Names.loss, f32, []), helper.make_tensor_value_info(y, f32, [n_rows, 1])]
     new = {}
     if rule == "sgd":
         new[THETA] = b.op("Gemm", xa, e, THETA, transA=1, alpha=-1.0, beta=1.0)
@@ -250,22 +261,18 @@ def dense_step_graph(tr: Any, rows: int = 1, standalone: bool = False) -> tuple[
             decay = b.op("Mul", THETA, b.const(mask))
         else:
             decay = None
-        if rows == 1:
-            g = b.op("Gemm", xa, e, *([decay] if decay else []), transA=1)
-        else:
-            # the bias's gradient summed as the step graph sums it: a sum of rows' errors can cancel to a few ulps,
-            # which Adam's normalized step would turn into a different step of the size of the rate
-            g = b.op("Concat", b.op("Gemm", x, e, transA=1), b.op("ReduceSum", e, b.const([0], np.int64), keepdims=1),
-                     axis=0)
-            if decay:
-                g = b.op("Add", g, decay)
+        # the bias's gradient through the rows' 1s, in the same Gemm: a chunk's steps of several rows and the
+        # same batches given one per call (batch_step_graph) run these nodes alike, so they round alike
+        g = b.op("Gemm", xa, e, *([decay] if decay else []), transA=1)
         new.update(adam_update(b, opt, g, (ROW_RATE, ROW_EPS) if standalone else None, False, plan.fused_adam))
     existing = {x_name, THETA, Names.target, Names.loss_weight, Names.grad_weight}
     rename_output(b, loss_out, Names.loss, existing)
     for name, value in new.items():
         rename_output(b, value, Names.new(name), existing)
         outputs.append(helper.make_tensor_value_info(Names.new(name), f32, [size, 1]))
-    inputs = [helper.make_tensor_value_info(x_name, f32, [rows, d])]
+    inputs = [helper.make_tensor_value_info(x_name, f32, [n_rows, d])]
+    if rows is None:
+        inputs.append(helper.make_tensor_value_info(ONES, f32, ["N", 1]))
     if std:
         inputs += [helper.make_tensor_value_info(n, f32, [d]) for n in (Names.scaler_mean, Names.scaler_scale)]
     inputs += [helper.make_tensor_value_info(n, f32, [size, 1]) for n in layout.state_names()]
@@ -282,9 +289,20 @@ def row_step_graph(tr: Any) -> ModelProto | None:
     """The lean step of one row run on its own (not in a Scan): :func:`dense_step_graph` with a finiteness
     check of the new state (``sf_check``: the sum of the new theta; with Adam, the dot product of the new theta
     and its second moment (``[1, 1]``), which is finite when the first moment is, and may overflow on finite
-    values: the step then checks the values exactly), without the loss (a dozen nodes for one number: :func:`row_loss` computes it
-    from the output) and the nodes nothing reads."""
-    built = dense_step_graph(tr, 1, standalone=True)
+    values: the step then checks the values exactly), without the loss (a dozen nodes for one number:
+    :func:`row_loss` computes it from the output) and the nodes nothing reads."""
+    return _standalone(tr, 1)
+
+
+def batch_step_graph(tr: Any) -> ModelProto | None:
+    """The lean step of a batch of several rows run on its own: the nodes of a chunk's step of that many rows
+    (so the chunk equals its steps given one call each, up to the last step of a call), its loss kept, its 1s an
+    input (``ONES``), the finiteness check of :func:`row_step_graph`."""
+    return _standalone(tr, None)
+
+
+def _standalone(tr: Any, rows: int | None) -> ModelProto | None:
+    built = dense_step_graph(tr, rows, standalone=True)
     if built is None:
         return None
     model, layout = built
@@ -297,11 +315,11 @@ def row_step_graph(tr: Any) -> ModelProto | None:
         b.op("ReduceSum", checked[0], keepdims=0, out=Names.check)
     g.node.extend(b.nodes)
     g.initializer.extend(b.initializers)
-    outputs = [o for o in g.output if o.name != Names.loss]
+    outputs = [o for o in g.output if o.name != Names.loss or rows is None]
     del g.output[:]
     g.output.extend(outputs + [helper.make_tensor_value_info(Names.check, TensorProto.FLOAT,
                                                              [1, 1] if len(checked) > 1 else [])])
-    g.name = "streamfit_dense_row_step"
+    g.name = "streamfit_dense_row_step" if rows == 1 else "streamfit_dense_batch_step"
     prune(model)
     return model
 
