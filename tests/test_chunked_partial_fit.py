@@ -132,7 +132,13 @@ def test_a_linear_models_lean_chunks_equal_one_call_per_step_bit_for_bit(cls: An
                                                                           batch_size: int) -> None:
     """A linear model's steps of several rows run the same lean nodes in a chunk's body and one call each
     (steps/scan_dense.py: batch_step_graph), so a chunk gives the bits of one call per step, the last short step
-    included."""
+    included.  Adam without onnxruntime-training's kernel (the newest plain onnxruntime) folds its bias
+    corrections into the rate before the loop in float32 where a call gets them from the host: within rounding."""
+    from streamfit._engine.steps import fused_adam
+
+    exact = params.get("optimizer") == "sgd" or fused_adam.kernel_available()
+    same = np.testing.assert_array_equal if exact else lambda a, b, err_msg="": np.testing.assert_allclose(
+        a, b, rtol=RTOL, atol=ATOL, err_msg=err_msg)
     X, y, labels, _ = _data(200)
     target = y if cls is LinearRegressor else labels
     kw = {} if cls is LinearRegressor else {"classes": np.unique(target)}
@@ -141,7 +147,7 @@ def test_a_linear_models_lean_chunks_equal_one_call_per_step_bit_for_bit(cls: An
     ref = np.concatenate([b.partial_fit_predict(X[s:s + batch_size], target[s:s + batch_size], **(kw if s == 0 else {}))
                           for s in range(0, len(X), batch_size)])
     assert a.trainer_._dense is not None and b.trainer_._strategy._batch_session is not None
-    np.testing.assert_array_equal(got, ref)
+    same(got, ref)
     for part in ("weights", "optimizer"):
         for k, v in b.trainer_.state_dict()[part].items():
-            np.testing.assert_array_equal(a.trainer_.state_dict()[part][k], v, err_msg=f"{part} {k}")
+            same(a.trainer_.state_dict()[part][k], v, err_msg=f"{part} {k}")
