@@ -176,7 +176,7 @@ class FusedStep:
                                                self.device, self.pm.dtype)
         return self._batch_session
 
-    def _row_bindings(self, staging: Staging) -> dict[str, Any]:
+    def _lean_bindings(self, staging: Staging) -> dict[str, Any]:
         """The lean step's bindings (one row, or a small batch): the batch, the host scalars and tensors, the
         params' columns; a batch's loss and its column of 1s."""
         row = staging.n == 1
@@ -221,7 +221,7 @@ class FusedStep:
     def _bindings(self, staging: Staging) -> dict[str, Any]:
         if (staging.n == 1 and self.row_model is not None
                 or 1 < staging.n < self.large_batch_rows and self.batch_model is not None):
-            return self._row_bindings(staging)
+            return self._lean_bindings(staging)
         bindings = []
         session = self._session_for(staging.n)
         extra: dict[str, Any] = {}
